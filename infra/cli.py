@@ -1,0 +1,78 @@
+"""``agentlog infra up | down | status``: the local services."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from infra import stack
+from infra.errors import ServiceError
+from runtime.config import Settings
+
+
+def format_table(services: Sequence[stack.ServiceInfo]) -> str:
+    """An aligned table: service, state, address, pid, log file."""
+    rows = [("SERVICE", "STATE", "ADDRESS", "PID", "LOG")]
+    rows += [
+        (
+            s.name,
+            "running" if s.running else "stopped",
+            s.address,
+            str(s.pid) if s.pid is not None else "-",
+            str(s.log),
+        )
+        for s in services
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
+        for row in rows
+    )
+
+
+def _progress(message: str) -> None:
+    print(f"agentlog infra: {message}", file=sys.stderr, flush=True)
+
+
+def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        services = stack.up(settings, _progress)
+    except ServiceError as exc:
+        print(f"agentlog infra up failed: {exc}", file=sys.stderr)
+        return 1
+    print(format_table(services))
+    return 0
+
+
+def cmd_down(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        lines = stack.down(settings)
+    except ServiceError as exc:
+        print(f"agentlog infra down failed: {exc}", file=sys.stderr)
+        return 1
+    for line in lines:
+        print(line)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    print(format_table(stack.status(settings)))
+    return 0
+
+
+def add_infra_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``infra up | down | status``; each sets ``func(args, settings) -> int``."""
+    infra = subparsers.add_parser(
+        "infra",
+        help="start, stop or show the local Kafka, schema registry and PostgreSQL",
+        description="The local services, with data, pid files and logs in the state folder.",
+    )
+    actions = infra.add_subparsers(dest="infra_command", metavar="{up,down,status}", required=True)
+    actions.add_parser(
+        "up", help="start the services that are not running and create the topics (idempotent)"
+    ).set_defaults(func=cmd_up)
+    actions.add_parser("down", help="stop the services of this state folder").set_defaults(func=cmd_down)
+    actions.add_parser("status", help="show each service, its address, pid and log file").set_defaults(
+        func=cmd_status
+    )

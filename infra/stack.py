@@ -1,0 +1,96 @@
+"""The local stack: PostgreSQL, then the schema registry, then Kafka and its topics.
+
+``up`` is idempotent (running services are left alone), ``down`` stops what runs from this
+state folder, ``status`` says what runs where. Both up and down hold a lock on the state folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra import kafka, postgres, registry, topics
+from infra.paths import file_lock, state_dir
+from runtime.config import Settings
+
+
+@dataclass(frozen=True)
+class ServiceInfo:
+    """One local service: where it listens, its pid (None when stopped) and its log file."""
+
+    name: str
+    address: str
+    pid: int | None
+    log: Path
+    running: bool
+
+
+def _quiet(_message: str) -> None:
+    return None
+
+
+def _lock(settings: Settings) -> Path:
+    return state_dir(settings) / ".infra.lock"
+
+
+def status(settings: Settings) -> list[ServiceInfo]:
+    """Each service of this state folder, in start order."""
+    pg_pid = postgres.running_pid(settings)
+    reg_pid = registry.running_pid(settings)
+    kafka_pid = kafka.running_pid(settings)
+    return [
+        ServiceInfo(
+            postgres.SERVICE,
+            postgres.address(settings),
+            pg_pid,
+            postgres.log_path(settings),
+            pg_pid is not None,
+        ),
+        ServiceInfo(
+            registry.SERVICE,
+            registry.url(settings),
+            reg_pid,
+            registry.log_path(settings),
+            reg_pid is not None,
+        ),
+        ServiceInfo(
+            kafka.SERVICE,
+            kafka.bootstrap(settings),
+            kafka_pid,
+            kafka.log_path(settings),
+            kafka_pid is not None,
+        ),
+    ]
+
+
+def up(settings: Settings, progress: Callable[[str], None] = _quiet) -> list[ServiceInfo]:
+    """Start whatever is not running, wait until each answers, create the topics; return the status.
+
+    Raises infra.errors.ServiceError naming the service, the reason and its log (with its last lines).
+    """
+    state_dir(settings).mkdir(parents=True, exist_ok=True)
+    with file_lock(_lock(settings)):
+        postgres.start(settings, progress)
+        registry.start(settings, progress)
+        kafka.start(settings, progress)
+        created = topics.ensure_topics(settings)
+        if created:
+            progress(f"created topics {', '.join(created)} ({settings.partitions} partitions each)")
+        return status(settings)
+
+
+def down(settings: Settings) -> list[str]:
+    """Stop the registry, Kafka and PostgreSQL of this state folder; one line per service says what happened."""
+    if not state_dir(settings).is_dir():
+        return [f"{name}: not running" for name in (registry.SERVICE, kafka.SERVICE, postgres.SERVICE)]
+    lines: list[str] = []
+    with file_lock(_lock(settings)):
+        for name, stop in (
+            (registry.SERVICE, registry.stop),
+            (kafka.SERVICE, kafka.stop),
+            (postgres.SERVICE, postgres.stop),
+        ):
+            pid = stop(settings)
+            lines.append(f"{name}: stopped (pid {pid})" if pid is not None else f"{name}: not running")
+    return lines

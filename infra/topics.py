@@ -1,0 +1,117 @@
+"""The topics agentlog needs, created idempotently on the local broker.
+
+Commands and events have the same partition count (run R lives in partition p of both);
+events are kept forever; checkpoints are compacted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from infra import kafka
+from infra.errors import ServiceError
+from runtime.config import Settings
+
+_QUIET = logging.getLogger("agentlog.infra.topics")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
+
+# Errors a freshly started single node may answer while its controller settles.
+_RETRIABLE = {
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError.NOT_CONTROLLER,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.BROKER_NOT_AVAILABLE,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.INVALID_REPLICATION_FACTOR,  # no unfenced broker yet
+}
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str]
+
+
+def wanted(settings: Settings) -> list[TopicSpec]:
+    """The topics of this deployment and their settings."""
+    n = settings.partitions
+    return [
+        TopicSpec(settings.commands_topic, n, {}),
+        TopicSpec(settings.events_topic, n, {"retention.ms": "-1"}),
+        TopicSpec(settings.checkpoints_topic, n, {"cleanup.policy": "compact"}),
+    ]
+
+
+def _partition_counts(admin: AdminClient, timeout: float) -> dict[str, int]:
+    meta = admin.list_topics(timeout=timeout)
+    return {name: len(topic.partitions) for name, topic in meta.topics.items() if topic.error is None}
+
+
+def ensure_topics(settings: Settings, timeout: float = 60.0) -> list[str]:
+    """Create the missing topics; return the names created.
+
+    Raises ServiceError if a topic exists with another partition count than ``settings.partitions``.
+    """
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap(settings)}, logger=_QUIET)
+    specs = wanted(settings)
+    created: list[str] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            existing = _partition_counts(admin, timeout=10.0)
+        except KafkaException as exc:
+            if time.monotonic() >= deadline:
+                raise ServiceError(
+                    kafka.SERVICE, f"cannot list topics: {exc}", kafka.log_path(settings)
+                ) from exc
+            time.sleep(0.5)
+            continue
+        wrong = [
+            f"{s.name} has {existing[s.name]} partitions, the settings say {s.partitions}"
+            for s in specs
+            if s.name in existing and existing[s.name] != s.partitions
+        ]
+        if wrong:
+            raise ServiceError(
+                kafka.SERVICE,
+                "topics exist with another partition count: "
+                + "; ".join(wrong)
+                + " (a run's partition is fixed by the count: set `partitions` to match, or use a new state folder)",
+            )
+        missing = [s for s in specs if s.name not in existing]
+        if not missing:
+            return created
+        futures = admin.create_topics(
+            [
+                NewTopic(s.name, num_partitions=s.partitions, replication_factor=1, config=s.config)
+                for s in missing
+            ],
+            request_timeout=15.0,
+        )
+        retry: list[str] = []
+        for name, future in futures.items():
+            try:
+                future.result()
+                created.append(name)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                code = error.code() if error is not None else None
+                if code == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue  # someone else made it; its partition count is checked on the next pass
+                if code in _RETRIABLE and time.monotonic() < deadline:
+                    retry.append(name)
+                    continue
+                raise ServiceError(
+                    kafka.SERVICE, f"cannot create topic {name}: {exc}", kafka.log_path(settings)
+                ) from exc
+        if retry:
+            time.sleep(0.5)

@@ -1,0 +1,133 @@
+"""The registry of a user's workflows, models and tools: an explicit object, no global singleton."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from .errors import AgentlogError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class RegistrationError(AgentlogError):
+    """A workflow, model or tool was registered twice or with a bad signature."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently a model or tool call is retried.
+
+    ``attempts`` counts every try including the first; the wait before try n+1 is
+    ``min(initial_backoff * multiplier**(n-1), max_backoff)`` seconds; ``timeout`` bounds one try.
+    """
+
+    attempts: int = 3
+    initial_backoff: float = 0.05
+    max_backoff: float = 5.0
+    multiplier: float = 2.0
+    timeout: float | None = 120.0
+    non_retryable: tuple[type[BaseException], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("RetryPolicy.attempts must be at least 1")
+
+    def backoff(self, attempt: int) -> float:
+        return float(min(self.initial_backoff * self.multiplier ** (attempt - 1), self.max_backoff))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    fn: Callable[..., Any]
+    retry: RetryPolicy
+    is_async: bool
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    fn: Callable[..., Any]
+    retry: RetryPolicy
+    is_async: bool
+    effect: bool
+    key_args: tuple[str, ...] | None  # None: every argument identifies the effect
+
+
+@dataclass(frozen=True)
+class WorkflowSpec:
+    name: str
+    fn: Callable[..., Any]
+    input_type: Any  # the annotation of the input parameter, used to reject a wrong payload shape
+
+
+@dataclass
+class App:
+    """Workflows, model clients and tools of one application, registered by name."""
+
+    name: str
+    workflows: dict[str, WorkflowSpec] = field(default_factory=dict)
+    models: dict[str, ModelSpec] = field(default_factory=dict)
+    tools: dict[str, ToolSpec] = field(default_factory=dict)
+
+    def workflow(self, name: str) -> Callable[[F], F]:
+        def register(fn: F) -> F:
+            if not inspect.iscoroutinefunction(fn):
+                raise RegistrationError(f"workflow {name!r} must be an async function (async def)")
+            if name in self.workflows:
+                raise RegistrationError(f"workflow {name!r} is registered twice")
+            params = list(inspect.signature(fn, eval_str=True).parameters.values())
+            if len(params) != 2:
+                raise RegistrationError(f"workflow {name!r} must take (ctx, input)")
+            annotation = params[1].annotation
+            self.workflows[name] = WorkflowSpec(
+                name, fn, None if annotation is inspect.Parameter.empty else annotation
+            )
+            return fn
+
+        return register
+
+    def model(self, name: str, *, retry: RetryPolicy | None = None) -> Callable[[F], F]:
+        def register(fn: F) -> F:
+            if name in self.models:
+                raise RegistrationError(f"model {name!r} is registered twice")
+            self.models[name] = ModelSpec(name, fn, retry or RetryPolicy(), inspect.iscoroutinefunction(fn))
+            return fn
+
+        return register
+
+    def tool(
+        self,
+        name: str,
+        *,
+        effect: bool = False,
+        key_args: tuple[str, ...] | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Callable[[F], F]:
+        def register(fn: F) -> F:
+            if name in self.tools:
+                raise RegistrationError(f"tool {name!r} is registered twice")
+            params = inspect.signature(fn).parameters
+            if effect and "idempotency_key" not in params:
+                raise RegistrationError(
+                    f"effecting tool {name!r} must accept an `idempotency_key` keyword argument"
+                )
+            if key_args is not None and not effect:
+                raise RegistrationError(f"tool {name!r}: key_args only applies to effect=True tools")
+            for arg in key_args or ():
+                if arg not in params:
+                    raise RegistrationError(f"tool {name!r}: key_args names {arg!r}, not a parameter")
+            self.tools[name] = ToolSpec(
+                name,
+                fn,
+                retry or RetryPolicy(),
+                inspect.iscoroutinefunction(fn),
+                effect,
+                tuple(key_args) if key_args is not None else None,
+            )
+            return fn
+
+        return register

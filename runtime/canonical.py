@@ -1,0 +1,35 @@
+"""Canonical JSON, argument hashes and idempotency keys (pure functions).
+
+Keys are derived from the run, never from the clock or a fresh uuid4 (DESIGN.md):
+``uuid5(NAMESPACE, f"{run_id}/{tool}/{sha256(canonical_json(args))}/{n}")`` where ``n``
+counts earlier identical (tool, args) calls in the same run -- not the step index, so a
+re-decided plan that shifts step numbers keeps the keys of the actions it repeats.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from typing import Any
+
+NAMESPACE = uuid.UUID("6d1c3a52-8f0e-5b8e-9a61-5f0c2f6a7b10")
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON: sorted keys, no spaces, UTF-8 kept; raises TypeError on non-JSON values."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def args_hash(kind: str, name: str, args: Any) -> str:
+    """Replay compares this: 64 bits of sha256 over kind, name and canonical arguments."""
+    return sha256_hex(canonical_json([kind, name, args]))[:16]
+
+
+def idempotency_key(run_id: str, tool: str, key_args: Any, n: int) -> str:
+    digest = sha256_hex(canonical_json(key_args))
+    return str(uuid.uuid5(NAMESPACE, f"{run_id}/{tool}/{digest}/{n}"))

@@ -1,0 +1,68 @@
+"""``agentlog schemas list | register | check | diff``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .config import Settings
+from .registry_ops import SchemaAdmin, SubjectReport
+from .schemas import DEFAULT_SCHEMA_DIR
+
+
+def _print_reports(reports: list[SubjectReport], as_json: bool) -> int:
+    if as_json:
+        print(
+            json.dumps(
+                [{"subject": r.subject, "status": r.status, "detail": r.detail} for r in reports], indent=2
+            )
+        )
+    else:
+        width = max((len(r.subject) for r in reports), default=10)
+        for report in reports:
+            print(f"{report.subject:<{width}}  {report.status:<12}  {'; '.join(report.detail)}")
+    bad = [r for r in reports if not r.ok]
+    for report in bad:
+        for line in report.detail:
+            print(f"error: {line}" if line.startswith(report.subject) else f"error: {report.subject}: {line}")
+    return 1 if bad else 0
+
+
+def _list(args: argparse.Namespace, settings: Settings) -> int:
+    rows = SchemaAdmin(settings, args.dir).list()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        print(f"{row['subject']:<70} versions={row['versions']} id={row['latest_id']} {row['compatibility']}")
+    return 0
+
+
+def _register(args: argparse.Namespace, settings: Settings) -> int:
+    return _print_reports(SchemaAdmin(settings, args.dir).register(), args.json)
+
+
+def _check(args: argparse.Namespace, settings: Settings) -> int:
+    return _print_reports(SchemaAdmin(settings, args.dir).check(), args.json)
+
+
+def _diff(args: argparse.Namespace, settings: Settings) -> int:
+    return _print_reports(SchemaAdmin(settings, args.dir).diff(), args.json)
+
+
+def add_schema_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    schemas = subparsers.add_parser("schemas", help="the event schemas and the registry")
+    actions = schemas.add_subparsers(dest="action", required=True)
+    for name, func, text in (
+        ("list", _list, "subjects the registry holds"),
+        ("register", _register, "register new versions; refuse incompatible ones"),
+        ("check", _check, "test local schemas against the registry's compatibility level"),
+        ("diff", _diff, "local schemas vs registered ones"),
+    ):
+        sub = actions.add_parser(name, help=text)
+        sub.add_argument(
+            "--dir", type=Path, default=DEFAULT_SCHEMA_DIR, help="schema folder (default schemas/)"
+        )
+        sub.add_argument("--json", action="store_true", help="machine-readable output")
+        sub.set_defaults(func=func)

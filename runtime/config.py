@@ -1,0 +1,109 @@
+"""One settings model for every agentlog process.
+
+Values come from, in rising precedence: defaults, ``AGENTLOG_*`` environment variables,
+keyword arguments (the CLI passes its flags this way). Every key is validated when the
+settings are built; an unknown key -- a typo such as ``AGENTLOG_BOOTSTRAP_SEVERS`` -- is
+rejected with its name instead of being silently ignored.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "AGENTLOG_"
+
+# librdkafka settings a user may pass through (security and client tuning of their cluster).
+# Anything else is refused: a misspelt key would otherwise surface as a late, vague librdkafka error.
+_PASSTHROUGH_PREFIXES = ("security.protocol", "sasl.", "ssl.", "client.dns.lookup", "socket.")
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is wrong; the message names the key."""
+
+
+def _default_state_dir() -> Path:
+    return Path.cwd() / ".agentlog"
+
+
+class Settings(BaseSettings):
+    """Configuration of agentlog; see the README for each key's meaning."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+
+    state_dir: Path = Field(default_factory=_default_state_dir)
+    bootstrap_servers: str = "127.0.0.1:9092"
+    schema_registry_url: str = "http://127.0.0.1:8081"
+    clickhouse_dsn: str = ""  # empty: chdb://<state_dir>/analytics
+    commands_topic: str = "agentlog.commands"
+    events_topic: str = "agentlog.events"
+    checkpoints_topic: str = "agentlog.checkpoints"
+    partitions: int = Field(default=12, ge=1, le=10_000)
+    # Ports of the locally started services (``agentlog infra``).
+    kafka_port: int = 9092
+    kafka_controller_port: int = 9093
+    registry_port: int = 8081
+    postgres_port: int = 15432
+    kafka: dict[str, str] = Field(default_factory=dict)
+    # History-size thresholds (Temporal's defaults).
+    history_warn_events: int = 10_240
+    history_warn_bytes: int = 10 * 1024 * 1024
+    history_limit_events: int = 51_200
+    history_limit_bytes: int = 50 * 1024 * 1024
+
+    @field_validator("kafka")
+    @classmethod
+    def _only_passthrough_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not key.startswith(_PASSTHROUGH_PREFIXES):
+                raise ValueError(
+                    f"kafka setting {key!r} is not allowed; only {', '.join(_PASSTHROUGH_PREFIXES)}* pass through"
+                )
+        return value
+
+    @field_validator("clickhouse_dsn")
+    @classmethod
+    def _known_dsn_scheme(cls, value: str) -> str:
+        if value and not value.startswith(("chdb://", "http://", "https://")):
+            raise ValueError(f"clickhouse_dsn {value!r} must start with chdb://, http:// or https://")
+        return value
+
+    @model_validator(mode="after")
+    def _warn_below_limit(self) -> Settings:
+        if self.history_warn_events > self.history_limit_events:
+            raise ValueError("history_warn_events must not exceed history_limit_events")
+        if self.history_warn_bytes > self.history_limit_bytes:
+            raise ValueError("history_warn_bytes must not exceed history_limit_bytes")
+        return self
+
+    @property
+    def analytics_dsn(self) -> str:
+        return self.clickhouse_dsn or f"chdb://{self.state_dir / 'analytics'}"
+
+    def kafka_common(self) -> dict[str, Any]:
+        """librdkafka settings every client of this deployment shares."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka}
+
+
+def _unknown_env_keys(environ: dict[str, str]) -> list[str]:
+    known = {ENV_PREFIX + name.upper() for name in Settings.model_fields}
+    return sorted(k for k in environ if k.startswith(ENV_PREFIX) and k not in known)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings from the environment and ``overrides``; unknown keys raise ConfigError."""
+    unknown_env = _unknown_env_keys(dict(os.environ))
+    if unknown_env:
+        raise ConfigError(f"unknown configuration key(s) in the environment: {', '.join(unknown_env)}")
+    unknown = sorted(set(overrides) - set(Settings.model_fields))
+    if unknown:
+        raise ConfigError(f"unknown configuration key(s): {', '.join(unknown)}")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**given)
+    except ValueError as exc:  # pydantic.ValidationError names the field in loc
+        raise ConfigError(str(exc)) from exc

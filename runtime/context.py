@@ -1,0 +1,91 @@
+"""What workflow code sees: the only door to models, tools, time, randomness and signals."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random as _random
+import uuid as _uuid
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from .canonical import NAMESPACE, sha256_hex
+from .futures import DurableFuture, GatherFuture
+
+if TYPE_CHECKING:
+    from .machine import RunMachine
+
+
+class ContinueAsNew(BaseException):
+    """Raised by ``ctx.continue_as_new``; ends the run and starts a fresh one with ``input``."""
+
+    def __init__(self, input: Any) -> None:
+        super().__init__("continue as new")
+        self.input = input
+
+
+class Context:
+    """Per-run API for workflow code. Every method is deterministic under replay."""
+
+    def __init__(self, machine: RunMachine) -> None:
+        self._machine = machine
+        # Seeded from the run: replay draws the same numbers in the same order.
+        self._random = _random.Random(sha256_hex(machine.run_id))
+        self._uuid_count = 0
+
+    @property
+    def run_id(self) -> str:
+        return self._machine.run_id
+
+    @property
+    def workflow(self) -> str:
+        return self._machine.workflow
+
+    def model(
+        self, name: str, *, messages: list[dict[str, Any]], prompt_version: str | None = None, **params: Any
+    ) -> DurableFuture:
+        """Call the model client registered as ``name``; the completion is recorded."""
+        return self._machine.issue_model(name, messages, params, prompt_version)
+
+    def tool(self, name: str, **args: Any) -> DurableFuture:
+        """Call the tool registered as ``name`` with keyword arguments; the result is recorded."""
+        return self._machine.issue_tool(name, args)
+
+    def sleep(self, seconds: float) -> DurableFuture:
+        """A durable timer: survives worker restarts; holds no thread while it waits."""
+        return self._machine.issue_timer(int(seconds * 1000))
+
+    def wait_signal(self, name: str, timeout: float | None = None) -> DurableFuture:
+        """The payload of the next signal ``name``; raises TimeoutError after ``timeout`` seconds."""
+        return self._machine.issue_signal_wait(name, None if timeout is None else int(timeout * 1000))
+
+    def gather(self, *calls: Awaitable[Any]) -> GatherFuture:
+        """Wait for several calls issued in parallel; results come back in issue order."""
+        children = []
+        for call in calls:
+            if not isinstance(call, DurableFuture):
+                raise TypeError(
+                    "ctx.gather takes the results of ctx.model/ctx.tool/ctx.sleep/ctx.wait_signal"
+                )
+            children.append(call)
+        return GatherFuture(children)
+
+    def patched(self, change_id: str) -> bool:
+        """True on runs that take the new code path; in-flight runs recorded before it keep the old."""
+        return self._machine.patched(change_id)
+
+    def now(self) -> dt.datetime:
+        """Time of the event that last resumed the workflow (recorded, so replay sees the same)."""
+        return dt.datetime.fromtimestamp(self._machine.now_ms / 1000, tz=dt.UTC)
+
+    def uuid(self) -> _uuid.UUID:
+        """A UUID derived from the run and a counter: the same on every replay."""
+        self._uuid_count += 1
+        return _uuid.uuid5(NAMESPACE, f"{self.run_id}/uuid/{self._uuid_count}")
+
+    def random(self) -> float:
+        """A float in [0, 1) from a generator seeded by the run id."""
+        return self._random.random()
+
+    def continue_as_new(self, input: Any) -> None:
+        """End this run and carry ``input`` into a fresh run of the same workflow."""
+        raise ContinueAsNew(input)

@@ -1,0 +1,301 @@
+"""Typed records of the log: one frozen dataclass per schema in ``schemas/``.
+
+The classes mirror the ``.avsc`` files field for field (a unit test keeps them in step);
+conversion to and from Avro happens only in :mod:`runtime.serde`. The envelope fields
+(``seq``, ``occurred_at``, ``worker``, ``epoch``) are filled in by the writer when a
+record is appended, so code that builds a record names only what it means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Record:
+    """The envelope every command and event carries."""
+
+    run_id: str
+    seq: int = 0
+    schema_version: int = 1
+    occurred_at: int = 0  # milliseconds since the epoch (Avro timestamp-millis)
+    worker: str = ""
+    epoch: int = -1
+
+    @property
+    def type(self) -> str:
+        return type(self).__name__
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Command(Record):
+    """A record of ``agentlog.commands``: an input from outside the run."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Event(Record):
+    """A record of ``agentlog.events``: the journal of a run."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CancelRequested(Command):
+    """A request to cancel a run."""
+
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EpochClaimed(Event):
+    """A worker took ownership of this partition; its epoch is this record's offset. Records of older epochs that follow are a fenced writer's and are ignored."""
+
+    partition: int
+    previous_epoch: int = -1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelCallCompleted(Event):
+    """A model call returned."""
+
+    position: int
+    result: str
+    attempt: int = 1
+    latency_us: int = 0
+    in_doubt: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelCallFailed(Event):
+    """A model call attempt failed."""
+
+    position: int
+    error_type: str
+    error: str
+    attempt: int = 1
+    latency_us: int = 0
+    final: bool = True
+    in_doubt: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelCallScheduled(Event):
+    """A model call is about to run; durable before it starts."""
+
+    position: int
+    model: str
+    args_hash: str
+    prompt_version: str | None = None
+    args: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NonDeterminismDetected(Event):
+    """Replay found code and history disagree."""
+
+    position: int
+    expected: str
+    issued: str
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PartitionCheckpoint(Event):
+    """Where a rebuild of this partition may start: the first offsets of its non-terminal runs."""
+
+    partition: int
+    covered_offset: int
+    commands_offset: int
+    active_runs: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PatchRecorded(Event):
+    """The workflow took the new branch of ctx.patched(change_id)."""
+
+    position: int
+    patch_id: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Redecided(Event):
+    """A re-decide point found a recorded decision stale and replaced it."""
+
+    position: int
+    original: str
+    check: str
+    replacement: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunCancelled(Event):
+    """The run was cancelled."""
+
+    reason: str = ""
+    command_offset: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunCompleted(Event):
+    """The workflow returned."""
+
+    result: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunContinuedAsNew(Event):
+    """The run ended and carried its state into a fresh run."""
+
+    new_run_id: str
+    input: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunFailed(Event):
+    """The workflow raised."""
+
+    error_type: str
+    error: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunParked(Event):
+    """The run is stopped, not failed, awaiting an operator (non-determinism, history limit)."""
+
+    reason: str
+    position: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunRejected(Event):
+    """A submission that cannot run: unknown workflow, malformed JSON, wrong payload shape."""
+
+    reason: str
+    workflow: str | None = None
+    raw: str = ""
+    command_offset: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunStarted(Event):
+    """The worker accepted a submission and started the run."""
+
+    workflow: str
+    input: str
+    command_offset: int
+    parent_run_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunSubmitted(Command):
+    """A request to start a run of a workflow."""
+
+    workflow: str
+    input: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SignalReceived(Event):
+    """A signal reached the run."""
+
+    name: str
+    payload: str
+    command_offset: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SignalSent(Command):
+    """A signal for a running workflow."""
+
+    name: str
+    payload: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TimerFired(Event):
+    """A durable timer fired."""
+
+    position: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TimerScheduled(Event):
+    """A durable timer (sleep, or a signal wait's timeout)."""
+
+    position: int
+    name: str = "sleep"
+    fire_at: int
+    duration_ms: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCallCompleted(Event):
+    """A tool call returned."""
+
+    position: int
+    result: str
+    attempt: int = 1
+    latency_us: int = 0
+    in_doubt: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCallFailed(Event):
+    """A tool call attempt failed."""
+
+    position: int
+    error_type: str
+    error: str
+    attempt: int = 1
+    latency_us: int = 0
+    final: bool = True
+    in_doubt: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCallScheduled(Event):
+    """A tool call is about to run; durable before it starts (and before any effect)."""
+
+    position: int
+    tool: str
+    args_hash: str
+    args: str
+    effect: bool = False
+    idempotency_key: str | None = None
+
+
+COMMAND_TYPES: tuple[type[Command], ...] = (RunSubmitted, SignalSent, CancelRequested)
+EVENT_TYPES: tuple[type[Event], ...] = (
+    EpochClaimed,
+    ModelCallCompleted,
+    ModelCallFailed,
+    ModelCallScheduled,
+    NonDeterminismDetected,
+    PartitionCheckpoint,
+    PatchRecorded,
+    Redecided,
+    RunCancelled,
+    RunCompleted,
+    RunContinuedAsNew,
+    RunFailed,
+    RunParked,
+    RunRejected,
+    RunStarted,
+    SignalReceived,
+    TimerFired,
+    TimerScheduled,
+    ToolCallCompleted,
+    ToolCallFailed,
+    ToolCallScheduled,
+)
+RECORD_TYPES: dict[str, type[Record]] = {cls.__name__: cls for cls in (*COMMAND_TYPES, *EVENT_TYPES)}
+
+# Records that end a run; after one of them the run accepts nothing but reads.
+TERMINAL_TYPES: tuple[type[Event], ...] = (
+    RunCompleted,
+    RunFailed,
+    RunCancelled,
+    RunContinuedAsNew,
+    RunRejected,
+)
+# Records about the partition, not about one run.
+PARTITION_TYPES: tuple[type[Event], ...] = (EpochClaimed, PartitionCheckpoint)

@@ -1,0 +1,44 @@
+"""Epoch fencing: which records of an events partition are part of the log.
+
+agentlog does not pay a Kafka transaction per recorded result (2.5 ms median, 22 ms p90 on
+one broker, see DESIGN.md). Instead a worker that takes a partition first appends an
+``EpochClaimed`` record; the claim's *offset* is the new epoch, so epochs grow with the log
+without anyone having to know the previous one. Every event carries its writer's epoch.
+
+Rule, applied by every reader (replay, ``history``, the ClickHouse sink): reading a partition
+in offset order, keep a watermark = the highest epoch seen (claims raise it to their own
+offset; valid events carry it). An event whose epoch is below the watermark was written by a
+worker that had already lost the partition -- a fenced zombie -- and is not part of any run.
+
+Reading may start mid-partition only at an offset known to hold a valid event (a run's first
+event, or a checkpoint's covered offset); that event's epoch is at least every claim before
+it, so the watermark is right from there on.
+
+A zombie is also kept from *starting* an effect: before an effecting call the writer checks
+that no foreign claim precedes its ``...Scheduled`` record (see ``runtime.ownership``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .events import EpochClaimed, Event
+
+
+@dataclass
+class FenceFilter:
+    """Tracks the epoch watermark of one partition; feed records in offset order."""
+
+    watermark: int = -1
+    fenced_count: int = 0
+
+    def admit(self, event: Event, offset: int) -> bool:
+        """True if ``event`` (read at ``offset``) is part of the log; False if it is fenced."""
+        if isinstance(event, EpochClaimed):
+            self.watermark = max(self.watermark, offset)
+            return True
+        if event.epoch < self.watermark:
+            self.fenced_count += 1
+            return False
+        self.watermark = event.epoch
+        return True

@@ -1,0 +1,543 @@
+"""The state machine of one run: drives workflow code and matches it against history.
+
+The same code path serves live execution and replay. Replay gets the whole recorded history
+up front: every command the code issues is compared, at issue time, with the record history
+holds at the same position (kind, name and the hash of the canonical arguments) -- the first
+difference parks the run. Results are then applied in log order, resuming the coroutine
+exactly where it was resumed when the run was live. When history runs out
+(:meth:`RunMachine.finish_replay`) the machine goes live: commands history never saw get
+their ``...Scheduled`` records, and a call that was scheduled but has no result -- the one in
+flight at the crash -- is re-executed and marked in doubt.
+
+The machine never does I/O. It emits stamped events into ``outbox`` and the commands the
+worker must carry out into ``ready``; the worker appends the events in order and executes a
+command only once its record is durable.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, deque
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+from .app import App
+from .canonical import args_hash, canonical_json, idempotency_key, sha256_hex
+from .context import Context, ContinueAsNew
+from .errors import AgentlogError
+from .events import (
+    Event,
+    ModelCallCompleted,
+    ModelCallFailed,
+    ModelCallScheduled,
+    NonDeterminismDetected,
+    PatchRecorded,
+    Redecided,
+    RunCancelled,
+    RunCompleted,
+    RunContinuedAsNew,
+    RunFailed,
+    RunParked,
+    RunStarted,
+    SignalReceived,
+    TimerFired,
+    TimerScheduled,
+    ToolCallCompleted,
+    ToolCallFailed,
+    ToolCallScheduled,
+)
+from .futures import DurableFuture, GatherFuture
+
+E = TypeVar("E", bound=Event)
+RECORD_TYPES = (ModelCallScheduled, ToolCallScheduled, TimerScheduled, PatchRecorded)
+MODEL_ARGS_INLINE_LIMIT = 0  # model prompts are large; history keeps their hash (see DESIGN "Out of line")
+
+
+class CallFailed(AgentlogError):
+    """A model or tool call failed for good; raised into workflow code, which may catch it."""
+
+    def __init__(
+        self, kind: str, name: str, position: int, error_type: str, message: str, attempts: int
+    ) -> None:
+        super().__init__(
+            f"{kind} {name!r} at position {position} failed after {attempts} attempt(s): {error_type}: {message}"
+        )
+        self.kind, self.name, self.position = kind, name, position
+        self.error_type, self.message, self.attempts = error_type, message, attempts
+
+
+class NonDeterminismError(AgentlogError):
+    """Workflow code and recorded history disagree; names the position and both commands."""
+
+    def __init__(self, run_id: str, position: int, expected: str, issued: str) -> None:
+        super().__init__(
+            f"non-determinism in run {run_id} at position {position}: history holds {expected}, code issued {issued}"
+        )
+        self.run_id, self.position, self.expected, self.issued = run_id, position, expected, issued
+
+
+@dataclass
+class Command:
+    """One thing workflow code asked for, at its position."""
+
+    position: int
+    kind: str  # model | tool | timer | signal | patch
+    name: str
+    args: Any
+    hash: str
+    future: DurableFuture
+    effect: bool = False
+    key: str | None = None
+    prompt_version: str | None = None
+    duration_ms: int = 0
+    fire_at: int = 0
+    failed_attempts: int = 0
+    in_doubt: bool = False
+    recorded: bool = True  # False for a signal wait without timeout: nothing to record or match
+
+    def signature(self) -> tuple[str, str, str]:
+        return (self.kind, self.name, self.hash)
+
+    def describe(self) -> str:
+        shown = "" if self.kind == "model" else f" {_short(canonical_json(self.args))}"
+        return f"{self.kind} {self.name!r}{shown} (args hash {self.hash})"
+
+
+def _short(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def record_signature(event: Event) -> tuple[str, str, str]:
+    if isinstance(event, ModelCallScheduled):
+        return ("model", event.model, event.args_hash)
+    if isinstance(event, ToolCallScheduled):
+        return ("tool", event.tool, event.args_hash)
+    if isinstance(event, TimerScheduled):
+        if event.name == "sleep":
+            return ("timer", "sleep", _timer_hash("timer", "sleep", event.duration_ms))
+        name = event.name.removeprefix("signal:")
+        return ("signal", name, _timer_hash("signal", name, event.duration_ms))
+    if isinstance(event, PatchRecorded):
+        return ("patch", event.patch_id, args_hash("patch", event.patch_id, None))
+    return (event.type, "", "")
+
+
+def describe_record(event: Event) -> str:
+    kind, name, digest = record_signature(event)
+    shown = f" {_short(event.args)}" if isinstance(event, ToolCallScheduled) else ""
+    return f"{kind} {name!r}{shown} (args hash {digest})"
+
+
+def _timer_hash(kind: str, name: str, duration_ms: int) -> str:
+    return args_hash(kind, name, duration_ms)
+
+
+@dataclass
+class Stamp:
+    """What the writer adds to every event it appends."""
+
+    clock: Callable[[], int]  # wall-clock milliseconds; only live events read it
+    worker: str
+    epoch: int
+
+
+@dataclass
+class InDoubt:
+    kind: str
+    name: str
+    position: int
+    idempotency_key: str | None
+
+
+class RunMachine:
+    """One run's workflow coroutine, its commands and their results."""
+
+    def __init__(self, app: App, started: RunStarted, stamp: Stamp, history: Sequence[Event] = ()) -> None:
+        spec = app.workflows.get(started.workflow)
+        if spec is None:
+            raise AgentlogError(f"workflow {started.workflow!r} is not registered")
+        self.app = app
+        self.run_id = started.run_id
+        self.workflow = started.workflow
+        self.stamp = stamp
+        self.seq = started.seq
+        self.now_ms = started.occurred_at
+        self.status = "running"
+        self.outbox: list[Event] = []
+        self.ready: list[Command] = []
+        self.commands: dict[int, Command] = {}
+        self.in_doubt: list[InDoubt] = []
+        self.result: Any = None
+        self.divergence: NonDeterminismError | None = None
+        self._position = 0
+        self._identical: Counter[str] = Counter()
+        self._signals: dict[str, deque[str]] = {}
+        self._waiters: dict[str, deque[Command]] = {}
+        self._blocked_on: DurableFuture | GatherFuture | None = None
+        self._pending_terminal: Event | None = None
+        self._history_records = {e.position: e for e in history if isinstance(e, RECORD_TYPES)}
+        self.replaying = bool(history)
+        self._ctx = Context(self)
+        self._coro: Coroutine[Any, Any, Any] = spec.fn(self._ctx, json.loads(started.input))
+
+    # ----------------------------------------------------------------------------- lifecycle
+    def begin(self) -> None:
+        """Run the workflow until it first blocks."""
+        self._drive()
+
+    def replay(self, history: Sequence[Event]) -> None:
+        """Apply recorded events after RunStarted, in log order."""
+        for event in history:
+            if isinstance(event, RunStarted) or not self.active:
+                continue
+            self.apply(event)
+
+    def finish_replay(self) -> None:
+        """History is exhausted: go live. Unrecorded commands get records; in-flight calls re-run."""
+        self.replaying = False
+        if not self.active:
+            return
+        for position, record in sorted(self._history_records.items()):
+            if position not in self.commands:
+                self._diverge(position, describe_record(record), "nothing (the code did not reach it)")
+                return
+        if self._pending_terminal is not None:
+            terminal, self._pending_terminal = self._pending_terminal, None
+            self._finish(terminal)
+            return
+        for position in sorted(self.commands):
+            command = self.commands[position]
+            if command.future.done or not command.recorded:
+                continue
+            if position in self._history_records:
+                if command.kind in ("model", "tool"):
+                    command.in_doubt = True
+                    self.in_doubt.append(InDoubt(command.kind, command.name, position, command.key))
+                self.ready.append(command)  # timers are re-armed with their recorded fire_at
+            else:
+                self._record(command)
+
+    @property
+    def active(self) -> bool:
+        return self.status == "running"
+
+    def drain(self) -> tuple[list[Event], list[Command]]:
+        events, ready = self.outbox, self.ready
+        self.outbox, self.ready = [], []
+        return events, ready
+
+    # ----------------------------------------------------------------------------- events in
+    def record(self, event: E) -> E:
+        """Live: stamp an inbound event (a result, a timer, a signal), apply it, queue it to append."""
+        stamped = self._stamp(event)
+        self.outbox.append(stamped)
+        self.apply(stamped)
+        return stamped
+
+    def apply(self, event: Event) -> None:
+        self.seq = max(self.seq, event.seq)
+        if isinstance(event, RECORD_TYPES):
+            self._apply_record(event)
+            return
+        self.now_ms = event.occurred_at
+        if isinstance(event, (ModelCallCompleted, ToolCallCompleted)):
+            command = self._command_for(event.position, event)
+            if command is None:
+                return
+            command.future.set_result(json.loads(event.result))
+            if event.in_doubt and self.replaying:  # live re-executions were listed by finish_replay
+                self.in_doubt.append(InDoubt(command.kind, command.name, command.position, command.key))
+        elif isinstance(event, (ModelCallFailed, ToolCallFailed)):
+            command = self._command_for(event.position, event)
+            if command is None:
+                return
+            command.failed_attempts = max(command.failed_attempts, event.attempt)
+            if event.final:
+                command.future.set_exception(
+                    CallFailed(
+                        command.kind,
+                        command.name,
+                        command.position,
+                        event.error_type,
+                        event.error,
+                        event.attempt,
+                    )
+                )
+        elif isinstance(event, TimerFired):
+            command = self._command_for(event.position, event)
+            if command is None:
+                return
+            if command.kind == "timer":
+                command.future.set_result(None)
+            elif not command.future.done:
+                self._waiters.get(command.name, deque()).remove(command)
+                command.future.set_exception(
+                    TimeoutError(f"no signal {command.name!r} within {command.duration_ms} ms")
+                )
+        elif isinstance(event, SignalReceived):
+            waiters = self._waiters.get(event.name)
+            if waiters:
+                waiters.popleft().future.set_result(json.loads(event.payload))
+            else:
+                self._signals.setdefault(event.name, deque()).append(event.payload)
+        elif isinstance(event, (RunCompleted, RunFailed, RunCancelled, RunContinuedAsNew, RunParked)):
+            self._terminate(event)
+            return
+        elif isinstance(event, (NonDeterminismDetected, Redecided)):
+            return
+        self._drive()
+
+    def _apply_record(self, event: Event) -> None:
+        # The match itself happened when the code issued the command (see _issue).
+        return
+
+    def _command_for(self, position: int, event: Event) -> Command | None:
+        command = self.commands.get(position)
+        if command is None:
+            self._diverge(position, event.type, "nothing (the code did not reach it)")
+        return command
+
+    def wants_timer(self, position: int) -> bool:
+        command = self.commands.get(position)
+        return command is not None and self.active and not command.future.done
+
+    # ----------------------------------------------------------------------------- commands out
+    def _next_position(self) -> int:
+        self._position += 1
+        return self._position
+
+    def issue_model(
+        self, name: str, messages: list[dict[str, Any]], params: dict[str, Any], prompt_version: str | None
+    ) -> DurableFuture:
+        if name not in self.app.models:
+            raise AgentlogError(f"model {name!r} is not registered (known: {sorted(self.app.models)})")
+        args = {"messages": messages, "params": params, "prompt_version": prompt_version}
+        position = self._next_position()
+        command = Command(
+            position, "model", name, args, args_hash("model", name, args), DurableFuture(position)
+        )
+        command.prompt_version = prompt_version
+        return self._issue(command)
+
+    def issue_tool(self, name: str, args: dict[str, Any]) -> DurableFuture:
+        spec = self.app.tools.get(name)
+        if spec is None:
+            raise AgentlogError(f"tool {name!r} is not registered (known: {sorted(self.app.tools)})")
+        position = self._next_position()
+        command = Command(
+            position, "tool", name, args, args_hash("tool", name, args), DurableFuture(position)
+        )
+        if spec.effect:
+            key_args = args if spec.key_args is None else {k: args.get(k) for k in spec.key_args}
+            identity = f"{name}/{sha256_hex(canonical_json(key_args))}"
+            command.effect = True
+            command.key = idempotency_key(self.run_id, name, key_args, self._identical[identity])
+            self._identical[identity] += 1
+        return self._issue(command)
+
+    def issue_timer(self, duration_ms: int) -> DurableFuture:
+        position = self._next_position()
+        command = Command(
+            position,
+            "timer",
+            "sleep",
+            duration_ms,
+            _timer_hash("timer", "sleep", duration_ms),
+            DurableFuture(position),
+        )
+        command.duration_ms = duration_ms
+        return self._issue(command)
+
+    def issue_signal_wait(self, name: str, timeout_ms: int | None) -> DurableFuture:
+        position = self._next_position()
+        future = DurableFuture(position)
+        buffered = self._signals.get(name)
+        command = Command(
+            position, "signal", name, timeout_ms, _timer_hash("signal", name, timeout_ms or 0), future
+        )
+        command.duration_ms = timeout_ms or 0
+        if buffered:
+            # Already here: resolved at once, on replay too (the buffer is rebuilt in the same order).
+            future.set_result(json.loads(buffered.popleft()))
+            command.recorded = False
+            self.commands[position] = command
+            return future
+        self._waiters.setdefault(name, deque()).append(command)
+        command.recorded = timeout_ms is not None
+        return self._issue(command)
+
+    def patched(self, change_id: str) -> bool:
+        position = self._position + 1
+        recorded = self._history_records.get(position)
+        if recorded is not None and not (
+            isinstance(recorded, PatchRecorded) and recorded.patch_id == change_id
+        ):
+            return False  # recorded before the patch: keep the old code path, use no position
+        self._next_position()
+        command = Command(
+            position, "patch", change_id, None, args_hash("patch", change_id, None), DurableFuture(position)
+        )
+        command.future.set_result(True)
+        self._issue(command)
+        return True
+
+    def _issue(self, command: Command) -> DurableFuture:
+        self.commands[command.position] = command
+        if not command.recorded or self.divergence is not None:
+            return command.future
+        recorded = self._history_records.get(command.position)
+        if recorded is not None:
+            if record_signature(recorded) != command.signature():
+                self._diverge(command.position, describe_record(recorded), command.describe())
+            elif isinstance(recorded, TimerScheduled):
+                command.fire_at = recorded.fire_at
+            elif isinstance(recorded, ToolCallScheduled):
+                command.key = recorded.idempotency_key  # a retry reuses the recorded key
+        elif not self.replaying:
+            self._record(command)
+        return command.future
+
+    def _record(self, command: Command) -> None:
+        """Live: emit the command's record; calls and timers then wait in ``ready`` for durability."""
+        if command.kind == "model":
+            inline = canonical_json(command.args)
+            self._emit(
+                ModelCallScheduled(
+                    run_id=self.run_id,
+                    position=command.position,
+                    model=command.name,
+                    args_hash=command.hash,
+                    prompt_version=command.prompt_version,
+                    args=inline if len(inline) <= MODEL_ARGS_INLINE_LIMIT else None,
+                )
+            )
+        elif command.kind == "tool":
+            self._emit(
+                ToolCallScheduled(
+                    run_id=self.run_id,
+                    position=command.position,
+                    tool=command.name,
+                    args_hash=command.hash,
+                    args=canonical_json(command.args),
+                    effect=command.effect,
+                    idempotency_key=command.key,
+                )
+            )
+        elif command.kind in ("timer", "signal"):
+            command.fire_at = self.stamp.clock() + command.duration_ms
+            self._emit(
+                TimerScheduled(
+                    run_id=self.run_id,
+                    position=command.position,
+                    name="sleep" if command.kind == "timer" else f"signal:{command.name}",
+                    fire_at=command.fire_at,
+                    duration_ms=command.duration_ms,
+                )
+            )
+        elif command.kind == "patch":
+            self._emit(PatchRecorded(run_id=self.run_id, position=command.position, patch_id=command.name))
+            return
+        self.ready.append(command)
+
+    # ----------------------------------------------------------------------------- driving
+    def _drive(self) -> None:
+        while self.active and self.divergence is None:
+            if self._blocked_on is not None and not self._blocked_on.done:
+                return
+            try:
+                yielded = self._coro.send(None)
+            except StopIteration as stop:
+                self._finish_with(stop.value)
+                return
+            except ContinueAsNew as again:
+                self._finish(
+                    RunContinuedAsNew(
+                        run_id=self.run_id,
+                        new_run_id=f"{self.run_id}.{self.seq + 1}",
+                        input=canonical_json(again.input),
+                    )
+                )
+                return
+            except Exception as error:  # the workflow raised: the run fails with its error
+                self._finish(RunFailed(run_id=self.run_id, error_type=type(error).__name__, error=str(error)))
+                return
+            if not isinstance(yielded, (DurableFuture, GatherFuture)):
+                self._coro.close()
+                self._finish(
+                    RunFailed(
+                        run_id=self.run_id,
+                        error_type="NonDurableAwait",
+                        error=f"workflow awaited {yielded!r}; await only ctx.model/tool/sleep/wait_signal/gather",
+                    )
+                )
+                return
+            self._blocked_on = yielded
+        if self.divergence is not None and self.active:
+            self._park_divergence()
+
+    def _finish_with(self, value: Any) -> None:
+        try:
+            text = canonical_json(value)
+        except (TypeError, ValueError) as error:
+            self._finish(RunFailed(run_id=self.run_id, error_type="ResultNotJSON", error=str(error)))
+            return
+        self.result = value
+        self._finish(RunCompleted(run_id=self.run_id, result=text))
+
+    def _finish(self, event: Event) -> None:
+        if self.replaying:
+            self._pending_terminal = event  # history may already hold it; finish_replay decides
+            return
+        self._emit(event)
+        self._terminate(event)
+
+    def _terminate(self, event: Event) -> None:
+        self.status = {
+            RunCompleted: "completed",
+            RunFailed: "failed",
+            RunCancelled: "cancelled",
+            RunContinuedAsNew: "continued",
+            RunParked: "parked",
+        }.get(type(event), self.status)
+        self._pending_terminal = None
+        self._coro.close()
+
+    def cancel(self, reason: str, command_offset: int) -> RunCancelled:
+        event = self.record(RunCancelled(run_id=self.run_id, reason=reason, command_offset=command_offset))
+        return event
+
+    # ----------------------------------------------------------------------------- divergence
+    def _diverge(self, position: int, expected: str, issued: str) -> None:
+        if self.divergence is None:
+            self.divergence = NonDeterminismError(self.run_id, position, expected, issued)
+
+    def _park_divergence(self) -> None:
+        error = self.divergence
+        assert error is not None
+        self.replaying = False
+        self._emit(
+            NonDeterminismDetected(
+                run_id=self.run_id,
+                position=error.position,
+                expected=error.expected,
+                issued=error.issued,
+                message=str(error),
+            )
+        )
+        parked = RunParked(run_id=self.run_id, reason=str(error), position=error.position)
+        self._emit(parked)
+        self._terminate(parked)
+
+    def _emit(self, event: Event) -> None:
+        self.outbox.append(self._stamp(event))
+
+    def _stamp(self, event: E) -> E:
+        self.seq += 1
+        return replace(
+            event,
+            seq=self.seq,
+            occurred_at=self.stamp.clock(),
+            worker=self.stamp.worker,
+            epoch=self.stamp.epoch,
+        )

@@ -1,0 +1,173 @@
+"""What ``agentlog schemas list | register | check | diff`` do, against a Confluent-API registry.
+
+The registry gives the verdict (it holds every version and the subject's compatibility
+level); :mod:`runtime.compat` names the fields behind it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from .compat import breaking_fields, field_changes
+from .config import Settings
+from .schemas import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog, load_policy
+from .serde import registry_client
+
+_NOT_FOUND = (40401, 40402, 40403, 40408)
+
+
+@dataclass(frozen=True)
+class SubjectReport:
+    subject: str
+    status: str  # new | unchanged | compatible | incompatible | registered | refused | changed
+    detail: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status not in ("incompatible", "refused")
+
+
+def _latest(client: SchemaRegistryClient, subject: str) -> dict[str, Any] | None:
+    try:
+        registered = client.get_latest_version(subject)
+    except SchemaRegistryError as exc:
+        if exc.error_code in _NOT_FOUND or exc.http_status_code == 404:
+            return None
+        raise
+    parsed: dict[str, Any] = json.loads(registered.schema.schema_str)
+    parsed["__version__"] = registered.version
+    parsed["__id__"] = registered.schema_id
+    return parsed
+
+
+def _registry_messages(settings: Settings, subject: str, schema: LocalSchema) -> list[str]:
+    """The registry's own explanation (``verbose=true``), when it gives one."""
+    url = f"{settings.schema_registry_url}/compatibility/subjects/{subject}/versions"
+    try:
+        response = httpx.post(
+            url,
+            params={"verbose": "true"},
+            json={"schema": schema.text, "schemaType": "AVRO"},
+            headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+            timeout=10,
+        )
+        body = response.json()
+    except (httpx.HTTPError, ValueError):
+        return []
+    messages = body.get("messages") if isinstance(body, dict) else None
+    return [str(m) for m in messages] if isinstance(messages, list) else []
+
+
+class SchemaAdmin:
+    """Registry administration for the local schema catalog."""
+
+    def __init__(self, settings: Settings, schema_dir: Path = DEFAULT_SCHEMA_DIR) -> None:
+        self.settings = settings
+        self.schema_dir = schema_dir
+        self.catalog = load_catalog(schema_dir)
+        self.policy = load_policy(schema_dir)
+        self.client = registry_client(settings)
+
+    def list(self) -> list[dict[str, Any]]:
+        rows = []
+        for subject in sorted(self.client.get_subjects() or []):
+            versions = self.client.get_versions(subject)
+            try:
+                level = self.client.get_compatibility(subject)
+            except SchemaRegistryError:
+                level = "(global)"
+            latest = self.client.get_latest_version(subject)
+            rows.append(
+                {
+                    "subject": subject,
+                    "versions": versions,
+                    "latest_id": latest.schema_id,
+                    "compatibility": level,
+                }
+            )
+        return rows
+
+    def _compatible(self, subject: str, schema: LocalSchema) -> bool:
+        return bool(self.client.test_compatibility_all_versions(subject, Schema(schema.text, "AVRO")))
+
+    def _incompatible_detail(self, subject: str, schema: LocalSchema, latest: dict[str, Any]) -> list[str]:
+        fields = breaking_fields(latest, schema.parsed)
+        detail = [f"{subject}: {f}" for f in fields]
+        detail += [f"{subject}: registry: {m}" for m in _registry_messages(self.settings, subject, schema)]
+        return detail or [f"{subject}: incompatible with a registered version (registry gave no detail)"]
+
+    def check(self) -> list[SubjectReport]:
+        reports = []
+        for schema in self.catalog.values():
+            subject = schema.subject(self.settings)
+            latest = _latest(self.client, subject)
+            if latest is None:
+                reports.append(SubjectReport(subject, "new", ["not registered yet"]))
+            elif self._same_as_registered(subject, schema):
+                reports.append(SubjectReport(subject, "unchanged"))
+            elif self._compatible(subject, schema):
+                reports.append(SubjectReport(subject, "compatible", field_changes(latest, schema.parsed)))
+            else:
+                reports.append(
+                    SubjectReport(subject, "incompatible", self._incompatible_detail(subject, schema, latest))
+                )
+        return reports
+
+    def _same_as_registered(self, subject: str, schema: LocalSchema) -> bool:
+        try:
+            self.client.lookup_schema(subject, Schema(schema.text, "AVRO"))
+        except SchemaRegistryError:
+            return False
+        return True
+
+    def register(self) -> list[SubjectReport]:
+        """Register a new version of every changed schema; refuse the incompatible ones."""
+        reports = []
+        for schema in self.catalog.values():
+            subject = schema.subject(self.settings)
+            latest = _latest(self.client, subject)
+            if latest is not None and self._same_as_registered(subject, schema):
+                self._ensure_level(subject)
+                reports.append(SubjectReport(subject, "unchanged", [f"id {latest['__id__']}"]))
+                continue
+            if latest is not None and not self._compatible(subject, schema):
+                reports.append(
+                    SubjectReport(subject, "refused", self._incompatible_detail(subject, schema, latest))
+                )
+                continue
+            # The level goes on before the first version, so no version is ever judged by the global default.
+            self._ensure_level(subject)
+            schema_id = self.client.register_schema(subject, Schema(schema.text, "AVRO"))
+            reports.append(SubjectReport(subject, "registered", [f"id {schema_id}"]))
+        return reports
+
+    def _ensure_level(self, subject: str) -> None:
+        try:
+            current = self.client.get_compatibility(subject)
+        except SchemaRegistryError:
+            current = None
+        if current != self.policy.compatibility:
+            self.client.set_compatibility(subject, self.policy.compatibility)
+
+    def diff(self) -> list[SubjectReport]:
+        reports = []
+        for schema in self.catalog.values():
+            subject = schema.subject(self.settings)
+            latest = _latest(self.client, subject)
+            if latest is None:
+                reports.append(SubjectReport(subject, "new", ["local only"]))
+            elif self._same_as_registered(subject, schema):
+                reports.append(SubjectReport(subject, "unchanged", [f"version {latest['__version__']}"]))
+            else:
+                changes = field_changes(latest, schema.parsed) or ["docs or defaults differ"]
+                reports.append(
+                    SubjectReport(subject, "changed", [f"vs version {latest['__version__']}", *changes])
+                )
+        return reports

@@ -1,0 +1,84 @@
+"""The local schema catalog: the ``.avsc`` files and the registry policy beside them.
+
+A schema's namespace says which topic it belongs to (``dev.agentlog.commands`` or
+``dev.agentlog.events``); its subject in the registry follows TopicRecordNameStrategy,
+``<topic>-<full record name>`` (see ``schemas/policy.json`` for why).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from .config import Settings
+
+DEFAULT_SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+
+
+class SchemaFileError(ValueError):
+    """A local schema file is unreadable or breaks the catalog's rules; names the file."""
+
+
+@dataclass(frozen=True)
+class LocalSchema:
+    """One record schema read from disk."""
+
+    path: Path
+    text: str
+    full_name: str
+    name: str
+    role: str  # "commands" or "events"
+
+    @cached_property
+    def parsed(self) -> dict[str, Any]:
+        value: dict[str, Any] = json.loads(self.text)
+        return value
+
+    def topic(self, settings: Settings) -> str:
+        return settings.commands_topic if self.role == "commands" else settings.events_topic
+
+    def subject(self, settings: Settings) -> str:
+        return f"{self.topic(settings)}-{self.full_name}"
+
+
+@dataclass(frozen=True)
+class Policy:
+    compatibility: str
+    roles_by_namespace: dict[str, str]
+
+
+def load_policy(directory: Path = DEFAULT_SCHEMA_DIR) -> Policy:
+    path = directory / "policy.json"
+    if not path.exists():
+        path = DEFAULT_SCHEMA_DIR / "policy.json"
+    raw = json.loads(path.read_text())
+    return Policy(compatibility=raw["compatibility"], roles_by_namespace=dict(raw["topics"]))
+
+
+def load_catalog(directory: Path = DEFAULT_SCHEMA_DIR) -> dict[str, LocalSchema]:
+    """Every ``*.avsc`` in ``directory``, keyed by record name (not full name)."""
+    policy = load_policy(directory)
+    catalog: dict[str, LocalSchema] = {}
+    files = sorted(directory.glob("*.avsc"))
+    if not files:
+        raise SchemaFileError(f"no .avsc files in {directory}")
+    for path in files:
+        text = path.read_text()
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SchemaFileError(f"{path}: not JSON: {exc}") from exc
+        if parsed.get("type") != "record" or "name" not in parsed:
+            raise SchemaFileError(f"{path}: expected one Avro record schema")
+        namespace = parsed.get("namespace", "")
+        role = policy.roles_by_namespace.get(namespace)
+        if role is None:
+            raise SchemaFileError(
+                f"{path}: namespace {namespace!r} is not one of {sorted(policy.roles_by_namespace)}"
+            )
+        name = parsed["name"]
+        catalog[name] = LocalSchema(path, text, f"{namespace}.{name}", name, role)
+    return catalog

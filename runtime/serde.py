@@ -1,0 +1,145 @@
+"""The one seam between typed records and the Confluent wire format.
+
+Writing: confluent-kafka's ``AvroSerializer`` with the local schema, the subject chosen by
+TopicRecordNameStrategy, and ``auto.register.schemas=False`` -- a producer never invents a
+schema version; ``agentlog schemas register`` is the only way in.
+
+Reading: the writer's schema id (bytes 1-4 of the frame) is resolved through the registry to
+a record name; ``AvroDeserializer`` then resolves that writer schema to the *local* reader
+schema of the same name, so code reads every version ever written with the shape it knows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import struct
+import threading
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.schema_registry import SchemaRegistryClient, topic_record_subject_name_strategy
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from .config import Settings
+from .errors import AgentlogError
+from .events import RECORD_TYPES, Record
+from .schemas import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
+
+_MAGIC = 0
+
+
+class DecodeError(AgentlogError):
+    """Bytes that are not a record this code can read; carries the raw bytes."""
+
+    def __init__(self, message: str, data: bytes | None = None) -> None:
+        super().__init__(message)
+        self.data = data
+
+
+def registry_client(settings: Settings) -> SchemaRegistryClient:
+    return SchemaRegistryClient({"url": settings.schema_registry_url})
+
+
+def record_to_dict(record: object, _ctx: SerializationContext | None = None) -> dict[str, Any]:
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}  # type: ignore[arg-type]
+
+
+def _record_from_dict(cls: type[Record], values: dict[str, Any]) -> Record:
+    occurred = values.get("occurred_at")
+    if isinstance(occurred, dt.datetime):
+        values["occurred_at"] = int(occurred.timestamp() * 1000)
+    for name, value in values.items():
+        if isinstance(value, dt.datetime):  # other timestamp-millis fields (TimerScheduled.fire_at)
+            values[name] = int(value.timestamp() * 1000)
+    return cls(**values)
+
+
+def schema_id_of(data: bytes) -> int:
+    if len(data) < 6 or data[0] != _MAGIC:
+        raise DecodeError("not Confluent wire format (magic byte 0 and a 4-byte schema id expected)", data)
+    return int(struct.unpack(">I", data[1:5])[0])
+
+
+class Serde:
+    """Encodes and decodes every record type of ``schemas/`` for one deployment."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        client: SchemaRegistryClient | None = None,
+        schema_dir: Path = DEFAULT_SCHEMA_DIR,
+    ) -> None:
+        self.settings = settings
+        self.client = client or registry_client(settings)
+        self.catalog: dict[str, LocalSchema] = load_catalog(schema_dir)
+        self._serializers: dict[str, AvroSerializer] = {}
+        self._deserializers: dict[str, AvroDeserializer] = {}
+        self._names_by_id: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    # -- writing ---------------------------------------------------------------------------------
+    def topic_of(self, record: Record) -> str:
+        return self.catalog[record.type].topic(self.settings)
+
+    def encode(self, record: Record) -> bytes:
+        name = record.type
+        serializer = self._serializers.get(name)
+        if serializer is None:
+            serializer = self._serializer(name)
+        schema = self.catalog[name]
+        data = serializer(record, SerializationContext(schema.topic(self.settings), MessageField.VALUE))
+        assert data is not None
+        return bytes(data)
+
+    def _serializer(self, name: str) -> AvroSerializer:
+        with self._lock:
+            if name not in self._serializers:
+                self._serializers[name] = AvroSerializer(
+                    self.client,
+                    self.catalog[name].text,
+                    record_to_dict,
+                    conf={
+                        "auto.register.schemas": False,
+                        "subject.name.strategy": topic_record_subject_name_strategy,
+                    },
+                )
+            return self._serializers[name]
+
+    # -- reading ---------------------------------------------------------------------------------
+    def record_name(self, data: bytes) -> str:
+        """The record name of the writer schema of ``data`` (asks the registry once per id)."""
+        schema_id = schema_id_of(data)
+        name = self._names_by_id.get(schema_id)
+        if name is None:
+            writer = self.client.get_schema(schema_id)
+            name = str(json.loads(writer.schema_str)["name"])
+            self._names_by_id[schema_id] = name
+        return name
+
+    def decode(self, data: bytes, topic: str | None = None) -> Record:
+        name = self.record_name(data)
+        cls = RECORD_TYPES.get(name)
+        if cls is None or name not in self.catalog:
+            raise DecodeError(
+                f"record type {name!r} (schema id {schema_id_of(data)}) is unknown to this code", data
+            )
+        deserializer = self._deserializers.get(name)
+        if deserializer is None:
+            deserializer = self._deserializer(name)
+        schema = self.catalog[name]
+        ctx = SerializationContext(topic or schema.topic(self.settings), MessageField.VALUE)
+        try:
+            values = deserializer(data, ctx)
+        except Exception as exc:
+            raise DecodeError(f"cannot decode {name}: {exc}", data) from exc
+        assert isinstance(values, dict)
+        return _record_from_dict(cls, values)
+
+    def _deserializer(self, name: str) -> AvroDeserializer:
+        with self._lock:
+            if name not in self._deserializers:
+                self._deserializers[name] = AvroDeserializer(self.client, self.catalog[name].text)
+            return self._deserializers[name]
