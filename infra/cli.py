@@ -20,7 +20,7 @@ def format_table(services: Sequence[stack.ServiceInfo]) -> str:
             "running" if s.running else "stopped",
             s.address,
             str(s.pid) if s.pid is not None else "-",
-            str(s.log),
+            str(s.log_path),
         )
         for s in services
     ]

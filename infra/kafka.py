@@ -47,23 +47,27 @@ def kafka_version() -> str:
     return node.text.strip()
 
 
-def jars_dir() -> Path:
-    """Where the Kafka jars of the pinned version are cached."""
-    return cache_root() / f"kafka-{kafka_version()}" / "libs"
-
-
 def _pom_digest() -> str:
-    return hashlib.sha256(POM.read_bytes()).hexdigest()
+    """A digest of what the pom asks for (elements and values; comments and layout do not count)."""
+    canonical = "\n".join(f"{el.tag}={(el.text or '').strip()}" for el in ET.parse(POM).getroot().iter())
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def jars_dir() -> Path:
+    """Where the jars of the pinned pom are cached: keyed by Kafka version and the pom's digest.
+
+    A changed pom gets a new folder, so the jars of a broker that is still running are never replaced.
+    """
+    return cache_root() / f"kafka-{kafka_version()}" / f"libs-{_pom_digest()[:12]}"
 
 
 def ensure_jars(progress: Callable[[str], None]) -> Path:
     """Fetch Kafka's jars with mvn into the cache unless already there; return the jar folder."""
     libs = jars_dir()
     home = libs.parent
-    marker = home / "complete"
-    digest = _pom_digest()
+    marker = home / f"{libs.name}.complete"  # written last: the folder is whole
     with file_lock(home.parent / f"{home.name}.lock"):
-        if marker.is_file() and marker.read_text().strip() == digest and libs.is_dir():
+        if marker.is_file() and libs.is_dir():
             return libs
         mvn = shutil.which("mvn")
         if mvn is None:
@@ -75,7 +79,7 @@ def ensure_jars(progress: Callable[[str], None]) -> Path:
         )
         home.mkdir(parents=True, exist_ok=True)
         marker.unlink(missing_ok=True)
-        staging = home / "libs.partial"
+        staging = home / f"{libs.name}.partial"
         shutil.rmtree(staging, ignore_errors=True)
         mvn_log = home / "mvn.log"
         with mvn_log.open("wb") as log:
@@ -102,7 +106,7 @@ def ensure_jars(progress: Callable[[str], None]) -> Path:
             raise ServiceError(SERVICE, f"mvn finished but left no kafka_2.13 jar in {staging}", mvn_log)
         shutil.rmtree(libs, ignore_errors=True)
         staging.rename(libs)
-        marker.write_text(digest + "\n")
+        marker.write_text(_pom_digest() + "\n")
     return libs
 
 

@@ -109,9 +109,15 @@ def home_dir(settings: Settings, *, create: bool = False) -> Path:
     link = link_path(settings)
     if link.is_symlink() or link.is_dir():
         home = link.resolve()
-        if create and not home.is_dir():  # a link whose target (under /var/tmp) was cleaned away
-            home.mkdir(parents=True, mode=0o755)
-            _chown_to_pg(home)
+        if create and not home.is_dir():
+            # The cluster under /var/tmp was cleaned away. A new one would hand out schema ids from 1
+            # again, and records already in Kafka name the old ids: refuse rather than corrupt.
+            raise ServiceError(
+                SERVICE,
+                f"{link} links to {home}, which no longer exists: the registry's schemas are gone. "
+                f"Remove {link} to start a new, empty cluster (schema ids start over), "
+                "or use a new state folder",
+            )
         return home
     if not create:
         return link

@@ -22,7 +22,7 @@ class ServiceInfo:
     name: str
     address: str
     pid: int | None
-    log: Path
+    log_path: Path
     running: bool
 
 
@@ -71,9 +71,15 @@ def up(settings: Settings, progress: Callable[[str], None] = _quiet) -> list[Ser
     """
     state_dir(settings).mkdir(parents=True, exist_ok=True)
     with file_lock(_lock(settings)):
-        postgres.start(settings, progress)
-        registry.start(settings, progress)
-        kafka.start(settings, progress)
+        for name, running_pid, start in (
+            (postgres.SERVICE, postgres.running_pid, postgres.start),
+            (registry.SERVICE, registry.running_pid, registry.start),
+            (kafka.SERVICE, kafka.running_pid, kafka.start),
+        ):
+            pid = running_pid(settings)
+            if pid is not None:
+                progress(f"{name} is already running (pid {pid})")
+            start(settings, progress)
         created = topics.ensure_topics(settings)
         if created:
             progress(f"created topics {', '.join(created)} ({settings.partitions} partitions each)")

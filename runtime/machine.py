@@ -536,6 +536,7 @@ class RunMachine:
         self.seq += 1
         return replace(
             event,
+            run_id=self.run_id,
             seq=self.seq,
             occurred_at=self.stamp.clock(),
             worker=self.stamp.worker,

@@ -1,0 +1,127 @@
+"""The refund demo: a 40-step agent that looks things up, emails, refunds and opens a ticket.
+
+Each step asks the planner model, then calls one tool. Steps 14, 22 and 30 have effects
+(send_email, refund 41.60 on the order, create_ticket). The "outside world" is a SQLite file
+(``REFUND_WORLD_DB``) whose effects table has a UNIQUE idempotency key and which counts every
+attempt, so a duplicate effect or a re-executed model call is visible. Without it, the world
+lives in memory (the benchmark).
+
+The planner is scripted (no model weights or network here): it returns a fresh random nonce
+per call, so a re-executed call shows up as a different nonce. ``REFUND_CRASH_AT_STEP=N``
+makes the worker SIGKILL itself the first time step N's model call starts;
+``REFUND_CRASH_IN_EFFECT=refund`` makes it SIGKILL itself after the refund is applied but
+before its result is recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from runtime import App, Context
+
+app = App("refund-demo")
+EFFECT_STEPS = {14: "send_email", 22: "refund", 30: "create_ticket"}
+_local = threading.local()
+_memory_calls: list[tuple[int, str]] = []
+
+
+def _db() -> sqlite3.Connection | None:
+    path = os.environ.get("REFUND_WORLD_DB")
+    if not path:
+        return None
+    conn: sqlite3.Connection | None = getattr(_local, "conn", None)
+    if conn is None:
+        conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        init_world(conn)
+        _local.conn = conn
+    return conn
+
+
+def init_world(conn: sqlite3.Connection) -> None:
+    conn.executescript(
+        """
+        CREATE TABLE IF NOT EXISTS model_calls (id INTEGER PRIMARY KEY, step INTEGER, nonce TEXT, pid INTEGER);
+        CREATE TABLE IF NOT EXISTS effect_attempts (id INTEGER PRIMARY KEY, kind TEXT, idempotency_key TEXT, pid INTEGER);
+        CREATE TABLE IF NOT EXISTS effects (idempotency_key TEXT PRIMARY KEY, kind TEXT, detail TEXT);
+        """
+    )
+
+
+def _crash_once(tag: str) -> None:
+    marker = os.environ.get("REFUND_CRASH_MARKER") or str(Path(os.environ.get("REFUND_WORLD_DB", "/tmp/x")).with_suffix(".crashed"))
+    if not os.path.exists(marker):
+        Path(marker).write_text(tag)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@app.model("planner")
+def planner(messages: list[dict[str, Any]], step: int = 0, **params: Any) -> dict[str, Any]:
+    nonce = secrets.token_hex(4)
+    db = _db()
+    if db is not None:
+        db.execute("INSERT INTO model_calls (step, nonce, pid) VALUES (?, ?, ?)", (step, nonce, os.getpid()))
+    else:
+        _memory_calls.append((step, nonce))
+    if str(step) == os.environ.get("REFUND_CRASH_AT_STEP"):
+        _crash_once(f"model step {step}")
+    tool = EFFECT_STEPS.get(step, "lookup")
+    return {"step": step, "nonce": nonce, "next": tool}
+
+
+@app.tool("lookup")
+def lookup(order: str, step: int) -> dict[str, Any]:
+    return {"order": order, "step": step, "status": "delivered"}
+
+
+def _apply_effect(kind: str, key: str, detail: str) -> dict[str, Any]:
+    db = _db()
+    if db is None:
+        return {"kind": kind, "applied": True}
+    db.execute("INSERT INTO effect_attempts (kind, idempotency_key, pid) VALUES (?, ?, ?)", (kind, key, os.getpid()))
+    cursor = db.execute("INSERT OR IGNORE INTO effects (idempotency_key, kind, detail) VALUES (?, ?, ?)", (key, kind, detail))
+    if os.environ.get("REFUND_CRASH_IN_EFFECT") == kind:
+        _crash_once(f"inside {kind}")
+    return {"kind": kind, "applied": cursor.rowcount == 1}
+
+
+@app.tool("send_email", effect=True, key_args=("to", "template"))
+def send_email(to: str, template: str, body: str, *, idempotency_key: str) -> dict[str, Any]:
+    return _apply_effect("send_email", idempotency_key, f"{to}:{template}")
+
+
+@app.tool("refund", effect=True, key_args=("order", "amount"))
+def refund(order: str, amount: float, reason: str, *, idempotency_key: str) -> dict[str, Any]:
+    return _apply_effect("refund", idempotency_key, f"{order}:{amount}")
+
+
+@app.tool("create_ticket", effect=True, key_args=("order", "queue"))
+def create_ticket(order: str, queue: str, summary: str, *, idempotency_key: str) -> dict[str, Any]:
+    return _apply_effect("create_ticket", idempotency_key, f"{order}:{queue}")
+
+
+@app.workflow("refund")
+async def refund_agent(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
+    order = str(request["order"])
+    steps = int(request.get("steps", 40))
+    nonces: list[str] = []
+    for step in range(1, steps + 1):
+        decision = await ctx.model(
+            "planner", messages=[{"role": "user", "content": f"order {order}, step {step}"}], prompt_version="v1", step=step
+        )
+        nonces.append(decision["nonce"])
+        if decision["next"] == "send_email":
+            await ctx.tool("send_email", to="customer@example.com", template="refund-started", body=f"ref {decision['nonce']}")
+        elif decision["next"] == "refund":
+            await ctx.tool("refund", order=order, amount=41.60, reason=f"planner {decision['nonce']} approved")
+        elif decision["next"] == "create_ticket":
+            await ctx.tool("create_ticket", order=order, queue="billing", summary=f"refund done ({decision['nonce']})")
+        else:
+            await ctx.tool("lookup", order=order, step=step)
+    return {"order": order, "steps": steps, "nonces": nonces}

@@ -1,0 +1,79 @@
+"""Carrying out one model or tool call: timeout, retries with backoff, results as events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .app import App, RetryPolicy
+from .canonical import canonical_json
+from .events import Event, ModelCallCompleted, ModelCallFailed, ToolCallCompleted, ToolCallFailed
+from .machine import Command
+
+
+def _target(app: App, command: Command) -> tuple[Callable[..., Any], bool, RetryPolicy, dict[str, Any], list[Any]]:
+    if command.kind == "model":
+        model = app.models[command.name]
+        args = command.args
+        return model.fn, model.is_async, model.retry, dict(args["params"]), [args["messages"]]
+    tool = app.tools[command.name]
+    kwargs = dict(command.args)
+    if tool.effect:
+        kwargs["idempotency_key"] = command.key
+    return tool.fn, tool.is_async, tool.retry, kwargs, []
+
+
+async def attempt_once(app: App, command: Command) -> Any:
+    """One try of the call; raises what the call raised (or TimeoutError)."""
+    fn, is_async, policy, kwargs, positional = _target(app, command)
+    if is_async:
+        coro = fn(*positional, **kwargs)
+    else:
+        coro = asyncio.to_thread(fn, *positional, **kwargs)  # sync clients run in the thread pool
+    return await asyncio.wait_for(coro, timeout=policy.timeout)
+
+
+def retry_policy(app: App, command: Command) -> RetryPolicy:
+    return _target(app, command)[2]
+
+
+def completed(command: Command, result: Any, attempt: int, started: float) -> Event:
+    latency = int((time.perf_counter() - started) * 1_000_000)
+    text = canonical_json(result)
+    if command.kind == "model":
+        return ModelCallCompleted(
+            run_id="", position=command.position, result=text, attempt=attempt, latency_us=latency, in_doubt=command.in_doubt
+        )
+    return ToolCallCompleted(
+        run_id="", position=command.position, result=text, attempt=attempt, latency_us=latency, in_doubt=command.in_doubt
+    )
+
+
+def failed(command: Command, error: BaseException, attempt: int, started: float, final: bool) -> Event:
+    latency = int((time.perf_counter() - started) * 1_000_000)
+    kind = ModelCallFailed if command.kind == "model" else ToolCallFailed
+    return kind(
+        run_id="",
+        position=command.position,
+        error_type=type(error).__name__,
+        error=str(error) or repr(error),
+        attempt=attempt,
+        latency_us=latency,
+        final=final,
+        in_doubt=command.in_doubt,
+    )
+
+
+def is_retryable(policy: RetryPolicy, error: BaseException, attempt: int) -> bool:
+    if attempt >= policy.attempts:
+        return False
+    return not isinstance(error, policy.non_retryable)
+
+
+def json_safe(value: Any) -> Any:
+    """Raise TypeError early, naming the problem, if a call returned something not JSON."""
+    json.dumps(value)
+    return value

@@ -1,0 +1,125 @@
+"""``agentlog worker | submit | status | history | signal | cancel``: thin layers over Worker and Client."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import sys
+from typing import Any
+
+from .app import App
+from .client import Client, RunError
+from .config import Settings
+from .errors import AgentlogError
+
+
+def load_app(spec: str) -> App:
+    """``module:attr`` -> the App object (the module is imported from the working directory)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise AgentlogError(f"--app must look like module:attribute, got {spec!r}")
+    sys.path.insert(0, ".")
+    app = getattr(importlib.import_module(module_name), attr, None)
+    if not isinstance(app, App):
+        raise AgentlogError(f"{spec} is not an agentlog App")
+    return app
+
+
+def _worker(args: argparse.Namespace, settings: Settings) -> int:
+    from .worker import Worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    Worker(load_app(args.app), settings, worker_id=args.worker_id, session_timeout_ms=args.session_timeout_ms).run()
+    return 0
+
+
+def _submit(args: argparse.Namespace, settings: Settings) -> int:
+    with Client(settings, identity="cli") as client:
+        try:
+            value: Any = json.loads(args.input)
+            raw = None
+        except json.JSONDecodeError:
+            value, raw = None, args.input  # the worker rejects it, visibly, with the reason
+        run_id = client.submit(args.workflow, value, run_id=args.run_id, raw_input=raw)
+        client.flush()
+        if not args.wait:
+            print(run_id)
+            return 0
+        try:
+            print(json.dumps(client.result(run_id, timeout=args.timeout)))
+        except RunError as error:
+            print(f"agentlog: {error}", file=sys.stderr)
+            return 1
+        return 0
+
+
+def _status(args: argparse.Namespace, settings: Settings) -> int:
+    status = Client(settings).status(args.run)
+    if args.json:
+        print(json.dumps(status))
+        return 0
+    print(f"run       {status['run_id']}\nworkflow  {status['workflow']}\nstatus    {status['status']}")
+    print(f"events    {status['events']}\nbytes     {status['bytes']}")
+    if status["reason"]:
+        print(f"reason    {status['reason']}")
+    for entry in status["in_doubt"]:
+        print(f"in doubt  {entry['kind']} {entry['name']!r} at position {entry['position']} key={entry['idempotency_key']}")
+    return 0 if status["status"] != "unknown" else 1
+
+
+def _history(args: argparse.Namespace, settings: Settings) -> int:
+    events = Client(settings).history(args.run)
+    if args.json:
+        print(json.dumps(events))
+        return 0
+    for event in events:
+        fields = {k: v for k, v in event.items() if k not in ("seq", "type", "run_id", "partition", "offset", "schema_version")}
+        print(f"{event['seq']:>5}  {event['type']:<24} {json.dumps(fields)}")
+    return 0
+
+
+def _signal(args: argparse.Namespace, settings: Settings) -> int:
+    with Client(settings, identity="cli") as client:
+        client.signal(args.run, args.name, json.loads(args.payload))
+    return 0
+
+
+def _cancel(args: argparse.Namespace, settings: Settings) -> int:
+    with Client(settings, identity="cli") as client:
+        client.cancel(args.run, args.reason)
+    return 0
+
+
+def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    worker = subparsers.add_parser("worker", help="run a worker")
+    worker.add_argument("--app", required=True, help="module:attribute of the App")
+    worker.add_argument("--worker-id", help="stable identity (static group membership); default: host name")
+    worker.add_argument("--session-timeout-ms", type=int, default=10_000)
+    worker.set_defaults(func=_worker)
+
+    submit = subparsers.add_parser("submit", help="submit a run")
+    submit.add_argument("workflow")
+    submit.add_argument("--input", required=True, help="workflow input as JSON")
+    submit.add_argument("--run-id")
+    submit.add_argument("--wait", action="store_true", help="wait and print the result as JSON")
+    submit.add_argument("--timeout", type=float, default=60.0)
+    submit.set_defaults(func=_submit)
+
+    for name, func, text in (("status", _status, "a run's status"), ("history", _history, "a run's events, from Kafka")):
+        sub = subparsers.add_parser(name, help=text)
+        sub.add_argument("run")
+        sub.add_argument("--json", action="store_true")
+        sub.set_defaults(func=func)
+
+    signal = subparsers.add_parser("signal", help="send a signal to a run")
+    signal.add_argument("run")
+    signal.add_argument("name")
+    signal.add_argument("--payload", default="null", help="JSON payload")
+    signal.set_defaults(func=_signal)
+
+    cancel = subparsers.add_parser("cancel", help="cancel a run")
+    cancel.add_argument("run")
+    cancel.add_argument("--reason", default="cancelled by request")
+    cancel.set_defaults(func=_cancel)

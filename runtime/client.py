@@ -1,0 +1,240 @@
+"""Submitting and following runs from a program; the CLI is a thin layer over this."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .canonical import canonical_json
+from .config import Settings, load_settings
+from .errors import AgentlogError
+from .events import (
+    CancelRequested,
+    Command,
+    Event,
+    ModelCallCompleted,
+    ModelCallFailed,
+    ModelCallScheduled,
+    RunCancelled,
+    RunCompleted,
+    RunContinuedAsNew,
+    RunFailed,
+    RunParked,
+    RunRejected,
+    RunStarted,
+    RunSubmitted,
+    SignalSent,
+    ToolCallCompleted,
+    ToolCallFailed,
+    ToolCallScheduled,
+)
+from .fencing import FenceFilter
+from .kafka_io import EventWriter, read_partition
+from .partitioning import partition_for
+from .serde import Serde, record_to_dict
+
+STATUS_BY_TERMINAL: dict[type[Event], str] = {
+    RunCompleted: "completed",
+    RunFailed: "failed",
+    RunCancelled: "cancelled",
+    RunParked: "parked",
+    RunRejected: "rejected",
+    RunContinuedAsNew: "continued",
+}
+
+
+class RunError(AgentlogError):
+    """The run did not complete; ``status`` and ``reason`` say why."""
+
+    def __init__(self, run_id: str, status: str, reason: str) -> None:
+        super().__init__(f"run {run_id} {status}: {reason}")
+        self.run_id, self.status, self.reason = run_id, status, reason
+
+
+@dataclass(frozen=True)
+class LoggedEvent:
+    offset: int
+    size: int
+    event: Event
+
+
+class Client:
+    """Submit runs, signal and cancel them, read their status, history and result."""
+
+    def __init__(self, settings: Settings | None = None, *, identity: str = "client") -> None:
+        self.settings = settings or load_settings()
+        self.serde = Serde(self.settings)
+        self.identity = identity
+        self._writer: EventWriter | None = None
+        # Where each partition's events ended before this client first submitted to it:
+        # result() of those runs reads from there instead of the partition's beginning.
+        self._floor: dict[int, int] = {}
+
+    # ------------------------------------------------------------------------------ commands
+    @property
+    def writer(self) -> EventWriter:
+        if self._writer is None:
+            self._writer = EventWriter(self.settings)
+            atexit.register(self.close)
+        return self._writer
+
+    def submit(self, workflow: str, input: Any, run_id: str | None = None, *, raw_input: str | None = None) -> str:
+        """Produce one RunSubmitted record; returns the run id at once (no round trip)."""
+        run_id = run_id or uuid.uuid4().hex
+        partition = self.partition(run_id)
+        if partition not in self._floor:
+            self._floor[partition] = self._end_offset(partition)
+        text = raw_input if raw_input is not None else canonical_json(input)
+        self._send(RunSubmitted(run_id=run_id, workflow=workflow, input=text))
+        return run_id
+
+    def signal(self, run_id: str, name: str, payload: Any) -> None:
+        self._send(SignalSent(run_id=run_id, name=name, payload=canonical_json(payload)))
+        self.flush()
+
+    def cancel(self, run_id: str, reason: str = "cancelled by request") -> None:
+        self._send(CancelRequested(run_id=run_id, reason=reason))
+        self.flush()
+
+    def _send(self, command: Command) -> None:
+        stamped = type(command)(**{**record_to_dict(command), "occurred_at": int(time.time() * 1000), "worker": self.identity})
+        self.writer.append(self.settings.commands_topic, None, command.run_id.encode(), self.serde.encode(stamped))
+
+    def flush(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            writer.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------ reading
+    def partition(self, run_id: str) -> int:
+        return partition_for(run_id, self.settings.partitions)
+
+    def _end_offset(self, partition: int) -> int:
+        from confluent_kafka import Consumer, TopicPartition
+
+        from .kafka_io import reader_config
+
+        consumer = Consumer(reader_config(self.settings))
+        try:
+            _, high = consumer.get_watermark_offsets(TopicPartition(self.settings.events_topic, partition), timeout=10)
+            return int(high)
+        finally:
+            consumer.close()
+
+    def events(self, run_id: str, start: int | None = None) -> Iterator[LoggedEvent]:
+        """The run's events in log order, fenced (zombie) records left out."""
+        partition = self.partition(run_id)
+        key = run_id.encode()
+        fence = FenceFilter()
+        for record in read_partition(
+            self.settings, self.settings.events_topic, partition, start=start,
+            keep=lambda k: k == key or k is None,
+        ):
+            if record.value is None:
+                continue
+            event = self.serde.decode(record.value)
+            assert isinstance(event, Event)
+            if not fence.admit(event, record.offset) or event.run_id != run_id:
+                continue
+            yield LoggedEvent(record.offset, len(record.value), event)
+
+    def history(self, run_id: str) -> list[dict[str, Any]]:
+        """As ``agentlog history --json``: each event's fields plus ``type``, ``partition`` and ``offset``."""
+        partition = self.partition(run_id)
+        return [
+            {"seq": e.event.seq, "type": e.event.type, **record_to_dict(e.event), "partition": partition, "offset": e.offset}
+            for e in self.events(run_id)
+        ]
+
+    def status(self, run_id: str) -> dict[str, Any]:
+        return summarize(run_id, list(self.events(run_id)))
+
+    def result(self, run_id: str, timeout: float = 60.0) -> Any:
+        """Wait for the run to end; its result, or RunError carrying the reason."""
+        self.flush()
+        deadline = time.monotonic() + timeout
+        start = self._floor.get(self.partition(run_id))
+        while True:
+            logged = list(self.events(run_id, start=start))
+            summary = summarize(run_id, logged)
+            if summary["status"] == "completed":
+                return summary["result"]
+            if summary["status"] not in ("running", "unknown"):
+                raise RunError(run_id, summary["status"], summary.get("reason") or "")
+            if time.monotonic() > deadline:
+                raise RunError(run_id, "timeout", f"not finished after {timeout}s (status {summary['status']})")
+            if logged and start is not None:
+                start = logged[0].offset  # a run's first event: a safe place to read from again
+            time.sleep(0.05)
+
+
+def summarize(run_id: str, logged: list[LoggedEvent]) -> dict[str, Any]:
+    """The keys of ``agentlog status --json``, computed from the run's events."""
+    status = "unknown"
+    workflow = None
+    result: Any = None
+    reason: str | None = None
+    scheduled_keys: dict[int, str | None] = {}
+    in_doubt: list[dict[str, Any]] = []
+    for item in logged:
+        event = item.event
+        if isinstance(event, RunStarted):
+            status, workflow = "running", event.workflow
+        elif isinstance(event, ToolCallScheduled):
+            scheduled_keys[event.position] = event.idempotency_key
+        elif isinstance(event, (ModelCallScheduled,)):
+            scheduled_keys[event.position] = None
+        elif isinstance(event, (ModelCallCompleted, ToolCallCompleted, ModelCallFailed, ToolCallFailed)) and event.in_doubt:
+            kind = "model" if isinstance(event, (ModelCallCompleted, ModelCallFailed)) else "tool"
+            if not any(d["position"] == event.position for d in in_doubt):
+                in_doubt.append({"kind": kind, "position": event.position, "idempotency_key": scheduled_keys.get(event.position)})
+        terminal = STATUS_BY_TERMINAL.get(type(event))
+        if terminal is not None:
+            status = terminal
+            if isinstance(event, RunCompleted):
+                result = json.loads(event.result)
+            elif isinstance(event, RunFailed):
+                reason = f"{event.error_type}: {event.error}"
+            elif isinstance(event, (RunRejected, RunParked, RunCancelled)):
+                reason = event.reason
+                workflow = workflow or getattr(event, "workflow", None)
+            elif isinstance(event, RunContinuedAsNew):
+                result, reason = {"continued_as": event.new_run_id}, f"continued as {event.new_run_id}"
+    names = _call_names(logged)
+    for entry in in_doubt:
+        entry["name"] = names.get(entry["position"])
+    return {
+        "run_id": run_id,
+        "workflow": workflow,
+        "status": status,
+        "events": len(logged),
+        "bytes": sum(e.size for e in logged),
+        "in_doubt": in_doubt,
+        "result": result,
+        "reason": reason,
+    }
+
+
+def _call_names(logged: list[LoggedEvent]) -> dict[int, str]:
+    names: dict[int, str] = {}
+    for item in logged:
+        if isinstance(item.event, ModelCallScheduled):
+            names[item.event.position] = item.event.model
+        elif isinstance(item.event, ToolCallScheduled):
+            names[item.event.position] = item.event.tool
+    return names

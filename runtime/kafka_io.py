@@ -1,0 +1,166 @@
+"""Kafka plumbing: the idempotent event writer and bounded partition reads.
+
+Writes are idempotent (``enable.idempotence``, ``acks=all``): per partition they land once
+and in order, so "record N is acked" means "every record before N is durable" -- the runtime
+waits for an ack only before starting a call, never after recording a result.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from .config import Settings
+from .errors import RetryableError
+
+
+def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+    return {
+        **settings.kafka_common(),
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 0,  # a step waits on its Scheduled ack: do not hold records back
+        "partitioner": "murmur2_random",  # the Java client's choice: see runtime.partitioning
+        "compression.type": "lz4",
+        **extra,
+    }
+
+
+def reader_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+    return {
+        **settings.kafka_common(),
+        "group.id": f"agentlog-reader-{uuid.uuid4().hex[:8]}",  # assign() only; never commits
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "isolation.level": "read_committed",
+        "fetch.wait.max.ms": 10,
+        **extra,
+    }
+
+
+class WriteError(RetryableError):
+    """A record was not acknowledged; carries the Kafka error."""
+
+
+class EventWriter:
+    """Appends encoded records; each append returns a thread-safe future of its offset."""
+
+    def __init__(self, settings: Settings, **extra: Any) -> None:
+        self.producer = Producer(producer_config(settings, **extra))
+        self.bytes_written = 0
+        self.records_written = 0
+        self._running = True
+        self._poller = threading.Thread(target=self._poll, name="agentlog-delivery", daemon=True)
+        self._poller.start()
+
+    def _poll(self) -> None:
+        while self._running:
+            self.producer.poll(0.05)
+
+    def append(
+        self, topic: str, partition: int | None, key: bytes | None, value: bytes | None
+    ) -> Future[int]:
+        future: Future[int] = Future()
+
+        def delivered(error: KafkaError | None, message: Message) -> None:
+            if error is not None:
+                future.set_exception(WriteError(f"write to {topic}[{partition}] failed: {error}"))
+            else:
+                future.set_result(message.offset())
+
+        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": delivered}
+        if partition is not None:
+            kwargs["partition"] = partition
+        while True:
+            try:
+                self.producer.produce(topic, **kwargs)
+                break
+            except BufferError:  # local queue full: let deliveries drain, then go on
+                self.producer.poll(0.01)
+        self.bytes_written += len(value or b"") + len(key or b"")
+        self.records_written += 1
+        return future
+
+    def flush(self, timeout: float = 30.0) -> None:
+        if self.producer.flush(timeout) > 0:
+            raise WriteError(f"{len(self.producer)} record(s) not acknowledged within {timeout}s")
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self._running = False
+            self._poller.join(timeout=2)
+
+
+class ReadError(RetryableError):
+    """A partition could not be read to the requested offset."""
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+
+
+def read_partition(
+    settings: Settings,
+    topic: str,
+    partition: int,
+    start: int | None = None,
+    end: int | None = None,
+    consumer: Consumer | None = None,
+    keep: Callable[[bytes | None], bool] | None = None,
+) -> Iterator[RawRecord]:
+    """Records of one partition from ``start`` (default: the beginning) up to ``end`` (default: the end now).
+
+    ``keep`` filters on the key before anything is decoded, so a rebuild can skip the records
+    of runs it does not need without paying for Avro.
+    """
+    own = consumer is None
+    reader = consumer or Consumer(reader_config(settings))
+    try:
+        low, high = reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+        stop = high if end is None else min(end, high)
+        first = low if start is None or start < low else start
+        if first >= stop:
+            return
+        reader.assign([TopicPartition(topic, partition, first if start is not None else OFFSET_BEGINNING)])
+        position = first
+        deadline = time.monotonic() + 60
+        while position < stop:
+            # Ask for no more than what is left: consume() returns as soon as that many arrived.
+            for message in reader.consume(num_messages=max(1, min(1000, stop - position)), timeout=0.5):
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        # read_committed stops at the last stable offset; an open transaction
+                        # (another writer's) can hold it below ``stop`` for a while
+                        if message.offset() >= stop:
+                            return
+                        if time.monotonic() > deadline:
+                            raise ReadError(f"{topic}[{partition}] stuck at {message.offset()} < {stop}")
+                        continue
+                    raise KafkaException(error)
+                offset = message.offset()
+                position = offset + 1
+                if offset >= stop:
+                    return
+                key = message.key()
+                if keep is not None and not keep(key):
+                    continue
+                yield RawRecord(offset, key, message.value(), message.timestamp()[1])
+    finally:
+        if own:
+            reader.close()
+        else:
+            reader.unassign()

@@ -1,0 +1,135 @@
+"""Taking a partition: claim an epoch, then rebuild the state of its non-terminal runs.
+
+Order (tested in tests/test_worker_*):
+1. Append ``EpochClaimed`` to events partition p and wait for its offset C: from here on any
+   record of an earlier owner is fenced (see runtime.fencing).
+2. Read the partition's latest ``PartitionCheckpoint`` from the compacted checkpoints topic.
+   It lists the first offset of every run that was active at its ``covered_offset``.
+3. Read events p from min(those first offsets, covered_offset) to C. Below covered_offset
+   only the records of the listed runs are decoded (the key filter skips the rest unread);
+   from covered_offset on, everything is. Cost: the active runs' history plus what was
+   written since the checkpoint -- not everything the partition ever held.
+4. Group the admitted events by run; runs without a terminal event are replayed.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer
+
+from .config import Settings
+from .events import TERMINAL_TYPES, EpochClaimed, Event, PartitionCheckpoint, RunParked, RunRejected, RunStarted
+from .fencing import FenceFilter
+from .kafka_io import EventWriter, read_partition
+from .serde import DecodeError, Serde
+
+log = logging.getLogger("agentlog.rebuild")
+
+CHECKPOINT_KEY_PREFIX = b"checkpoint/"
+RUN_KEY_PREFIX = b"run/"
+
+
+def checkpoint_key(partition: int) -> bytes:
+    return CHECKPOINT_KEY_PREFIX + str(partition).encode()
+
+
+@dataclass
+class RebuiltPartition:
+    partition: int
+    epoch: int
+    commands_offset: int
+    active: dict[str, list[Event]]  # run id -> its admitted events, in order
+    first_offsets: dict[str, int]  # run id -> offset of its first event
+    known_runs: set[str]  # every run id this partition has seen (idempotent submit)
+    records_read: int = 0
+    records_decoded: int = 0
+    fenced: int = 0
+    checkpoint: PartitionCheckpoint | None = None
+    undecodable: list[int] = field(default_factory=list)
+
+
+def claim(settings: Settings, serde: Serde, writer: EventWriter, partition: int, worker: str) -> Future[int]:
+    """Append the EpochClaimed record; its offset (the future's result) is the new epoch."""
+    claim_record = EpochClaimed(run_id="", partition=partition, worker=worker, occurred_at=_now_ms())
+    return writer.append(settings.events_topic, partition, None, serde.encode(claim_record))
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def latest_checkpoint(
+    settings: Settings, serde: Serde, partition: int, reader: Consumer | None = None
+) -> tuple[PartitionCheckpoint | None, set[str]]:
+    """The checkpoint with the highest covered offset, and the run ids indexed for the partition."""
+    best: PartitionCheckpoint | None = None
+    runs: set[str] = set()
+    for record in read_partition(settings, settings.checkpoints_topic, partition, consumer=reader):
+        if record.key is None or record.value is None:
+            continue
+        if record.key.startswith(RUN_KEY_PREFIX):
+            runs.add(record.key[len(RUN_KEY_PREFIX) :].decode())
+        elif record.key == checkpoint_key(partition):
+            decoded = serde.decode(record.value)
+            if isinstance(decoded, PartitionCheckpoint) and (best is None or decoded.covered_offset > best.covered_offset):
+                best = decoded
+    return best, runs
+
+
+def rebuild(
+    settings: Settings, serde: Serde, partition: int, epoch: int, reader: Consumer | None = None
+) -> RebuiltPartition:
+    """The state of ``partition`` as of ``epoch`` (the offset of our claim, already appended)."""
+    checkpoint, known = latest_checkpoint(settings, serde, partition, reader)
+    listed = dict(checkpoint.active_runs) if checkpoint else {}
+    covered = checkpoint.covered_offset if checkpoint else 0
+    start = min([covered, *listed.values()]) if checkpoint else None
+    listed_keys = {run.encode() for run in listed}
+
+    result = RebuiltPartition(
+        partition, epoch, checkpoint.commands_offset if checkpoint else 0, {}, {}, set(known), checkpoint=checkpoint
+    )
+    fence = FenceFilter()
+    events_by_run: dict[str, list[Event]] = defaultdict(list)
+    terminal: set[str] = set()
+    for record in read_partition(settings, settings.events_topic, partition, start=start, end=epoch, consumer=reader):
+        result.records_read += 1
+        if record.value is None:
+            continue
+        if record.offset < covered and record.key is not None and record.key not in listed_keys:
+            continue  # a run that had ended by the checkpoint: skipped without decoding
+        try:
+            event = serde.decode(record.value)
+        except DecodeError as error:
+            log.error("partition %s offset %s: %s", partition, record.offset, error)
+            result.undecodable.append(record.offset)
+            continue
+        result.records_decoded += 1
+        if not isinstance(event, Event) or not fence.admit(event, record.offset):
+            continue
+        if isinstance(event, (EpochClaimed, PartitionCheckpoint)):
+            continue
+        run_id = event.run_id
+        result.known_runs.add(run_id)
+        offset_of_command = getattr(event, "command_offset", None)
+        if isinstance(offset_of_command, int):
+            result.commands_offset = max(result.commands_offset, offset_of_command + 1)
+        if isinstance(event, RunRejected):
+            terminal.add(run_id)
+            continue
+        if run_id not in result.first_offsets:
+            result.first_offsets[run_id] = record.offset
+        events_by_run[run_id].append(event)
+        if isinstance(event, (*TERMINAL_TYPES, RunParked)):
+            terminal.add(run_id)
+    result.fenced = fence.fenced_count
+    for run_id, events in events_by_run.items():
+        if run_id in terminal or not events or not isinstance(events[0], RunStarted):
+            continue
+        result.active[run_id] = events
+    return result
