@@ -7,10 +7,11 @@ attempt, so a duplicate effect or a re-executed model call is visible. Without i
 lives in memory (the benchmark).
 
 The planner is scripted (no model weights or network here): it returns a fresh random nonce
-per call, so a re-executed call shows up as a different nonce. ``REFUND_CRASH_AT_STEP=N``
-makes the worker SIGKILL itself the first time step N's model call starts;
-``REFUND_CRASH_IN_EFFECT=refund`` makes it SIGKILL itself after the refund is applied but
-before its result is recorded.
+per call, so a re-executed call shows up as a different nonce. For the crash demo and tests:
+``REFUND_CRASH_AT_STEP=N`` makes the worker SIGKILL itself the first time step N's model call
+starts; ``REFUND_HANG_AT_STEP=N`` makes that call hang instead (``REFUND_HANG_SECONDS``, default
+60) so a test can kill or stop the worker there; ``REFUND_HANG_IN_EFFECT=refund`` hangs after
+the refund is applied but before its result can be recorded.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import secrets
 import signal
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +56,20 @@ def init_world(conn: sqlite3.Connection) -> None:
     )
 
 
-def _crash_once(tag: str) -> None:
-    marker = os.environ.get("REFUND_CRASH_MARKER") or str(Path(os.environ.get("REFUND_WORLD_DB", "/tmp/x")).with_suffix(".crashed"))
-    if not os.path.exists(marker):
-        Path(marker).write_text(tag)
+def _first_time(tag: str) -> bool:
+    """True once per world: a restarted worker must not crash or hang at the same place again."""
+    marker = Path(os.environ.get("REFUND_WORLD_DB", "/tmp/refund-world.db") + f".{tag}")
+    if marker.exists():
+        return False
+    marker.write_text(str(os.getpid()))
+    return True
+
+
+def _crash_or_hang(kind: str, where: str) -> None:
+    if os.environ.get(f"REFUND_CRASH_{kind}") == where and _first_time(f"crash-{kind}-{where}"):
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get(f"REFUND_HANG_{kind}") == where and _first_time(f"hang-{kind}-{where}"):
+        time.sleep(float(os.environ.get("REFUND_HANG_SECONDS", "60")))
 
 
 @app.model("planner")
@@ -69,8 +80,7 @@ def planner(messages: list[dict[str, Any]], step: int = 0, **params: Any) -> dic
         db.execute("INSERT INTO model_calls (step, nonce, pid) VALUES (?, ?, ?)", (step, nonce, os.getpid()))
     else:
         _memory_calls.append((step, nonce))
-    if str(step) == os.environ.get("REFUND_CRASH_AT_STEP"):
-        _crash_once(f"model step {step}")
+    _crash_or_hang("AT_STEP", str(step))
     tool = EFFECT_STEPS.get(step, "lookup")
     return {"step": step, "nonce": nonce, "next": tool}
 
@@ -86,8 +96,7 @@ def _apply_effect(kind: str, key: str, detail: str) -> dict[str, Any]:
         return {"kind": kind, "applied": True}
     db.execute("INSERT INTO effect_attempts (kind, idempotency_key, pid) VALUES (?, ?, ?)", (kind, key, os.getpid()))
     cursor = db.execute("INSERT OR IGNORE INTO effects (idempotency_key, kind, detail) VALUES (?, ?, ?)", (key, kind, detail))
-    if os.environ.get("REFUND_CRASH_IN_EFFECT") == kind:
-        _crash_once(f"inside {kind}")
+    _crash_or_hang("IN_EFFECT", kind)
     return {"kind": kind, "applied": cursor.rowcount == 1}
 
 

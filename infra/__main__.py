@@ -10,7 +10,7 @@ from runtime.config import load_settings
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra")
+    parser = argparse.ArgumentParser(prog="python -m")
     add_infra_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["infra", *(sys.argv[1:] if argv is None else argv)])
     return int(args.func(args, load_settings()))

@@ -2,31 +2,58 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 TAIL_LINES = 20
+ERROR_LINES = 8
+START_MARKER = "==== "  # process.start_detached writes it before each start
+_ERROR = re.compile(r"\b(ERROR|FATAL|PANIC)\b|\"level\":\"ERROR\"|^Caused by: |Exception: ")
+
+
+def _read_end(path: Path, size: int = 256 * 1024) -> list[str]:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, 2)
+            end = fh.tell()
+            fh.seek(max(0, end - size))
+            data = fh.read()
+    except OSError:
+        return []
+    return data.decode("utf-8", errors="replace").splitlines()
 
 
 def log_tail(path: Path | None, lines: int = TAIL_LINES) -> str:
     """The last ``lines`` lines of ``path``, or an empty string when it cannot be read."""
     if path is None:
         return ""
-    try:
-        with path.open("rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            fh.seek(max(0, size - 64 * 1024))
-            data = fh.read()
-    except OSError:
-        return ""
-    text = data.decode("utf-8", errors="replace")
-    return "\n".join(text.splitlines()[-lines:])
+    return "\n".join(_read_end(path)[-lines:])
+
+
+def log_errors(path: Path | None, limit: int = ERROR_LINES) -> list[str]:
+    """The first error lines (ERROR, FATAL, exceptions) since the last start recorded in ``path``."""
+    if path is None:
+        return []
+    text = _read_end(path)
+    starts = [i for i, line in enumerate(text) if line.startswith(START_MARKER)]
+    found: list[str] = []
+    for line in text[starts[-1] if starts else 0 :]:
+        if _ERROR.search(line) and line.strip() not in found:
+            found.append(line.strip())
+            if len(found) == limit:
+                break
+    return found
+
+
+def _indent(lines: list[str]) -> str:
+    return "\n".join("    " + line for line in lines)
 
 
 class ServiceError(RuntimeError):
     """A service could not be set up, started, stopped or reached.
 
-    The message names the service, the reason and the log file, followed by the log's last lines.
+    The message names the service, the reason and the log file, then the log's first error lines
+    since the last start (when they are not among the last lines) and its last lines.
     """
 
     def __init__(self, service: str, reason: str, log_path: Path | None = None) -> None:
@@ -36,8 +63,10 @@ class ServiceError(RuntimeError):
         message = f"{service}: {reason}"
         if log_path is not None:
             message += f"\n  log: {log_path}"
-            tail = log_tail(log_path)
+            tail = log_tail(log_path).splitlines()
+            errors = [line for line in log_errors(log_path) if line not in {t.strip() for t in tail}]
+            if errors:
+                message += f"\n  first errors in the log:\n{_indent(errors)}"
             if tail:
-                indented = "\n".join("    " + line for line in tail.splitlines())
-                message += f"\n  last lines of the log:\n{indented}"
+                message += f"\n  last lines of the log:\n{_indent(tail)}"
         super().__init__(message)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from infra.errors import ServiceError
+from infra.errors import START_MARKER, ServiceError
 
 # Popen objects of the services this process started: kept so that they are not reported
 # as leaked while still running; their exit status is collected by ``pid_alive``.
@@ -101,7 +101,7 @@ def start_detached(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        log.write(f"==== {stamp} agentlog starts: {' '.join(argv)}\n".encode())
+        log.write(f"{START_MARKER}{stamp} agentlog starts: {' '.join(argv)}\n".encode())
         log.flush()
         child = subprocess.Popen(
             list(argv),
@@ -211,8 +211,27 @@ def wait_for_port(
     )
 
 
+def ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def port_bindable(host: str, port: int) -> bool:
+    """Whether a server could listen on ``host:port`` now (no listener, no connection using it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is fine
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def ensure_port_free(service: str, host: str, port: int, log_path: Path | None = None) -> None:
-    """Raise ServiceError if another process already listens on ``host:port``."""
+    """Raise ServiceError if ``host:port`` is taken by another process (a listener or a connection)."""
     if port_open(host, port):
         raise ServiceError(
             service,
@@ -220,3 +239,15 @@ def ensure_port_free(service: str, host: str, port: int, log_path: Path | None =
             "state folder); stop it or choose another port",
             log_path,
         )
+    deadline = time.monotonic() + 5.0
+    while not port_bindable(host, port):
+        if time.monotonic() >= deadline:
+            low, high = ephemeral_range()
+            hint = (
+                f"; it is in the kernel's ephemeral range ({low}-{high}), where outgoing connections take "
+                f"their local ports: choose a port below {low}"
+                if low <= port <= high
+                else ""
+            )
+            raise ServiceError(service, f"port {port} on {host} cannot be bound (in use){hint}", log_path)
+        time.sleep(0.2)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra import kafka, postgres, registry, topics
+from infra import kafka, postgres, process, registry, topics
 from infra.paths import file_lock, state_dir
 from runtime.config import Settings
 
@@ -28,6 +28,15 @@ class ServiceInfo:
 
 def _quiet(_message: str) -> None:
     return None
+
+
+def _ports(settings: Settings) -> list[tuple[str, int]]:
+    return [
+        ("postgres_port", settings.postgres_port),
+        ("registry_port", settings.registry_port),
+        ("kafka_port", settings.kafka_port),
+        ("kafka_controller_port", settings.kafka_controller_port),
+    ]
 
 
 def _lock(settings: Settings) -> Path:
@@ -70,6 +79,13 @@ def up(settings: Settings, progress: Callable[[str], None] = _quiet) -> list[Ser
     Raises infra.errors.ServiceError naming the service, the reason and its log (with its last lines).
     """
     state_dir(settings).mkdir(parents=True, exist_ok=True)
+    low, high = process.ephemeral_range()
+    for name, port in _ports(settings):
+        if low <= port <= high:
+            progress(
+                f"warning: {name}={port} is in the kernel's ephemeral range ({low}-{high}); an outgoing "
+                f"connection may hold that port and make the service fail to bind: prefer one below {low}"
+            )
     with file_lock(_lock(settings)):
         for name, running_pid, start in (
             (postgres.SERVICE, postgres.running_pid, postgres.start),

@@ -43,6 +43,7 @@ class Settings(BaseSettings):
     events_topic: str = "agentlog.events"
     checkpoints_topic: str = "agentlog.checkpoints"
     partitions: int = Field(default=12, ge=1, le=10_000)
+    worker_group: str = "agentlog-workers"  # consumer group of the workers on the commands topic
     # Ports of the locally started services (``agentlog infra``).
     kafka_port: int = 9092
     kafka_controller_port: int = 9093

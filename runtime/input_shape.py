@@ -28,3 +28,11 @@ def shape_error(declared: Any, value: Any) -> str | None:
         if not ok:
             return f"expected {_JSON_TYPES[origin]}, got {type(value).__name__}"
     return None
+
+
+def coerce_input(declared: Any, value: Any) -> Any:
+    """The value the workflow receives: a pydantic model is built from the JSON, anything else passes."""
+    origin = typing.get_origin(declared) or declared
+    if isinstance(origin, type) and issubclass(origin, BaseModel):
+        return origin.model_validate(value)
+    return value

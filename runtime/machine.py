@@ -48,6 +48,7 @@ from .events import (
     ToolCallScheduled,
 )
 from .futures import DurableFuture, GatherFuture
+from .input_shape import coerce_input
 
 E = TypeVar("E", bound=Event)
 RECORD_TYPES = (ModelCallScheduled, ToolCallScheduled, TimerScheduled, PatchRecorded)
@@ -179,7 +180,9 @@ class RunMachine:
         self._history_records = {e.position: e for e in history if isinstance(e, RECORD_TYPES)}
         self.replaying = bool(history)
         self._ctx = Context(self)
-        self._coro: Coroutine[Any, Any, Any] = spec.fn(self._ctx, json.loads(started.input))
+        self._coro: Coroutine[Any, Any, Any] = spec.fn(
+            self._ctx, coerce_input(spec.input_type, json.loads(started.input))
+        )
 
     # ----------------------------------------------------------------------------- lifecycle
     def begin(self) -> None:

@@ -82,7 +82,6 @@ class Worker:
         settings: Settings,
         *,
         worker_id: str | None = None,
-        group_id: str = "agentlog-workers",
         session_timeout_ms: int = 10_000,
         checkpoint_interval_s: float = 2.0,
     ) -> None:
@@ -101,7 +100,7 @@ class Worker:
         self.consumer = Consumer(
             {
                 **settings.kafka_common(),
-                "group.id": group_id,
+                "group.id": settings.worker_group,
                 # Static membership: a restarted worker with the same id gets its partitions back
                 # at once instead of after the session timeout.
                 "group.instance.id": self.worker_id,

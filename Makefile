@@ -1,0 +1,50 @@
+# agentlog: two commands for a new user -- `make demo` and `make test` (see README.md).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+AGENTLOG := $(VENV)/bin/agentlog
+
+.PHONY: setup up down demo test lint typecheck unit bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+# Kafka (KRaft), PostgreSQL and the schema registry, started from this repository's files.
+up: setup
+	$(AGENTLOG) infra up
+	$(AGENTLOG) schemas register
+
+down:
+	-$(AGENTLOG) infra down
+
+demo: up
+	$(PY) -m examples.demo
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+unit: setup
+	$(PY) -m pytest -m unit
+
+# Sets everything up, starts the services, runs lint, types and the whole suite, stops the services.
+test: setup
+	$(AGENTLOG) infra up
+	$(AGENTLOG) schemas register
+	status=0; \
+	$(MAKE) --no-print-directory lint || status=1; \
+	$(PY) -m pytest || status=1; \
+	$(AGENTLOG) infra down; \
+	exit $$status
+
+bench: up
+	$(PY) bench/refund40.py
+
+clean: down
+	rm -rf .agentlog

@@ -1,0 +1,308 @@
+"""Versioned, idempotent DDL for the analytics store.
+
+Each migration has a version, a name and statements; ``migrate`` applies the missing ones in
+order and records each in ``agentlog.schema_migrations`` with a checksum of its statements. A
+migration is never edited once released: a checksum that no longer matches raises, because the
+store would otherwise silently differ from what the code believes. Every statement is itself
+idempotent (``IF NOT EXISTS``, ``CREATE OR REPLACE VIEW``), so a crash between a statement and
+its ledger row only repeats harmless work.
+
+Field columns for schemas released after a migration was written are added by the sink when it
+first meets the writer schema (``consumers.columns``: a *derived* migration, also idempotent);
+the views below only name columns created here.
+
+Views rather than materialized views: a view always agrees with the raw rows, including the
+fencing verdict, whereas a materialized view fed by the same insert is a second, separately
+committed part that a kill between the two could lose or double. The raw table is ordered by
+run id, so per-run questions read a few granules; whole-store aggregates scan, which at audit
+frequency is cheap. A later migration can add materialized tables if a store outgrows that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from runtime.errors import TerminalError
+
+from .tables import (
+    DATABASE,
+    ENVELOPE_COLUMNS,
+    EVENTS,
+    MIGRATIONS,
+    SINK_COLUMNS,
+    TERMINAL_TYPES,
+    WRITER_SCHEMAS,
+    quote_identifier,
+)
+
+
+class MigrationError(TerminalError):
+    """The store's migration ledger disagrees with the code (an applied migration was edited)."""
+
+
+class Client(Protocol):
+    """What migrations need from a clickhouse-connect client."""
+
+    def command(self, cmd: str, parameters: Any = None, settings: Any = None) -> Any: ...
+
+    def query(self, query: str, parameters: Any = None, settings: Any = None) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256("\n;\n".join(self.statements).encode()).hexdigest()[:16]
+
+
+# The field columns of the event schemas as released with version 1 (schemas/*.avsc).
+_V1_FIELD_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("active_runs", "Map(String, Int64)"),
+    ("args", "Nullable(String)"),
+    ("args_hash", "Nullable(String)"),
+    ("attempt", "Nullable(Int32)"),
+    ("check", "Nullable(String)"),
+    ("command_offset", "Nullable(Int64)"),
+    ("commands_offset", "Nullable(Int64)"),
+    ("covered_offset", "Nullable(Int64)"),
+    ("duration_ms", "Nullable(Int64)"),
+    ("effect", "Nullable(Bool)"),
+    ("error", "Nullable(String)"),
+    ("error_type", "LowCardinality(Nullable(String))"),
+    ("expected", "Nullable(String)"),
+    ("final", "Nullable(Bool)"),
+    ("fire_at", "Nullable(DateTime64(3, 'UTC'))"),
+    ("idempotency_key", "Nullable(String)"),
+    ("in_doubt", "Nullable(Bool)"),
+    ("input", "Nullable(String)"),
+    ("issued", "Nullable(String)"),
+    ("latency_us", "Nullable(Int64)"),
+    ("message", "Nullable(String)"),
+    ("model", "LowCardinality(Nullable(String))"),
+    ("name", "LowCardinality(Nullable(String))"),
+    ("new_run_id", "Nullable(String)"),
+    ("original", "Nullable(String)"),
+    ("parent_run_id", "Nullable(String)"),
+    ("patch_id", "Nullable(String)"),
+    ("payload", "Nullable(String)"),
+    ("position", "Nullable(Int32)"),
+    ("previous_epoch", "Nullable(Int64)"),
+    ("prompt_version", "LowCardinality(Nullable(String))"),
+    ("raw", "Nullable(String)"),
+    ("reason", "Nullable(String)"),
+    ("record_partition", "Nullable(Int32)"),
+    ("replacement", "Nullable(String)"),
+    ("result", "Nullable(String)"),
+    ("tool", "LowCardinality(Nullable(String))"),
+    ("workflow", "LowCardinality(Nullable(String))"),
+)
+
+
+def _columns_sql(columns: Sequence[tuple[str, str]]) -> str:
+    return ",\n    ".join(f"{quote_identifier(name)} {ch_type}" for name, ch_type in columns)
+
+
+_EVENTS_TABLE = f"""CREATE TABLE IF NOT EXISTS {EVENTS} (
+    {_columns_sql((*SINK_COLUMNS, *ENVELOPE_COLUMNS, *_V1_FIELD_COLUMNS))}
+)
+ENGINE = MergeTree
+ORDER BY (run_id, topic, partition, offset)
+SETTINGS non_replicated_deduplication_window = 1000"""
+
+_WRITER_SCHEMAS_TABLE = f"""CREATE TABLE IF NOT EXISTS {WRITER_SCHEMAS} (
+    schema_id Int32,
+    record String,
+    full_name String,
+    fields Array(String),
+    columns Array(String),
+    definition String,
+    first_seen DateTime64(3, 'UTC') DEFAULT now64(3)
+)
+ENGINE = ReplacingMergeTree
+ORDER BY schema_id"""
+
+
+def _in(types: Sequence[str]) -> str:
+    return "(" + ", ".join(f"'{t}'" for t in types) + ")"
+
+
+_STATUS_TYPES = ("RunStarted", "RunParked", *TERMINAL_TYPES)
+
+_RUNS_VIEW = f"""CREATE OR REPLACE VIEW {DATABASE}.runs AS
+SELECT
+    run_id,
+    any(topic) AS topic,
+    any(partition) AS partition,
+    anyIf(workflow, type IN ('RunStarted', 'RunRejected')) AS workflow,
+    argMaxIf(type, offset, type IN {_in(_STATUS_TYPES)}) AS last_status_event,
+    multiIf(
+        last_status_event = 'RunCompleted', 'completed',
+        last_status_event = 'RunFailed', 'failed',
+        last_status_event = 'RunCancelled', 'cancelled',
+        last_status_event = 'RunContinuedAsNew', 'continued_as_new',
+        last_status_event = 'RunRejected', 'rejected',
+        last_status_event = 'RunParked', 'parked',
+        'running') AS status,
+    minOrNullIf(occurred_at, type = 'RunStarted') AS started_at,
+    maxOrNullIf(occurred_at, type IN {_in(TERMINAL_TYPES)}) AS ended_at,
+    max(occurred_at) AS last_event_at,
+    count() AS events,
+    sum(size) AS bytes,
+    max(seq) AS last_seq,
+    countIf(type = 'RunParked') AS parked_times
+FROM {EVENTS}
+WHERE fenced = 0 AND run_id != ''
+GROUP BY run_id"""
+
+
+def _call_view(kind: str, extra: str) -> str:
+    scheduled, completed, failed = f"{kind}CallScheduled", f"{kind}CallCompleted", f"{kind}CallFailed"
+    outcome = f"type IN ('{completed}', '{failed}')"
+    return f"""CREATE OR REPLACE VIEW {DATABASE}.{kind.lower()}_calls AS
+SELECT
+    run_id,
+    position,
+    {extra},
+    minOrNullIf(occurred_at, type = '{scheduled}') AS scheduled_at,
+    maxOrNullIf(occurred_at, {outcome}) AS finished_at,
+    countIf(type = '{scheduled}') AS scheduled,
+    countIf({outcome}) AS attempts,
+    countIf(type = '{completed}') AS completions,
+    countIf(type = '{failed}') AS failures,
+    maxIf(attempt, {outcome}) AS last_attempt,
+    multiIf(
+        completions > 0, 'completed',
+        countIf(type = '{failed}' AND ifNull(final, true)) > 0, 'failed',
+        attempts > 0, 'retrying',
+        'pending') AS outcome,
+    argMaxIf(latency_us, offset, {outcome}) AS latency_us,
+    sumIf(latency_us, {outcome}) AS total_latency_us,
+    ifNull(maxIf(in_doubt, {outcome}), false) AS in_doubt,
+    any(topic) AS topic,
+    any(partition) AS partition
+FROM {EVENTS}
+WHERE fenced = 0 AND type IN ('{scheduled}', '{completed}', '{failed}')
+GROUP BY run_id, position"""
+
+
+_MODEL_CALLS_VIEW = _call_view(
+    "Model",
+    "anyIf(model, type = 'ModelCallScheduled') AS model,\n"
+    "    anyIf(prompt_version, type = 'ModelCallScheduled') AS prompt_version",
+)
+_TOOL_CALLS_VIEW = _call_view(
+    "Tool",
+    "anyIf(tool, type = 'ToolCallScheduled') AS tool,\n"
+    "    anyIf(idempotency_key, type = 'ToolCallScheduled') AS idempotency_key,\n"
+    "    ifNull(anyIf(effect, type = 'ToolCallScheduled'), false) AS effect,\n"
+    "    anyIf(args_hash, type = 'ToolCallScheduled') AS args_hash",
+)
+
+_DIVERGENCES_VIEW = f"""CREATE OR REPLACE VIEW {DATABASE}.divergences AS
+SELECT
+    run_id,
+    occurred_at,
+    multiIf(type = 'Redecided', 'redecided', type = 'NonDeterminismDetected', 'non_determinism', 'parked') AS kind,
+    position,
+    multiIf(
+        type = 'Redecided',
+        concat('check: ', ifNull(check, ''), '; original: ', ifNull(original, ''),
+               '; replacement: ', ifNull(replacement, ''),
+               if(ifNull(reason, '') != '', concat('; reason: ', reason), '')),
+        type = 'NonDeterminismDetected',
+        concat(ifNull(message, ''), ' (history: ', ifNull(expected, ''), '; code issued: ', ifNull(issued, ''), ')'),
+        ifNull(reason, '')) AS detail,
+    original, check, replacement, expected, issued, message, reason,
+    topic, partition, offset, seq
+FROM {EVENTS}
+WHERE fenced = 0 AND type IN ('Redecided', 'NonDeterminismDetected', 'RunParked')"""
+
+# Thresholds are parameters, so they come from Settings at query time, not from the DDL.
+_HISTORY_SIZE_VIEW = f"""CREATE OR REPLACE VIEW {DATABASE}.history_size AS
+SELECT
+    run_id,
+    workflow,
+    status,
+    events,
+    bytes,
+    events >= {{warn_events:UInt64}} OR bytes >= {{warn_bytes:UInt64}} AS over_warn,
+    events >= {{limit_events:UInt64}} OR bytes >= {{limit_bytes:UInt64}} AS over_limit
+FROM {DATABASE}.runs"""
+
+
+MIGRATIONS_LIST: tuple[Migration, ...] = (
+    Migration(1, "events table", (f"CREATE DATABASE IF NOT EXISTS {DATABASE}", _EVENTS_TABLE)),
+    Migration(2, "writer schemas table", (_WRITER_SCHEMAS_TABLE,)),
+    Migration(
+        3,
+        "audit views",
+        (_RUNS_VIEW, _MODEL_CALLS_VIEW, _TOOL_CALLS_VIEW, _DIVERGENCES_VIEW, _HISTORY_SIZE_VIEW),
+    ),
+)
+
+_LEDGER = f"""CREATE TABLE IF NOT EXISTS {MIGRATIONS} (
+    version UInt32,
+    name String,
+    checksum String,
+    applied_at DateTime64(3, 'UTC') DEFAULT now64(3)
+)
+ENGINE = ReplacingMergeTree
+ORDER BY version"""
+
+
+def applied_versions(client: Client) -> dict[int, str]:
+    """Version -> checksum of every migration recorded in the store."""
+    rows = client.query(f"SELECT version, argMax(checksum, applied_at) FROM {MIGRATIONS} GROUP BY version").result_rows
+    return {int(version): str(checksum) for version, checksum in rows}
+
+
+def migrate(client: Client, migrations: Sequence[Migration] = MIGRATIONS_LIST) -> list[Migration]:
+    """Apply the migrations the store lacks, in version order; return those applied."""
+    client.command(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
+    client.command(_LEDGER)
+    done = applied_versions(client)
+    applied: list[Migration] = []
+    for migration in sorted(migrations, key=lambda m: m.version):
+        recorded = done.get(migration.version)
+        if recorded is not None:
+            if recorded != migration.checksum:
+                raise MigrationError(
+                    f"migration {migration.version} ({migration.name}) was changed after it was applied "
+                    f"(store checksum {recorded}, code {migration.checksum}); add a new migration instead"
+                )
+            continue
+        for statement in migration.statements:
+            client.command(statement)
+        client.command(
+            f"INSERT INTO {MIGRATIONS} (version, name, checksum) VALUES "
+            "({version:UInt32}, {name:String}, {checksum:String})",
+            parameters={"version": migration.version, "name": migration.name, "checksum": migration.checksum},
+        )
+        applied.append(migration)
+    return applied
+
+
+def pending(client: Client, migrations: Sequence[Migration] = MIGRATIONS_LIST) -> list[Migration]:
+    """Migrations the store has not applied (the audit CLI refuses to guess around them)."""
+    try:
+        done = applied_versions(client)
+    except Exception:  # no ledger yet: nothing applied
+        return list(migrations)
+    return [m for m in migrations if m.version not in done]
+
+
+def table_columns(client: Client, table: str = EVENTS) -> dict[str, str]:
+    """Column name -> type of ``table`` (``database.table``)."""
+    database, name = table.split(".", 1)
+    rows = client.query(
+        "SELECT name, type FROM system.columns WHERE database = {db:String} AND table = {t:String} ORDER BY position",
+        parameters={"db": database, "t": name},
+    ).result_rows
+    return {str(n): str(t) for n, t in rows}

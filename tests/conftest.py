@@ -1,0 +1,157 @@
+"""Fixtures that reach the real services started by `agentlog infra up` (see the Makefile).
+
+A missing service fails the session: these tests never skip because Kafka is not there.
+Each test that runs workers gets a deployment of its own -- fresh topics, its own consumer
+group, schemas registered under its topics' subjects -- so tests cannot see each other's runs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from infra.topics import ensure_topics
+from runtime.config import Settings, load_settings
+from runtime.registry_ops import SchemaAdmin
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def services() -> Settings:
+    settings = load_settings()
+    host, _, port = settings.bootstrap_servers.split(",")[0].rpartition(":")
+    if not _reachable(host, int(port)):
+        pytest.fail(f"Kafka is not reachable at {settings.bootstrap_servers}: run `agentlog infra up` (make test does)")
+    try:
+        httpx.get(f"{settings.schema_registry_url}/subjects", timeout=5).raise_for_status()
+    except httpx.HTTPError as error:
+        pytest.fail(f"schema registry not reachable at {settings.schema_registry_url}: {error}")
+    return settings
+
+
+def make_deployment(base: Settings, partitions: int = 3) -> Settings:
+    tag = uuid.uuid4().hex[:8]
+    settings = base.model_copy(
+        update={
+            "commands_topic": f"t{tag}.commands",
+            "events_topic": f"t{tag}.events",
+            "checkpoints_topic": f"t{tag}.checkpoints",
+            "partitions": partitions,
+            "worker_group": f"t{tag}.workers",
+        }
+    )
+    ensure_topics(settings)
+    reports = SchemaAdmin(settings).register()
+    assert all(r.ok for r in reports), reports
+    return settings
+
+
+@pytest.fixture
+def deployment(services: Settings) -> Settings:
+    """Fresh topics (3 partitions), a consumer group and registered schemas for one test."""
+    return make_deployment(services)
+
+
+def deployment_env(settings: Settings, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
+    env.update(
+        {
+            "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
+            "AGENTLOG_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+            "AGENTLOG_SCHEMA_REGISTRY_URL": settings.schema_registry_url,
+            "AGENTLOG_COMMANDS_TOPIC": settings.commands_topic,
+            "AGENTLOG_EVENTS_TOPIC": settings.events_topic,
+            "AGENTLOG_CHECKPOINTS_TOPIC": settings.checkpoints_topic,
+            "AGENTLOG_PARTITIONS": str(settings.partitions),
+            "AGENTLOG_WORKER_GROUP": settings.worker_group,
+            "AGENTLOG_STATE_DIR": str(settings.state_dir),
+        }
+    )
+    env.update(extra)
+    return env
+
+
+class WorkerProcess:
+    """`agentlog worker` as a real subprocess; its log is kept for assertions."""
+
+    def __init__(self, settings: Settings, app: str, worker_id: str, log_path: Path, **env: str) -> None:
+        self.log_path = log_path
+        self.worker_id = worker_id
+        self._log = open(log_path, "ab")  # noqa: SIM115 - lives as long as the process
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "runtime.cli", "worker", "--app", app, "--worker-id", worker_id,
+             "--session-timeout-ms", env.pop("SESSION_TIMEOUT_MS", "6000")],
+            cwd=ROOT, env=deployment_env(settings, **env), stdout=self._log, stderr=subprocess.STDOUT,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for(self, text: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.log():
+            if self.proc.poll() is not None and text not in self.log():
+                raise AssertionError(f"worker {self.worker_id} exited ({self.proc.returncode}) before {text!r}:\n{self.log()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"worker {self.worker_id}: no {text!r} within {timeout}s:\n{self.log()[-3000:]}")
+            time.sleep(0.05)
+
+    def wait_ready(self, partitions: int, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.log().count('"partition_taken"') < partitions:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"worker {self.worker_id} did not take {partitions} partitions:\n{self.log()[-3000:]}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[list[WorkerProcess]]:
+    """Collects the worker processes a test starts and stops every one of them afterwards."""
+    started: list[WorkerProcess] = []
+    yield started
+    for worker in started:
+        worker.stop()
+
+
+@pytest.fixture(autouse=True)
+def no_thread_left_behind() -> Iterator[None]:
+    """Fail a test that leaves non-daemon threads running (they would leak into later tests)."""
+    before = {t.ident for t in threading.enumerate()}
+    yield
+    deadline = time.monotonic() + 5
+    while True:
+        leaked = [t for t in threading.enumerate() if t.ident not in before and t.is_alive() and not t.daemon]
+        if not leaked or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not leaked, f"threads left behind: {[t.name for t in leaked]}"

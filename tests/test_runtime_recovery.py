@@ -1,0 +1,185 @@
+"""Crash, fencing and recovery of the runtime, with real workers (subprocesses) on real Kafka.
+
+Crashes are SIGKILL; the zombie is SIGSTOP/SIGCONT. The outside world of the refund agent is
+a SQLite file with UNIQUE idempotency keys that counts every attempt (examples/refund_agent.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import WorkerProcess
+
+from runtime.client import Client
+from runtime.config import Settings
+from runtime.events import EpochClaimed
+from runtime.kafka_io import read_partition
+from runtime.serde import Serde
+
+pytestmark = [pytest.mark.integration, pytest.mark.chaos]
+REFUND_APP = "examples.refund_agent:app"
+
+
+def world(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, timeout=30)
+    conn.executescript(
+        """
+        CREATE TABLE IF NOT EXISTS model_calls (id INTEGER PRIMARY KEY, step INTEGER, nonce TEXT, pid INTEGER);
+        CREATE TABLE IF NOT EXISTS effect_attempts (id INTEGER PRIMARY KEY, kind TEXT, idempotency_key TEXT, pid INTEGER);
+        CREATE TABLE IF NOT EXISTS effects (idempotency_key TEXT PRIMARY KEY, kind TEXT, detail TEXT);
+        """
+    )
+    return conn
+
+
+def wait_until(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def model_calls_at(db: sqlite3.Connection, step: int) -> int:
+    return int(db.execute("SELECT COUNT(*) FROM model_calls WHERE step = ?", (step,)).fetchone()[0])
+
+
+def test_refund40_killed_when_step_31_model_call_starts(deployment: Settings, workers: list[WorkerProcess], tmp_path: Path) -> None:
+    db_path = tmp_path / "world.db"
+    db = world(db_path)
+    env = {"REFUND_WORLD_DB": str(db_path), "REFUND_HANG_AT_STEP": "31"}
+    first = WorkerProcess(deployment, REFUND_APP, "w1", tmp_path / "w1.log", **env)
+    workers.append(first)
+    first.wait_ready(deployment.partitions)
+    client = Client(deployment)
+    run_id = client.submit("refund", {"order": "48211"})
+    client.flush()
+    wait_until(lambda: model_calls_at(db, 31) == 1, 60, "step 31's model call to start")
+    os.kill(first.proc.pid, signal.SIGKILL)
+    first.proc.wait()
+    first_attempt_nonces = [row[0] for row in db.execute("SELECT nonce FROM model_calls ORDER BY id")]
+
+    second = WorkerProcess(deployment, REFUND_APP, "w1", tmp_path / "w1b.log", **env)
+    workers.append(second)
+    result = client.result(run_id, timeout=60)
+
+    calls = dict(db.execute("SELECT step, COUNT(*) FROM model_calls GROUP BY step").fetchall())
+    assert [step for step in range(1, 31) if calls[step] != 1] == []  # 0 re-executed model calls for 1-30
+    assert calls[31] == 2 and all(calls[s] == 1 for s in range(32, 41))
+    assert db.execute("SELECT COUNT(*), COUNT(DISTINCT idempotency_key) FROM effect_attempts").fetchone() == (3, 3)
+    assert db.execute("SELECT COUNT(*) FROM effects").fetchone()[0] == 3  # 0 duplicate effects
+    assert result["nonces"][:30] == first_attempt_nonces[:30]  # the recorded first-attempt results were served
+    assert result["nonces"][30] != first_attempt_nonces[30]  # step 31 really ran again
+    status = client.status(run_id)
+    assert status["status"] == "completed"
+    assert status["in_doubt"] == [{"kind": "model", "position": 61, "idempotency_key": None, "name": "planner"}]
+    taken = [json.loads(line.split(" INFO ", 1)[1]) for line in second.log().splitlines() if '"partition_taken"' in line]
+    assert [t["in_doubt"] for t in taken if t["in_doubt"]] == [
+        [{"run": run_id, "kind": "model", "name": "planner", "position": 61, "idempotency_key": None}]
+    ]
+    client.close()
+
+
+def test_kill_inside_an_effect_applies_it_once(deployment: Settings, workers: list[WorkerProcess], tmp_path: Path) -> None:
+    db_path = tmp_path / "world.db"
+    db = world(db_path)
+    env = {"REFUND_WORLD_DB": str(db_path), "REFUND_HANG_IN_EFFECT": "refund"}
+    first = WorkerProcess(deployment, REFUND_APP, "w1", tmp_path / "w1.log", **env)
+    workers.append(first)
+    first.wait_ready(deployment.partitions)
+    client = Client(deployment)
+    run_id = client.submit("refund", {"order": "48211", "steps": 25})
+    client.flush()
+    wait_until(lambda: db.execute("SELECT COUNT(*) FROM effects WHERE kind='refund'").fetchone()[0] == 1, 60, "the refund")
+    os.kill(first.proc.pid, signal.SIGKILL)  # after the effect, before its result is recorded
+    first.proc.wait()
+
+    workers.append(WorkerProcess(deployment, REFUND_APP, "w1", tmp_path / "w1b.log", **env))
+    client.result(run_id, timeout=60)
+    attempts = db.execute("SELECT idempotency_key FROM effect_attempts WHERE kind='refund'").fetchall()
+    assert len(attempts) == 2 and attempts[0] == attempts[1]  # re-executed with the same key
+    assert db.execute("SELECT COUNT(*) FROM effects WHERE kind='refund'").fetchone()[0] == 1
+    in_doubt = client.status(run_id)["in_doubt"]
+    assert in_doubt == [{"kind": "tool", "position": 44, "idempotency_key": attempts[0][0], "name": "refund"}]
+    client.close()
+
+
+def test_zombie_writes_after_losing_its_partition_stay_invisible(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    env = {"TEST_COUNTER_DIR": str(tmp_path), "STALL_SECONDS": "2"}
+    zombie = WorkerProcess(deployment, "agent_apps:app", "zombie", tmp_path / "zombie.log", **env)
+    workers.append(zombie)
+    zombie.wait_ready(deployment.partitions)
+    client = Client(deployment)
+    run_id = client.submit("pausing", {"account": "acct-7"})
+    client.flush()
+    wait_until(lambda: (tmp_path / "stall").exists(), 30, "the zombie's model call to start")
+    os.kill(zombie.proc.pid, signal.SIGSTOP)  # frozen mid-call, holding the partition
+    try:
+        successor = WorkerProcess(deployment, "agent_apps:app", "successor", tmp_path / "successor.log", **env)
+        workers.append(successor)
+        assert client.result(run_id, timeout=90) == "charged"  # taken over after the session timeout
+    finally:
+        os.kill(zombie.proc.pid, signal.SIGCONT)
+    # On SIGCONT the zombie's stalled call returns at once and it records the result and the
+    # charge's Scheduled record with its old epoch, before it can learn it lost the partition.
+    zombie.wait_for('"partition_lost"', timeout=30)
+    time.sleep(1)
+
+    charges = (tmp_path / "charge-attempts").read_text().splitlines()
+    assert len(charges) == 1 and str(successor.proc.pid) in charges[0]  # no duplicate effect
+    serde = Serde(deployment)
+    partition = client.partition(run_id)
+    raw = [(r.offset, serde.decode(r.value)) for r in read_partition(deployment, deployment.events_topic, partition) if r.value]
+    successor_claim = max(o for o, e in raw if isinstance(e, EpochClaimed) and e.worker == "successor")
+    zombie_late = [(o, e.type) for o, e in raw if o > successor_claim and e.worker == "zombie" and e.run_id == run_id]
+    assert [t for _, t in zombie_late] == ["ModelCallCompleted", "ToolCallScheduled"]  # written, in the log...
+    history = client.history(run_id)
+    assert not {e["offset"] for e in history} & {o for o, _ in zombie_late}  # ...and invisible
+    assert [e["seq"] for e in history] == list(range(1, len(history) + 1))
+    assert [e["type"] for e in history][-3:] == ["ToolCallScheduled", "ToolCallCompleted", "RunCompleted"]
+    assert client.status(run_id)["status"] == "completed"
+    client.close()
+
+
+def test_recovery_decodes_the_active_run_not_the_partition(
+    services: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    from conftest import make_deployment
+
+    deployment = make_deployment(services, partitions=1)
+    env = {"TEST_COUNTER_DIR": str(tmp_path)}
+    first = WorkerProcess(deployment, "agent_apps:app", "w1", tmp_path / "w1.log", **env)
+    workers.append(first)
+    first.wait_ready(1)
+    client = Client(deployment)
+    active = client.submit("waiter", {})
+    done = [client.submit("short", {"order": f"o{i}", "steps": 3}) for i in range(40)]
+    client.flush()
+    for run_id in done:
+        client.result(run_id, timeout=60)
+    time.sleep(3)  # at least one checkpoint after the runs completed (interval 2 s)
+    os.kill(first.proc.pid, signal.SIGKILL)
+    first.proc.wait()
+
+    second = WorkerProcess(deployment, "agent_apps:app", "w1", tmp_path / "w1b.log", **env)
+    workers.append(second)
+    second.wait_ready(1)
+    taken = json.loads(next(line for line in second.log().splitlines() if '"partition_taken"' in line).split(" INFO ", 1)[1])
+    active_history = client.status(active)["events"]
+    total = sum(1 for _ in read_partition(deployment, deployment.events_topic, 0))
+    print(f"partition holds {total} records; rebuild read {taken['records_read']}, decoded {taken['records_decoded']}")
+    assert total > 40 * 8
+    assert taken["active_runs"] == 1
+    assert taken["records_decoded"] <= active_history + 5  # the active run plus the claims/tail
+    client.signal(active, "go", {"ok": 1})
+    assert client.result(active, timeout=30) == {"ok": 1}
+    client.close()

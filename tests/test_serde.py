@@ -1,0 +1,132 @@
+"""Every record type through the real registry and Kafka; schema evolution in both directions."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from runtime.cli import main as cli_main
+from runtime.config import Settings
+from runtime.events import RECORD_TYPES, Record
+from runtime.kafka_io import reader_config
+from runtime.registry_ops import SchemaAdmin
+from runtime.schemas import DEFAULT_SCHEMA_DIR, load_catalog
+from runtime.serde import Serde, record_to_dict
+
+pytestmark = pytest.mark.integration
+
+
+def sample(cls: type[Record], n: int) -> Record:
+    values: dict[str, Any] = {"run_id": f"run-{n}", "seq": n, "occurred_at": 1_700_000_000_000 + n, "worker": "w1", "epoch": 5}
+    for name, field in cls.__dataclass_fields__.items():
+        if name in values or name in ("schema_version",):
+            continue
+        text = str(field.type)
+        if "dict" in text:
+            values[name] = {"r1": 3, "r2": 9}
+        elif "bool" in text:
+            values[name] = True
+        elif "int" in text:
+            values[name] = 1_700_000_000_123 if name == "fire_at" else 7
+        else:
+            values[name] = json.dumps({"field": name})
+    return cls(**values)
+
+
+def test_every_record_type_round_trips_through_kafka_and_the_registry(deployment: Settings) -> None:
+    serde = Serde(deployment)
+    records = [sample(cls, i) for i, cls in enumerate(RECORD_TYPES.values(), start=1)]
+    producer = Producer({"bootstrap.servers": deployment.bootstrap_servers, "enable.idempotence": True})
+    for record in records:
+        producer.produce(serde.topic_of(record), key=record.run_id.encode(), value=serde.encode(record), partition=0)
+    assert producer.flush(30) == 0
+
+    consumer = Consumer(reader_config(deployment))
+    got: list[Record] = []
+    try:
+        for topic in (deployment.commands_topic, deployment.events_topic):
+            consumer.assign([TopicPartition(topic, 0, 0)])
+            deadline = time.monotonic() + 30
+            wanted = sum(1 for r in records if serde.topic_of(r) == topic)
+            mine: list[Record] = []
+            while len(mine) < wanted and time.monotonic() < deadline:
+                for message in consumer.consume(100, timeout=0.5):
+                    if message.error() is None:
+                        mine.append(serde.decode(message.value(), topic))
+            got += mine
+    finally:
+        consumer.close()
+    assert sorted(got, key=lambda r: r.seq) == records
+    assert len(got) == len(RECORD_TYPES) == 24
+
+
+def _v2_dir(tmp_path: Path, mutate: str) -> Path:
+    target = tmp_path / f"schemas-{mutate}"
+    shutil.copytree(DEFAULT_SCHEMA_DIR, target)
+    path = target / "ToolCallCompleted.avsc"
+    schema = json.loads(path.read_text())
+    if mutate == "add-optional":
+        schema["fields"].append({"name": "cost_usd", "type": ["null", "double"], "default": None, "doc": "v2"})
+    elif mutate == "type-change":
+        for field in schema["fields"]:
+            if field["name"] == "result":
+                field["type"] = "int"
+    elif mutate == "remove-field":
+        schema["fields"] = [f for f in schema["fields"] if f["name"] != "result"]
+    path.write_text(json.dumps(schema, indent=2))
+    return target
+
+
+def test_added_optional_field_reads_both_ways(deployment: Settings, tmp_path: Path) -> None:
+    v2_dir = _v2_dir(tmp_path, "add-optional")
+    assert all(r.ok for r in SchemaAdmin(deployment, v2_dir).register())  # the upgrade path
+    v1 = load_catalog()["ToolCallCompleted"].text
+    v2 = load_catalog(v2_dir)["ToolCallCompleted"].text
+    serde = Serde(deployment)
+    ctx = SerializationContext(deployment.events_topic, MessageField.VALUE)
+    record = sample(RECORD_TYPES["ToolCallCompleted"], 3)
+
+    v1_bytes = serde.encode(record)
+    read_by_v2 = AvroDeserializer(serde.client, v2)(v1_bytes, ctx)
+    assert read_by_v2 is not None and read_by_v2["cost_usd"] is None and read_by_v2["result"] == record.result  # type: ignore[attr-defined]
+
+    v2_writer = AvroSerializer(serde.client, v2, conf={"auto.register.schemas": False, "subject.name.strategy": _trns()})
+    v2_bytes = v2_writer({**record_to_dict(record), "cost_usd": 0.25}, ctx)
+    assert v2_bytes is not None and v2_bytes[1:5] != v1_bytes[1:5]  # a different schema id
+    assert serde.decode(v2_bytes) == record  # v1 code reads v2 bytes, the new field dropped
+
+
+def _trns() -> Any:
+    from confluent_kafka.schema_registry import topic_record_subject_name_strategy
+
+    return topic_record_subject_name_strategy
+
+
+@pytest.mark.parametrize(("mutate", "field"), [("type-change", "result"), ("remove-field", "result")])
+def test_incompatible_change_is_refused_naming_the_field(
+    deployment: Settings,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    mutate: str,
+    field: str,
+) -> None:
+    bad = _v2_dir(tmp_path, mutate)
+    monkeypatch.setenv("AGENTLOG_EVENTS_TOPIC", deployment.events_topic)
+    monkeypatch.setenv("AGENTLOG_COMMANDS_TOPIC", deployment.commands_topic)
+    assert cli_main(["schemas", "check", "--dir", str(bad)]) == 1
+    out = capsys.readouterr().out
+    subject = f"{deployment.events_topic}-dev.agentlog.events.ToolCallCompleted"
+    assert f"error: {subject}: field '{field}'" in out
+    assert cli_main(["schemas", "register", "--dir", str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "refused" in out and f"field '{field}'" in out
+    assert cli_main(["schemas", "check"]) == 0  # the registry still holds only the good versions
