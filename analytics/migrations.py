@@ -182,9 +182,9 @@ SELECT
         countIf(type = '{failed}' AND ifNull(final, true)) > 0, 'failed',
         attempts > 0, 'retrying',
         'pending') AS outcome,
-    argMaxIf(latency_us, offset, {outcome}) AS latency_us,
+    argMaxIf(latency_us, offset, {outcome}) AS last_latency_us,
     sumIf(latency_us, {outcome}) AS total_latency_us,
-    ifNull(maxIf(in_doubt, {outcome}), false) AS in_doubt,
+    ifNull(maxIf(in_doubt, {outcome}), false) AS was_in_doubt,
     any(topic) AS topic,
     any(partition) AS partition
 FROM {EVENTS}
@@ -201,7 +201,7 @@ _TOOL_CALLS_VIEW = _call_view(
     "Tool",
     "anyIf(tool, type = 'ToolCallScheduled') AS tool,\n"
     "    anyIf(idempotency_key, type = 'ToolCallScheduled') AS idempotency_key,\n"
-    "    ifNull(anyIf(effect, type = 'ToolCallScheduled'), false) AS effect,\n"
+    "    ifNull(anyIf(effect, type = 'ToolCallScheduled'), false) AS effecting,\n"
     "    anyIf(args_hash, type = 'ToolCallScheduled') AS args_hash",
 )
 

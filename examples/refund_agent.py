@@ -94,8 +94,12 @@ def _apply_effect(kind: str, key: str, detail: str) -> dict[str, Any]:
     db = _db()
     if db is None:
         return {"kind": kind, "applied": True}
-    db.execute("INSERT INTO effect_attempts (kind, idempotency_key, pid) VALUES (?, ?, ?)", (kind, key, os.getpid()))
-    cursor = db.execute("INSERT OR IGNORE INTO effects (idempotency_key, kind, detail) VALUES (?, ?, ?)", (key, kind, detail))
+    db.execute(
+        "INSERT INTO effect_attempts (kind, idempotency_key, pid) VALUES (?, ?, ?)", (kind, key, os.getpid())
+    )
+    cursor = db.execute(
+        "INSERT OR IGNORE INTO effects (idempotency_key, kind, detail) VALUES (?, ?, ?)", (key, kind, detail)
+    )
     _crash_or_hang("IN_EFFECT", kind)
     return {"kind": kind, "applied": cursor.rowcount == 1}
 
@@ -122,15 +126,27 @@ async def refund_agent(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
     nonces: list[str] = []
     for step in range(1, steps + 1):
         decision = await ctx.model(
-            "planner", messages=[{"role": "user", "content": f"order {order}, step {step}"}], prompt_version="v1", step=step
+            "planner",
+            messages=[{"role": "user", "content": f"order {order}, step {step}"}],
+            prompt_version="v1",
+            step=step,
         )
         nonces.append(decision["nonce"])
         if decision["next"] == "send_email":
-            await ctx.tool("send_email", to="customer@example.com", template="refund-started", body=f"ref {decision['nonce']}")
+            await ctx.tool(
+                "send_email",
+                to="customer@example.com",
+                template="refund-started",
+                body=f"ref {decision['nonce']}",
+            )
         elif decision["next"] == "refund":
-            await ctx.tool("refund", order=order, amount=41.60, reason=f"planner {decision['nonce']} approved")
+            await ctx.tool(
+                "refund", order=order, amount=41.60, reason=f"planner {decision['nonce']} approved"
+            )
         elif decision["next"] == "create_ticket":
-            await ctx.tool("create_ticket", order=order, queue="billing", summary=f"refund done ({decision['nonce']})")
+            await ctx.tool(
+                "create_ticket", order=order, queue="billing", summary=f"refund done ({decision['nonce']})"
+            )
         else:
             await ctx.tool("lookup", order=order, step=step)
     return {"order": order, "steps": steps, "nonces": nonces}

@@ -96,7 +96,7 @@ def up(settings: Settings, progress: Callable[[str], None] = _quiet) -> list[Ser
             if pid is not None:
                 progress(f"{name} is already running (pid {pid})")
             start(settings, progress)
-        created = topics.ensure_topics(settings)
+        created = topics.ensure_topics(settings, bootstrap=kafka.bootstrap(settings))
         if created:
             progress(f"created topics {', '.join(created)} ({settings.partitions} partitions each)")
         return status(settings)

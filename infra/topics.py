@@ -56,12 +56,20 @@ def _partition_counts(admin: AdminClient, timeout: float) -> dict[str, int]:
     return {name: len(topic.partitions) for name, topic in meta.topics.items() if topic.error is None}
 
 
-def ensure_topics(settings: Settings, timeout: float = 60.0) -> list[str]:
-    """Create the missing topics; return the names created.
+def ensure_topics(settings: Settings, timeout: float = 60.0, *, bootstrap: str | None = None) -> list[str]:
+    """Create the missing topics of ``settings``; return the names created.
 
-    Raises ServiceError if a topic exists with another partition count than ``settings.partitions``.
+    The cluster is ``settings.kafka_common()`` (bootstrap servers and pass-through client settings)
+    unless ``bootstrap`` names another (``stack.up`` passes the local broker). New topics get the
+    broker's default replication factor (1 on the local node). Raises ServiceError if a topic exists
+    with another partition count than ``settings.partitions``.
     """
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap(settings)}, logger=_QUIET)
+    conf = settings.kafka_common()
+    if bootstrap is not None:
+        conf["bootstrap.servers"] = bootstrap
+    admin = AdminClient(conf, logger=_QUIET)
+    # Point at the local broker's log only when the cluster is the local broker.
+    log = kafka.log_path(settings) if conf["bootstrap.servers"] == kafka.bootstrap(settings) else None
     specs = wanted(settings)
     created: list[str] = []
     deadline = time.monotonic() + timeout
@@ -70,9 +78,7 @@ def ensure_topics(settings: Settings, timeout: float = 60.0) -> list[str]:
             existing = _partition_counts(admin, timeout=10.0)
         except KafkaException as exc:
             if time.monotonic() >= deadline:
-                raise ServiceError(
-                    kafka.SERVICE, f"cannot list topics: {exc}", kafka.log_path(settings)
-                ) from exc
+                raise ServiceError(kafka.SERVICE, f"cannot list topics: {exc}", log) from exc
             time.sleep(0.5)
             continue
         wrong = [
@@ -92,7 +98,7 @@ def ensure_topics(settings: Settings, timeout: float = 60.0) -> list[str]:
             return created
         futures = admin.create_topics(
             [
-                NewTopic(s.name, num_partitions=s.partitions, replication_factor=1, config=s.config)
+                NewTopic(s.name, num_partitions=s.partitions, replication_factor=-1, config=s.config)
                 for s in missing
             ],
             request_timeout=15.0,
@@ -110,8 +116,6 @@ def ensure_topics(settings: Settings, timeout: float = 60.0) -> list[str]:
                 if code in _RETRIABLE and time.monotonic() < deadline:
                     retry.append(name)
                     continue
-                raise ServiceError(
-                    kafka.SERVICE, f"cannot create topic {name}: {exc}", kafka.log_path(settings)
-                ) from exc
+                raise ServiceError(kafka.SERVICE, f"cannot create topic {name}: {exc}", log) from exc
         if retry:
             time.sleep(0.5)

@@ -6,7 +6,7 @@ import warnings as _warnings
 # confluent-kafka's registry client imports authlib's httpx integration, which warns on import
 # (about authlib's own packaging, nothing agentlog does); import it once with warnings muted.
 with _warnings.catch_warnings():
-    import authlib.deprecate  # noqa: F401 - installs its own "always" filter; ours must come after
+    import authlib.deprecate  # type: ignore[import-untyped]  # noqa: F401 - installs an "always" filter; ours goes after
 
     _warnings.simplefilter("ignore")
     import confluent_kafka.schema_registry.avro  # noqa: F401

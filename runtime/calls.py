@@ -14,7 +14,9 @@ from .events import Event, ModelCallCompleted, ModelCallFailed, ToolCallComplete
 from .machine import Command
 
 
-def _target(app: App, command: Command) -> tuple[Callable[..., Any], bool, RetryPolicy, dict[str, Any], list[Any]]:
+def _target(
+    app: App, command: Command
+) -> tuple[Callable[..., Any], bool, RetryPolicy, dict[str, Any], list[Any]]:
     if command.kind == "model":
         model = app.models[command.name]
         args = command.args
@@ -29,10 +31,8 @@ def _target(app: App, command: Command) -> tuple[Callable[..., Any], bool, Retry
 async def attempt_once(app: App, command: Command) -> Any:
     """One try of the call; raises what the call raised (or TimeoutError)."""
     fn, is_async, policy, kwargs, positional = _target(app, command)
-    if is_async:
-        coro = fn(*positional, **kwargs)
-    else:
-        coro = asyncio.to_thread(fn, *positional, **kwargs)  # sync clients run in the thread pool
+    # Sync clients run in the thread pool, so a slow call never blocks other runs.
+    coro = fn(*positional, **kwargs) if is_async else asyncio.to_thread(fn, *positional, **kwargs)
     return await asyncio.wait_for(coro, timeout=policy.timeout)
 
 
@@ -45,10 +45,20 @@ def completed(command: Command, result: Any, attempt: int, started: float) -> Ev
     text = canonical_json(result)
     if command.kind == "model":
         return ModelCallCompleted(
-            run_id="", position=command.position, result=text, attempt=attempt, latency_us=latency, in_doubt=command.in_doubt
+            run_id="",
+            position=command.position,
+            result=text,
+            attempt=attempt,
+            latency_us=latency,
+            in_doubt=command.in_doubt,
         )
     return ToolCallCompleted(
-        run_id="", position=command.position, result=text, attempt=attempt, latency_us=latency, in_doubt=command.in_doubt
+        run_id="",
+        position=command.position,
+        result=text,
+        attempt=attempt,
+        latency_us=latency,
+        in_doubt=command.in_doubt,
     )
 
 

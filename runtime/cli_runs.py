@@ -30,8 +30,12 @@ def load_app(spec: str) -> App:
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
     from .worker import Worker
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
-    Worker(load_app(args.app), settings, worker_id=args.worker_id, session_timeout_ms=args.session_timeout_ms).run()
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
+    )
+    Worker(
+        load_app(args.app), settings, worker_id=args.worker_id, session_timeout_ms=args.session_timeout_ms
+    ).run()
     return 0
 
 
@@ -65,7 +69,9 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
     if status["reason"]:
         print(f"reason    {status['reason']}")
     for entry in status["in_doubt"]:
-        print(f"in doubt  {entry['kind']} {entry['name']!r} at position {entry['position']} key={entry['idempotency_key']}")
+        print(
+            f"in doubt  {entry['kind']} {entry['name']!r} at position {entry['position']} key={entry['idempotency_key']}"
+        )
     return 0 if status["status"] != "unknown" else 1
 
 
@@ -75,7 +81,11 @@ def _history(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(events))
         return 0
     for event in events:
-        fields = {k: v for k, v in event.items() if k not in ("seq", "type", "run_id", "partition", "offset", "schema_version")}
+        fields = {
+            k: v
+            for k, v in event.items()
+            if k not in ("seq", "type", "run_id", "partition", "offset", "schema_version")
+        }
         print(f"{event['seq']:>5}  {event['type']:<24} {json.dumps(fields)}")
     return 0
 
@@ -107,7 +117,10 @@ def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     submit.add_argument("--timeout", type=float, default=60.0)
     submit.set_defaults(func=_submit)
 
-    for name, func, text in (("status", _status, "a run's status"), ("history", _history, "a run's events, from Kafka")):
+    for name, func, text in (
+        ("status", _status, "a run's status"),
+        ("history", _history, "a run's events, from Kafka"),
+    ):
         sub = subparsers.add_parser(name, help=text)
         sub.add_argument("run")
         sub.add_argument("--json", action="store_true")

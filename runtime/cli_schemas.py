@@ -30,7 +30,7 @@ def _print_reports(reports: list[SubjectReport], as_json: bool) -> int:
 
 
 def _list(args: argparse.Namespace, settings: Settings) -> int:
-    rows = SchemaAdmin(settings, args.dir).list()
+    rows = SchemaAdmin(settings, args.dir).subjects()
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

@@ -83,7 +83,9 @@ class Client:
             atexit.register(self.close)
         return self._writer
 
-    def submit(self, workflow: str, input: Any, run_id: str | None = None, *, raw_input: str | None = None) -> str:
+    def submit(
+        self, workflow: str, input: Any, run_id: str | None = None, *, raw_input: str | None = None
+    ) -> str:
         """Produce one RunSubmitted record; returns the run id at once (no round trip)."""
         run_id = run_id or uuid.uuid4().hex
         partition = self.partition(run_id)
@@ -102,8 +104,12 @@ class Client:
         self.flush()
 
     def _send(self, command: Command) -> None:
-        stamped = type(command)(**{**record_to_dict(command), "occurred_at": int(time.time() * 1000), "worker": self.identity})
-        self.writer.append(self.settings.commands_topic, None, command.run_id.encode(), self.serde.encode(stamped))
+        stamped = type(command)(
+            **{**record_to_dict(command), "occurred_at": int(time.time() * 1000), "worker": self.identity}
+        )
+        self.writer.append(
+            self.settings.commands_topic, None, command.run_id.encode(), self.serde.encode(stamped)
+        )
 
     def flush(self) -> None:
         if self._writer is not None:
@@ -131,7 +137,9 @@ class Client:
 
         consumer = Consumer(reader_config(self.settings))
         try:
-            _, high = consumer.get_watermark_offsets(TopicPartition(self.settings.events_topic, partition), timeout=10)
+            _, high = consumer.get_watermark_offsets(
+                TopicPartition(self.settings.events_topic, partition), timeout=10
+            )
             return int(high)
         finally:
             consumer.close()
@@ -142,7 +150,10 @@ class Client:
         key = run_id.encode()
         fence = FenceFilter()
         for record in read_partition(
-            self.settings, self.settings.events_topic, partition, start=start,
+            self.settings,
+            self.settings.events_topic,
+            partition,
+            start=start,
             keep=lambda k: k == key or k is None,
         ):
             if record.value is None:
@@ -157,7 +168,13 @@ class Client:
         """As ``agentlog history --json``: each event's fields plus ``type``, ``partition`` and ``offset``."""
         partition = self.partition(run_id)
         return [
-            {"seq": e.event.seq, "type": e.event.type, **record_to_dict(e.event), "partition": partition, "offset": e.offset}
+            {
+                "seq": e.event.seq,
+                "type": e.event.type,
+                **record_to_dict(e.event),
+                "partition": partition,
+                "offset": e.offset,
+            }
             for e in self.events(run_id)
         ]
 
@@ -177,7 +194,9 @@ class Client:
             if summary["status"] not in ("running", "unknown"):
                 raise RunError(run_id, summary["status"], summary.get("reason") or "")
             if time.monotonic() > deadline:
-                raise RunError(run_id, "timeout", f"not finished after {timeout}s (status {summary['status']})")
+                raise RunError(
+                    run_id, "timeout", f"not finished after {timeout}s (status {summary['status']})"
+                )
             if logged and start is not None:
                 start = logged[0].offset  # a run's first event: a safe place to read from again
             time.sleep(0.05)
@@ -199,10 +218,19 @@ def summarize(run_id: str, logged: list[LoggedEvent]) -> dict[str, Any]:
             scheduled_keys[event.position] = event.idempotency_key
         elif isinstance(event, (ModelCallScheduled,)):
             scheduled_keys[event.position] = None
-        elif isinstance(event, (ModelCallCompleted, ToolCallCompleted, ModelCallFailed, ToolCallFailed)) and event.in_doubt:
+        elif (
+            isinstance(event, (ModelCallCompleted, ToolCallCompleted, ModelCallFailed, ToolCallFailed))
+            and event.in_doubt
+        ):
             kind = "model" if isinstance(event, (ModelCallCompleted, ModelCallFailed)) else "tool"
             if not any(d["position"] == event.position for d in in_doubt):
-                in_doubt.append({"kind": kind, "position": event.position, "idempotency_key": scheduled_keys.get(event.position)})
+                in_doubt.append(
+                    {
+                        "kind": kind,
+                        "position": event.position,
+                        "idempotency_key": scheduled_keys.get(event.position),
+                    }
+                )
         terminal = STATUS_BY_TERMINAL.get(type(event))
         if terminal is not None:
             status = terminal

@@ -41,12 +41,18 @@ class Context:
         return self._machine.workflow
 
     def model(
-        self, name: str, *, messages: list[dict[str, Any]], prompt_version: str | None = None, **params: Any
+        self,
+        name: str,
+        /,
+        *,
+        messages: list[dict[str, Any]],
+        prompt_version: str | None = None,
+        **params: Any,
     ) -> DurableFuture:
         """Call the model client registered as ``name``; the completion is recorded."""
         return self._machine.issue_model(name, messages, params, prompt_version)
 
-    def tool(self, name: str, **args: Any) -> DurableFuture:
+    def tool(self, name: str, /, **args: Any) -> DurableFuture:
         """Call the tool registered as ``name`` with keyword arguments; the result is recorded."""
         return self._machine.issue_tool(name, args)
 

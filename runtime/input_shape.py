@@ -7,7 +7,14 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-_JSON_TYPES: dict[type, str] = {dict: "a JSON object", list: "a JSON array", str: "a string", int: "an integer", float: "a number", bool: "true or false"}
+_JSON_TYPES: dict[type, str] = {
+    dict: "a JSON object",
+    list: "a JSON array",
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+}
 
 
 def shape_error(declared: Any, value: Any) -> str | None:

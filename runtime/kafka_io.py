@@ -15,10 +15,25 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from .config import Settings
 from .errors import RetryableError
+
+
+def offset_of(message: Message) -> int:
+    offset = message.offset()
+    if offset is None:  # only for records not yet produced; never for delivered or consumed ones
+        raise ValueError("message has no offset")
+    return int(offset)
 
 
 def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
@@ -73,7 +88,7 @@ class EventWriter:
             if error is not None:
                 future.set_exception(WriteError(f"write to {topic}[{partition}] failed: {error}"))
             else:
-                future.set_result(message.offset())
+                future.set_result(offset_of(message))
 
         kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": delivered}
         if partition is not None:
@@ -145,13 +160,13 @@ def read_partition(
                     if error.code() == KafkaError._PARTITION_EOF:
                         # read_committed stops at the last stable offset; an open transaction
                         # (another writer's) can hold it below ``stop`` for a while
-                        if message.offset() >= stop:
+                        if offset_of(message) >= stop:
                             return
                         if time.monotonic() > deadline:
                             raise ReadError(f"{topic}[{partition}] stuck at {message.offset()} < {stop}")
                         continue
                     raise KafkaException(error)
-                offset = message.offset()
+                offset = offset_of(message)
                 position = offset + 1
                 if offset >= stop:
                     return

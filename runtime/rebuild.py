@@ -15,15 +15,23 @@ Order (tested in tests/test_worker_*):
 from __future__ import annotations
 
 import logging
-from concurrent.futures import Future
 import time
 from collections import defaultdict
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer
 
 from .config import Settings
-from .events import TERMINAL_TYPES, EpochClaimed, Event, PartitionCheckpoint, RunParked, RunRejected, RunStarted
+from .events import (
+    TERMINAL_TYPES,
+    EpochClaimed,
+    Event,
+    PartitionCheckpoint,
+    RunParked,
+    RunRejected,
+    RunStarted,
+)
 from .fencing import FenceFilter
 from .kafka_io import EventWriter, read_partition
 from .serde import DecodeError, Serde
@@ -76,7 +84,9 @@ def latest_checkpoint(
             runs.add(record.key[len(RUN_KEY_PREFIX) :].decode())
         elif record.key == checkpoint_key(partition):
             decoded = serde.decode(record.value)
-            if isinstance(decoded, PartitionCheckpoint) and (best is None or decoded.covered_offset > best.covered_offset):
+            if isinstance(decoded, PartitionCheckpoint) and (
+                best is None or decoded.covered_offset > best.covered_offset
+            ):
                 best = decoded
     return best, runs
 
@@ -92,12 +102,20 @@ def rebuild(
     listed_keys = {run.encode() for run in listed}
 
     result = RebuiltPartition(
-        partition, epoch, checkpoint.commands_offset if checkpoint else 0, {}, {}, set(known), checkpoint=checkpoint
+        partition,
+        epoch,
+        checkpoint.commands_offset if checkpoint else 0,
+        {},
+        {},
+        set(known),
+        checkpoint=checkpoint,
     )
     fence = FenceFilter()
     events_by_run: dict[str, list[Event]] = defaultdict(list)
     terminal: set[str] = set()
-    for record in read_partition(settings, settings.events_topic, partition, start=start, end=epoch, consumer=reader):
+    for record in read_partition(
+        settings, settings.events_topic, partition, start=start, end=epoch, consumer=reader
+    ):
         result.records_read += 1
         if record.value is None:
             continue

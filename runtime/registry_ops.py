@@ -41,7 +41,7 @@ def _latest(client: SchemaRegistryClient, subject: str) -> dict[str, Any] | None
         if exc.error_code in _NOT_FOUND or exc.http_status_code == 404:
             return None
         raise
-    parsed: dict[str, Any] = json.loads(registered.schema.schema_str)
+    parsed: dict[str, Any] = json.loads(registered.schema.schema_str or "{}")
     parsed["__version__"] = registered.version
     parsed["__id__"] = registered.schema_id
     return parsed
@@ -75,7 +75,7 @@ class SchemaAdmin:
         self.policy = load_policy(schema_dir)
         self.client = registry_client(settings)
 
-    def list(self) -> list[dict[str, Any]]:
+    def subjects(self) -> list[dict[str, Any]]:
         rows = []
         for subject in sorted(self.client.get_subjects() or []):
             versions = self.client.get_versions(subject)

@@ -21,6 +21,7 @@ from typing import Any
 
 from confluent_kafka.schema_registry import SchemaRegistryClient, topic_record_subject_name_strategy
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from .config import Settings
@@ -114,8 +115,13 @@ class Serde:
         schema_id = schema_id_of(data)
         name = self._names_by_id.get(schema_id)
         if name is None:
-            writer = self.client.get_schema(schema_id)
-            name = str(json.loads(writer.schema_str)["name"])
+            try:
+                writer = self.client.get_schema(schema_id)
+            except SchemaRegistryError as error:
+                if error.http_status_code == 404:
+                    raise DecodeError(f"schema id {schema_id} is not in the registry", data) from error
+                raise
+            name = str(json.loads(writer.schema_str or "{}")["name"])
             self._names_by_id[schema_id] = name
         return name
 

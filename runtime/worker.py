@@ -13,6 +13,7 @@ recorded in its events, so a rebuilt partition resumes the commands topic exactl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -42,7 +43,7 @@ from .events import (
     TimerFired,
 )
 from .input_shape import shape_error
-from .kafka_io import EventWriter, read_partition, reader_config
+from .kafka_io import EventWriter, offset_of, read_partition, reader_config
 from .machine import Command, RunMachine, Stamp
 from .rebuild import RUN_KEY_PREFIX, checkpoint_key, claim, rebuild
 from .serde import DecodeError, Serde
@@ -122,19 +123,27 @@ class Worker:
     async def serve(self, stop: asyncio.Event | None = None) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
+            with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
                 loop.add_signal_handler(sig, self.stop)
-            except (NotImplementedError, RuntimeError):  # not the main thread
-                pass
         self.consumer.subscribe(
-            [self.settings.commands_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
+            [self.settings.commands_topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_revoke,
         )
         log.info(json.dumps({"event": "worker_started", "worker": self.worker_id, "pid": os.getpid()}))
         try:
             while not self._stopping and not (stop is not None and stop.is_set()):
                 messages = self.consumer.consume(num_messages=500, timeout=0)
                 for message in messages:
-                    self._handle_command(message)
+                    try:
+                        self._handle_command(message)
+                    except KafkaException:
+                        raise
+                    except Exception:  # one bad record must never stop the partition
+                        log.exception(
+                            "command at %s[%s]@%s", message.topic(), message.partition(), message.offset()
+                        )
                 self._maybe_checkpoint()
                 await asyncio.sleep(0 if messages else 0.002)
         finally:
@@ -158,7 +167,10 @@ class Worker:
     # ------------------------------------------------------------------------------ partitions
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # All claims go out at once; each rebuild then waits only for its own.
-        claims = {tp.partition: claim(self.settings, self.serde, self.writer, tp.partition, self.worker_id) for tp in partitions}
+        claims = {
+            tp.partition: claim(self.settings, self.serde, self.writer, tp.partition, self.worker_id)
+            for tp in partitions
+        }
         for tp in partitions:
             owned = self._take(tp.partition, claims[tp.partition].result(timeout=30))
             tp.offset = owned.next_command
@@ -173,7 +185,12 @@ class Worker:
         rebuilt = rebuild(self.settings, self.serde, partition, epoch, self._reader)
         stamp = Stamp(_now_ms, self.worker_id, rebuilt.epoch)
         owned = OwnedPartition(
-            partition, rebuilt.epoch, stamp, rebuilt.commands_offset, rebuilt.known_runs, verified_upto=rebuilt.epoch + 1
+            partition,
+            rebuilt.epoch,
+            stamp,
+            rebuilt.commands_offset,
+            rebuilt.known_runs,
+            verified_upto=rebuilt.epoch + 1,
         )
         self.owned[partition] = owned
         in_doubt: list[dict[str, Any]] = []
@@ -212,8 +229,12 @@ class Worker:
 
     def _park_unrunnable(self, owned: OwnedPartition, last: Event, error: Exception) -> None:
         parked = RunParked(
-            run_id=last.run_id, reason=f"cannot resume on this worker: {error}", seq=last.seq + 1,
-            occurred_at=_now_ms(), worker=self.worker_id, epoch=owned.epoch,
+            run_id=last.run_id,
+            reason=f"cannot resume on this worker: {error}",
+            seq=last.seq + 1,
+            occurred_at=_now_ms(),
+            worker=self.worker_id,
+            epoch=owned.epoch,
         )
         self._append(owned, [parked])
 
@@ -242,7 +263,9 @@ class Worker:
 
     def _index_run(self, owned: OwnedPartition, run_id: str, started: Future[int] | None) -> None:
         owned.known_runs.add(run_id)
-        self.writer.append(self.settings.checkpoints_topic, owned.partition, RUN_KEY_PREFIX + run_id.encode(), b"1")
+        self.writer.append(
+            self.settings.checkpoints_topic, owned.partition, RUN_KEY_PREFIX + run_id.encode(), b"1"
+        )
         if started is not None:
             started.add_done_callback(lambda f: _remember_first(owned, run_id, f))
 
@@ -262,7 +285,7 @@ class Worker:
     async def _carry_out(
         self, owned: OwnedPartition, machine: RunMachine, command: Command, durable: Future[int] | None
     ) -> None:
-        scheduled_at = await asyncio.wrap_future(durable) if durable is not None else None
+        scheduled_at = None if durable is None else await asyncio.wrap_future(durable)
         if owned.lost or not machine.active:
             return
         if command.kind in ("timer", "signal"):
@@ -320,9 +343,9 @@ class Worker:
             consumer=self._verifier,
             keep=lambda key: key is None,  # partition records (claims) have no key
         ):
-            if record.value is not None and record.offset != owned.epoch:
-                if isinstance(self.serde.decode(record.value), EpochClaimed) and record.offset > owned.epoch:
-                    return False
+            claimed = record.value is not None and record.offset > owned.epoch
+            if claimed and isinstance(self.serde.decode(record.value or b""), EpochClaimed):
+                return False
         owned.verified_upto = max(owned.verified_upto, upto + 1)
         return True
 
@@ -334,8 +357,8 @@ class Worker:
                 raise KafkaException(error)
             log.warning("commands consumer: %s", error)
             return
-        owned = self.owned.get(message.partition())
-        offset = message.offset()
+        owned = self.owned.get(message.partition() or 0)
+        offset = offset_of(message)
         if owned is None or owned.lost or offset < owned.next_command:
             return
         owned.next_command = offset + 1
@@ -344,7 +367,9 @@ class Worker:
         try:
             command = self.serde.decode(message.value() or b"")
         except DecodeError as decode_error:
-            self._reject(owned, run_id, None, f"undecodable command at offset {offset}: {decode_error}", "", offset)
+            self._reject(
+                owned, run_id, None, f"undecodable command at offset {offset}: {decode_error}", "", offset
+            )
             return
         if isinstance(command, RunSubmitted):
             self._submit(owned, command, offset)
@@ -353,7 +378,11 @@ class Worker:
             if machine is None:
                 log.info("signal %r for run %s that is not running: ignored", command.name, command.run_id)
                 return
-            machine.record(SignalReceived(run_id=command.run_id, name=command.name, payload=command.payload, command_offset=offset))
+            machine.record(
+                SignalReceived(
+                    run_id=command.run_id, name=command.name, payload=command.payload, command_offset=offset
+                )
+            )
             self._flush(owned, machine)
         elif isinstance(command, CancelRequested):
             machine = owned.runs.get(command.run_id)
@@ -369,21 +398,43 @@ class Worker:
             return
         spec = self.app.workflows.get(command.workflow)
         if spec is None:
-            reason = f"unknown workflow {command.workflow!r} (registered: {', '.join(sorted(self.app.workflows))})"
+            reason = (
+                f"unknown workflow {command.workflow!r} (registered: {', '.join(sorted(self.app.workflows))})"
+            )
             self._reject(owned, command.run_id, command.workflow, reason, command.input, offset)
             return
         try:
             value = json.loads(command.input)
         except json.JSONDecodeError as error:
-            self._reject(owned, command.run_id, command.workflow, f"malformed JSON input: {error}", command.input, offset)
+            self._reject(
+                owned,
+                command.run_id,
+                command.workflow,
+                f"malformed JSON input: {error}",
+                command.input,
+                offset,
+            )
             return
         problem = shape_error(spec.input_type, value)
         if problem is not None:
-            self._reject(owned, command.run_id, command.workflow, f"wrong input shape: {problem}", command.input, offset)
+            self._reject(
+                owned,
+                command.run_id,
+                command.workflow,
+                f"wrong input shape: {problem}",
+                command.input,
+                offset,
+            )
             return
         started = RunStarted(
-            run_id=command.run_id, seq=1, occurred_at=_now_ms(), worker=self.worker_id, epoch=owned.epoch,
-            workflow=command.workflow, input=command.input, command_offset=offset,
+            run_id=command.run_id,
+            seq=1,
+            occurred_at=_now_ms(),
+            worker=self.worker_id,
+            epoch=owned.epoch,
+            workflow=command.workflow,
+            input=command.input,
+            command_offset=offset,
         )
         machine = RunMachine(self.app, started, owned.stamp)
         owned.runs[command.run_id] = machine
@@ -391,11 +442,20 @@ class Worker:
         machine.begin()
         self._flush(owned, machine)
 
-    def _reject(self, owned: OwnedPartition, run_id: str, workflow: str | None, reason: str, raw: str, offset: int) -> None:
+    def _reject(
+        self, owned: OwnedPartition, run_id: str, workflow: str | None, reason: str, raw: str, offset: int
+    ) -> None:
         log.warning(json.dumps({"event": "run_rejected", "run": run_id, "reason": reason}))
         rejected = RunRejected(
-            run_id=run_id, seq=1, occurred_at=_now_ms(), worker=self.worker_id, epoch=owned.epoch,
-            reason=reason, workflow=workflow, raw=raw[:10_000], command_offset=offset,
+            run_id=run_id,
+            seq=1,
+            occurred_at=_now_ms(),
+            worker=self.worker_id,
+            epoch=owned.epoch,
+            reason=reason,
+            workflow=workflow,
+            raw=raw[:10_000],
+            command_offset=offset,
         )
         self._append(owned, [rejected])
 
@@ -406,7 +466,11 @@ class Worker:
         self._last_checkpoint_round = time.monotonic()
         loop = asyncio.get_running_loop()
         for owned in list(self.owned.values()):
-            if owned.writes_since_checkpoint and not owned.checkpoint_running and owned.last_write is not None:
+            if (
+                owned.writes_since_checkpoint
+                and not owned.checkpoint_running
+                and owned.last_write is not None
+            ):
                 owned.checkpoint_running = True
                 task = loop.create_task(self._checkpoint(owned))
                 owned.tasks.add(task)
@@ -430,14 +494,24 @@ class Worker:
                 return
             active = {run: owned.first_offsets[run] for run in runs if run in owned.first_offsets}
             checkpoint = PartitionCheckpoint(
-                run_id="", occurred_at=_now_ms(), worker=self.worker_id, epoch=owned.epoch,
-                partition=owned.partition, covered_offset=last + 1, commands_offset=next_command, active_runs=active,
+                run_id="",
+                occurred_at=_now_ms(),
+                worker=self.worker_id,
+                epoch=owned.epoch,
+                partition=owned.partition,
+                covered_offset=last + 1,
+                commands_offset=next_command,
+                active_runs=active,
             )
             self.writer.append(
-                self.settings.checkpoints_topic, owned.partition, checkpoint_key(owned.partition), self.serde.encode(checkpoint)
+                self.settings.checkpoints_topic,
+                owned.partition,
+                checkpoint_key(owned.partition),
+                self.serde.encode(checkpoint),
             )
             self.consumer.commit(
-                offsets=[TopicPartition(self.settings.commands_topic, owned.partition, next_command)], asynchronous=True
+                offsets=[TopicPartition(self.settings.commands_topic, owned.partition, next_command)],
+                asynchronous=True,
             )
         finally:
             owned.checkpoint_running = False
@@ -446,4 +520,3 @@ class Worker:
 def _remember_first(owned: OwnedPartition, run_id: str, future: Future[int]) -> None:
     if future.exception() is None and run_id in owned.runs:
         owned.first_offsets.setdefault(run_id, future.result())
-

@@ -40,7 +40,9 @@ def services() -> Settings:
     settings = load_settings()
     host, _, port = settings.bootstrap_servers.split(",")[0].rpartition(":")
     if not _reachable(host, int(port)):
-        pytest.fail(f"Kafka is not reachable at {settings.bootstrap_servers}: run `agentlog infra up` (make test does)")
+        pytest.fail(
+            f"Kafka is not reachable at {settings.bootstrap_servers}: run `agentlog infra up` (make test does)"
+        )
     try:
         httpx.get(f"{settings.schema_registry_url}/subjects", timeout=5).raise_for_status()
     except httpx.HTTPError as error:
@@ -99,9 +101,22 @@ class WorkerProcess:
         self._log = open(log_path, "ab")  # noqa: SIM115 - lives as long as the process
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime.cli", "worker", "--app", app, "--worker-id", worker_id,
-             "--session-timeout-ms", env.pop("SESSION_TIMEOUT_MS", "6000")],
-            cwd=ROOT, env=deployment_env(settings, **env), stdout=self._log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "runtime.cli",
+                "worker",
+                "--app",
+                app,
+                "--worker-id",
+                worker_id,
+                "--session-timeout-ms",
+                env.pop("SESSION_TIMEOUT_MS", "6000"),
+            ],
+            cwd=ROOT,
+            env=deployment_env(settings, **env),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
         )
 
     def log(self) -> str:
@@ -111,16 +126,22 @@ class WorkerProcess:
         deadline = time.monotonic() + timeout
         while text not in self.log():
             if self.proc.poll() is not None and text not in self.log():
-                raise AssertionError(f"worker {self.worker_id} exited ({self.proc.returncode}) before {text!r}:\n{self.log()[-3000:]}")
+                raise AssertionError(
+                    f"worker {self.worker_id} exited ({self.proc.returncode}) before {text!r}:\n{self.log()[-3000:]}"
+                )
             if time.monotonic() > deadline:
-                raise AssertionError(f"worker {self.worker_id}: no {text!r} within {timeout}s:\n{self.log()[-3000:]}")
+                raise AssertionError(
+                    f"worker {self.worker_id}: no {text!r} within {timeout}s:\n{self.log()[-3000:]}"
+                )
             time.sleep(0.05)
 
     def wait_ready(self, partitions: int, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while self.log().count('"partition_taken"') < partitions:
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"worker {self.worker_id} did not take {partitions} partitions:\n{self.log()[-3000:]}")
+                raise AssertionError(
+                    f"worker {self.worker_id} did not take {partitions} partitions:\n{self.log()[-3000:]}"
+                )
             time.sleep(0.05)
 
     def stop(self) -> None:

@@ -34,10 +34,28 @@ def test_commands_and_events_are_in_their_topics_namespaces() -> None:
     assert {catalog[c.__name__].role for c in COMMAND_TYPES} == {"commands"}
     assert {catalog[e.__name__].role for e in EVENT_TYPES} == {"events"}
     required = {
-        "RunSubmitted", "RunRejected", "RunStarted", "ModelCallScheduled", "ModelCallCompleted", "ModelCallFailed",
-        "ToolCallScheduled", "ToolCallCompleted", "ToolCallFailed", "TimerScheduled", "TimerFired", "SignalReceived",
-        "PatchRecorded", "Redecided", "NonDeterminismDetected", "RunParked", "RunCompleted", "RunFailed",
-        "RunCancelled", "RunContinuedAsNew", "CancelRequested", "SignalSent",
+        "RunSubmitted",
+        "RunRejected",
+        "RunStarted",
+        "ModelCallScheduled",
+        "ModelCallCompleted",
+        "ModelCallFailed",
+        "ToolCallScheduled",
+        "ToolCallCompleted",
+        "ToolCallFailed",
+        "TimerScheduled",
+        "TimerFired",
+        "SignalReceived",
+        "PatchRecorded",
+        "Redecided",
+        "NonDeterminismDetected",
+        "RunParked",
+        "RunCompleted",
+        "RunFailed",
+        "RunCancelled",
+        "RunContinuedAsNew",
+        "CancelRequested",
+        "SignalSent",
     }
     assert required <= set(catalog)
     policy = json.loads((DEFAULT_SCHEMA_DIR / "policy.json").read_text())
@@ -64,7 +82,7 @@ def test_environment_and_overrides_set_values(monkeypatch: pytest.MonkeyPatch) -
 def test_only_security_settings_pass_through_to_librdkafka() -> None:
     settings = load_settings(kafka={"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"})
     assert settings.kafka_common()["sasl.mechanism"] == "PLAIN"
-    with pytest.raises(ConfigError, match="enable.idempotence"):
+    with pytest.raises(ConfigError, match=r"enable\.idempotence"):
         load_settings(kafka={"enable.idempotence": "false"})
 
 

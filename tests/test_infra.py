@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource  # the public name is not in __all__
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from infra import postgres, process, stack
@@ -99,6 +101,18 @@ def test_postgres_data_is_reachable_by_the_postgres_user(settings: Settings) -> 
 @pytest.mark.timeout(600)
 def test_topics_have_the_configured_partitions_and_a_mismatch_is_refused(settings: Settings) -> None:
     stack.up(settings)
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    meta = admin.list_topics(timeout=30)
+    for name in (settings.commands_topic, settings.events_topic, settings.checkpoints_topic):
+        assert len(meta.topics[name].partitions) == PARTITIONS, name
+    resources = [
+        ConfigResource("topic", settings.events_topic),
+        ConfigResource("topic", settings.checkpoints_topic),
+    ]
+    events, checkpoints = (future.result() for future in admin.describe_configs(resources).values())
+    assert events["retention.ms"].value == "-1"
+    assert checkpoints["cleanup.policy"].value == "compact"
+
     with pytest.raises(ServiceError, match=r"partitions") as caught:
         stack.up(_settings(settings.state_dir, partitions=PARTITIONS + 1))
     assert settings.events_topic in str(caught.value)

@@ -13,7 +13,6 @@ from runtime.context import Context
 from runtime.events import (
     Event,
     ModelCallCompleted,
-    ModelCallScheduled,
     NonDeterminismDetected,
     RunCompleted,
     RunParked,
@@ -64,7 +63,14 @@ class Clock:
 
 
 def started(run_id: str = "r1") -> RunStarted:
-    return RunStarted(run_id=run_id, seq=1, occurred_at=1, workflow="wf", input=json.dumps({"order": "48211"}), command_offset=0)
+    return RunStarted(
+        run_id=run_id,
+        seq=1,
+        occurred_at=1,
+        workflow="wf",
+        input=json.dumps({"order": "48211"}),
+        command_offset=0,
+    )
 
 
 def live_run(app: App, crash_after: int | None = None) -> list[Event]:
@@ -89,16 +95,26 @@ def live_run(app: App, crash_after: int | None = None) -> list[Event]:
 
 def result_for(command: Command) -> Event:
     if command.kind == "model":
-        return ModelCallCompleted(run_id="r1", position=command.position, result=json.dumps({"n": command.position}))
-    return ToolCallCompleted(run_id="r1", position=command.position, result=json.dumps({"at": command.position}))
+        return ModelCallCompleted(
+            run_id="r1", position=command.position, result=json.dumps({"n": command.position})
+        )
+    return ToolCallCompleted(
+        run_id="r1", position=command.position, result=json.dumps({"at": command.position})
+    )
 
 
 def test_live_run_records_scheduled_then_completed_and_finishes() -> None:
     history = live_run(make_app())
     types = [e.type for e in history]
     assert types == [
-        "RunStarted", "ModelCallScheduled", "ModelCallCompleted", "ToolCallScheduled",
-        "ToolCallCompleted", "ToolCallScheduled", "ToolCallCompleted", "RunCompleted",
+        "RunStarted",
+        "ModelCallScheduled",
+        "ModelCallCompleted",
+        "ToolCallScheduled",
+        "ToolCallCompleted",
+        "ToolCallScheduled",
+        "ToolCallCompleted",
+        "RunCompleted",
     ]
     assert [e.seq for e in history] == list(range(1, 9))
     refund = history[5]
@@ -159,7 +175,9 @@ def test_tool_failure_can_be_caught_by_the_workflow() -> None:
     machine = RunMachine(app, started(), Stamp(Clock(), "w", 0))
     machine.begin()
     _, ready = machine.drain()
-    machine.record(ToolCallFailed(run_id="r1", position=ready[0].position, error_type="IOError", error="down", attempt=3))
+    machine.record(
+        ToolCallFailed(run_id="r1", position=ready[0].position, error_type="IOError", error="down", attempt=3)
+    )
     events, _ = machine.drain()
     assert isinstance(events[-1], RunCompleted) and json.loads(events[-1].result) == "caught IOError"
 
@@ -192,7 +210,9 @@ def test_gather_timer_and_signal_replay_deterministically() -> None:
     assert isinstance(history[-1], TimerScheduled) and ready[0].kind == "timer"
     history.append(machine.record(TimerFired(run_id="r1", position=3)))
     history += machine.drain()[0][1:]
-    history.append(machine.record(SignalReceived(run_id="r1", name="approval", payload='{"ok":true}', command_offset=7)))
+    history.append(
+        machine.record(SignalReceived(run_id="r1", name="approval", payload='{"ok":true}', command_offset=7))
+    )
     history += machine.drain()[0][1:]
     assert isinstance(history[-1], RunCompleted)
     live_result = json.loads(history[-1].result)

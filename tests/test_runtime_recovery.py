@@ -51,7 +51,9 @@ def model_calls_at(db: sqlite3.Connection, step: int) -> int:
     return int(db.execute("SELECT COUNT(*) FROM model_calls WHERE step = ?", (step,)).fetchone()[0])
 
 
-def test_refund40_killed_when_step_31_model_call_starts(deployment: Settings, workers: list[WorkerProcess], tmp_path: Path) -> None:
+def test_refund40_killed_when_step_31_model_call_starts(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
     db_path = tmp_path / "world.db"
     db = world(db_path)
     env = {"REFUND_WORLD_DB": str(db_path), "REFUND_HANG_AT_STEP": "31"}
@@ -73,21 +75,34 @@ def test_refund40_killed_when_step_31_model_call_starts(deployment: Settings, wo
     calls = dict(db.execute("SELECT step, COUNT(*) FROM model_calls GROUP BY step").fetchall())
     assert [step for step in range(1, 31) if calls[step] != 1] == []  # 0 re-executed model calls for 1-30
     assert calls[31] == 2 and all(calls[s] == 1 for s in range(32, 41))
-    assert db.execute("SELECT COUNT(*), COUNT(DISTINCT idempotency_key) FROM effect_attempts").fetchone() == (3, 3)
+    assert db.execute("SELECT COUNT(*), COUNT(DISTINCT idempotency_key) FROM effect_attempts").fetchone() == (
+        3,
+        3,
+    )
     assert db.execute("SELECT COUNT(*) FROM effects").fetchone()[0] == 3  # 0 duplicate effects
-    assert result["nonces"][:30] == first_attempt_nonces[:30]  # the recorded first-attempt results were served
+    assert (
+        result["nonces"][:30] == first_attempt_nonces[:30]
+    )  # the recorded first-attempt results were served
     assert result["nonces"][30] != first_attempt_nonces[30]  # step 31 really ran again
     status = client.status(run_id)
     assert status["status"] == "completed"
-    assert status["in_doubt"] == [{"kind": "model", "position": 61, "idempotency_key": None, "name": "planner"}]
-    taken = [json.loads(line.split(" INFO ", 1)[1]) for line in second.log().splitlines() if '"partition_taken"' in line]
+    assert status["in_doubt"] == [
+        {"kind": "model", "position": 61, "idempotency_key": None, "name": "planner"}
+    ]
+    taken = [
+        json.loads(line.split(" INFO ", 1)[1])
+        for line in second.log().splitlines()
+        if '"partition_taken"' in line
+    ]
     assert [t["in_doubt"] for t in taken if t["in_doubt"]] == [
         [{"run": run_id, "kind": "model", "name": "planner", "position": 61, "idempotency_key": None}]
     ]
     client.close()
 
 
-def test_kill_inside_an_effect_applies_it_once(deployment: Settings, workers: list[WorkerProcess], tmp_path: Path) -> None:
+def test_kill_inside_an_effect_applies_it_once(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
     db_path = tmp_path / "world.db"
     db = world(db_path)
     env = {"REFUND_WORLD_DB": str(db_path), "REFUND_HANG_IN_EFFECT": "refund"}
@@ -97,7 +112,11 @@ def test_kill_inside_an_effect_applies_it_once(deployment: Settings, workers: li
     client = Client(deployment)
     run_id = client.submit("refund", {"order": "48211", "steps": 25})
     client.flush()
-    wait_until(lambda: db.execute("SELECT COUNT(*) FROM effects WHERE kind='refund'").fetchone()[0] == 1, 60, "the refund")
+    wait_until(
+        lambda: db.execute("SELECT COUNT(*) FROM effects WHERE kind='refund'").fetchone()[0] == 1,
+        60,
+        "the refund",
+    )
     os.kill(first.proc.pid, signal.SIGKILL)  # after the effect, before its result is recorded
     first.proc.wait()
 
@@ -124,7 +143,9 @@ def test_zombie_writes_after_losing_its_partition_stay_invisible(
     wait_until(lambda: (tmp_path / "stall").exists(), 30, "the zombie's model call to start")
     os.kill(zombie.proc.pid, signal.SIGSTOP)  # frozen mid-call, holding the partition
     try:
-        successor = WorkerProcess(deployment, "agent_apps:app", "successor", tmp_path / "successor.log", **env)
+        successor = WorkerProcess(
+            deployment, "agent_apps:app", "successor", tmp_path / "successor.log", **env
+        )
         workers.append(successor)
         assert client.result(run_id, timeout=90) == "charged"  # taken over after the session timeout
     finally:
@@ -138,10 +159,19 @@ def test_zombie_writes_after_losing_its_partition_stay_invisible(
     assert len(charges) == 1 and str(successor.proc.pid) in charges[0]  # no duplicate effect
     serde = Serde(deployment)
     partition = client.partition(run_id)
-    raw = [(r.offset, serde.decode(r.value)) for r in read_partition(deployment, deployment.events_topic, partition) if r.value]
+    raw = [
+        (r.offset, serde.decode(r.value))
+        for r in read_partition(deployment, deployment.events_topic, partition)
+        if r.value
+    ]
     successor_claim = max(o for o, e in raw if isinstance(e, EpochClaimed) and e.worker == "successor")
-    zombie_late = [(o, e.type) for o, e in raw if o > successor_claim and e.worker == "zombie" and e.run_id == run_id]
-    assert [t for _, t in zombie_late] == ["ModelCallCompleted", "ToolCallScheduled"]  # written, in the log...
+    zombie_late = [
+        (o, e.type) for o, e in raw if o > successor_claim and e.worker == "zombie" and e.run_id == run_id
+    ]
+    assert [t for _, t in zombie_late] == [
+        "ModelCallCompleted",
+        "ToolCallScheduled",
+    ]  # written, in the log...
     history = client.history(run_id)
     assert not {e["offset"] for e in history} & {o for o, _ in zombie_late}  # ...and invisible
     assert [e["seq"] for e in history] == list(range(1, len(history) + 1))
@@ -173,10 +203,14 @@ def test_recovery_decodes_the_active_run_not_the_partition(
     second = WorkerProcess(deployment, "agent_apps:app", "w1", tmp_path / "w1b.log", **env)
     workers.append(second)
     second.wait_ready(1)
-    taken = json.loads(next(line for line in second.log().splitlines() if '"partition_taken"' in line).split(" INFO ", 1)[1])
+    taken = json.loads(
+        next(line for line in second.log().splitlines() if '"partition_taken"' in line).split(" INFO ", 1)[1]
+    )
     active_history = client.status(active)["events"]
     total = sum(1 for _ in read_partition(deployment, deployment.events_topic, 0))
-    print(f"partition holds {total} records; rebuild read {taken['records_read']}, decoded {taken['records_decoded']}")
+    print(
+        f"partition holds {total} records; rebuild read {taken['records_read']}, decoded {taken['records_decoded']}"
+    )
     assert total > 40 * 8
     assert taken["active_runs"] == 1
     assert taken["records_decoded"] <= active_history + 5  # the active run plus the claims/tail

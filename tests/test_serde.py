@@ -25,7 +25,13 @@ pytestmark = pytest.mark.integration
 
 
 def sample(cls: type[Record], n: int) -> Record:
-    values: dict[str, Any] = {"run_id": f"run-{n}", "seq": n, "occurred_at": 1_700_000_000_000 + n, "worker": "w1", "epoch": 5}
+    values: dict[str, Any] = {
+        "run_id": f"run-{n}",
+        "seq": n,
+        "occurred_at": 1_700_000_000_000 + n,
+        "worker": "w1",
+        "epoch": 5,
+    }
     for name, field in cls.__dataclass_fields__.items():
         if name in values or name in ("schema_version",):
             continue
@@ -46,7 +52,9 @@ def test_every_record_type_round_trips_through_kafka_and_the_registry(deployment
     records = [sample(cls, i) for i, cls in enumerate(RECORD_TYPES.values(), start=1)]
     producer = Producer({"bootstrap.servers": deployment.bootstrap_servers, "enable.idempotence": True})
     for record in records:
-        producer.produce(serde.topic_of(record), key=record.run_id.encode(), value=serde.encode(record), partition=0)
+        producer.produce(
+            serde.topic_of(record), key=record.run_id.encode(), value=serde.encode(record), partition=0
+        )
     assert producer.flush(30) == 0
 
     consumer = Consumer(reader_config(deployment))
@@ -74,7 +82,9 @@ def _v2_dir(tmp_path: Path, mutate: str) -> Path:
     path = target / "ToolCallCompleted.avsc"
     schema = json.loads(path.read_text())
     if mutate == "add-optional":
-        schema["fields"].append({"name": "cost_usd", "type": ["null", "double"], "default": None, "doc": "v2"})
+        schema["fields"].append(
+            {"name": "cost_usd", "type": ["null", "double"], "default": None, "doc": "v2"}
+        )
     elif mutate == "type-change":
         for field in schema["fields"]:
             if field["name"] == "result":
@@ -88,7 +98,6 @@ def _v2_dir(tmp_path: Path, mutate: str) -> Path:
 def test_added_optional_field_reads_both_ways(deployment: Settings, tmp_path: Path) -> None:
     v2_dir = _v2_dir(tmp_path, "add-optional")
     assert all(r.ok for r in SchemaAdmin(deployment, v2_dir).register())  # the upgrade path
-    v1 = load_catalog()["ToolCallCompleted"].text
     v2 = load_catalog(v2_dir)["ToolCallCompleted"].text
     serde = Serde(deployment)
     ctx = SerializationContext(deployment.events_topic, MessageField.VALUE)
@@ -98,7 +107,9 @@ def test_added_optional_field_reads_both_ways(deployment: Settings, tmp_path: Pa
     read_by_v2 = AvroDeserializer(serde.client, v2)(v1_bytes, ctx)
     assert read_by_v2 is not None and read_by_v2["cost_usd"] is None and read_by_v2["result"] == record.result  # type: ignore[attr-defined]
 
-    v2_writer = AvroSerializer(serde.client, v2, conf={"auto.register.schemas": False, "subject.name.strategy": _trns()})
+    v2_writer = AvroSerializer(
+        serde.client, v2, conf={"auto.register.schemas": False, "subject.name.strategy": _trns()}
+    )
     v2_bytes = v2_writer({**record_to_dict(record), "cost_usd": 0.25}, ctx)
     assert v2_bytes is not None and v2_bytes[1:5] != v1_bytes[1:5]  # a different schema id
     assert serde.decode(v2_bytes) == record  # v1 code reads v2 bytes, the new field dropped

@@ -1,0 +1,75 @@
+"""The confluent-kafka driver: one consumer, every partition assigned by hand, read_committed.
+
+No consumer group: the resume position comes from ClickHouse (``SinkCore.start``), and one sink
+owns a store, so there is nothing for a group to coordinate. librdkafka's fetch queue is capped
+(``queued.max.messages.kbytes``) and the loop stops polling while the core applies backpressure,
+so memory stays bounded however far behind the sink is.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from runtime.config import Settings
+
+from .core import SinkCore
+
+log = logging.getLogger("agentlog.sink.direct")
+
+POLL_BATCH = 10_000
+
+
+def consumer_config(settings: Settings, group: str) -> dict[str, object]:
+    return {
+        **settings.kafka_common(),
+        "group.id": group,  # required by librdkafka; nothing is committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": False,
+        "queued.max.messages.kbytes": 65536,
+        "fetch.max.bytes": 52428800,
+        "max.partition.fetch.bytes": 8388608,
+    }
+
+
+def partitions_of(consumer: Consumer, topic: str, timeout: float = 30.0) -> list[int]:
+    metadata = consumer.list_topics(topic, timeout=timeout)
+    info = metadata.topics.get(topic)
+    if info is None or info.error is not None:
+        raise KafkaException(info.error if info is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+    return sorted(info.partitions)
+
+
+def run_direct(settings: Settings, core: SinkCore, stop: threading.Event, topic: str | None = None) -> None:
+    """Consume ``topic`` (default: the events topic) into ``core`` until ``stop`` is set."""
+    topic = topic or settings.events_topic
+    consumer = Consumer(consumer_config(settings, f"agentlog-sink-{topic}"))
+    try:
+        next_offsets = core.start()
+        assignment = [
+            TopicPartition(topic, p, next_offsets.get(p, OFFSET_BEGINNING)) for p in partitions_of(consumer, topic)
+        ]
+        consumer.assign(assignment)
+        log.info("sink reading %s from %s", topic, {tp.partition: tp.offset for tp in assignment})
+        add = core.add
+        while not stop.is_set():
+            messages = consumer.consume(num_messages=POLL_BATCH, timeout=0.2)
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaException(error)
+                add(message.partition(), message.offset(), message.key(), message.value())
+            core.maybe_flush()
+        core.close()
+    except BaseException:
+        core.close(flush=False)
+        raise
+    finally:
+        consumer.close()

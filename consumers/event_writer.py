@@ -1,0 +1,274 @@
+"""Writes a batch into ``agentlog.events`` as one atomic, deduplicated insert, fencing included.
+
+Order of a write (each step safe to repeat, so a failed write is simply retried):
+
+1. empty the stage (a Memory table private to this sink);
+2. per writer schema id: resolve the schema (registry, cached), add columns for fields the table
+   lacks (derived migration), and insert the group as one Avro container -- ClickHouse decodes;
+   records it cannot decode are found with fastavro and staged as undecodable instead;
+3. one ``INSERT INTO events SELECT ... FROM stage`` with ``insert_deduplication_token``: a
+   single block, hence a single part, hence all-or-nothing; a retry after an ambiguous failure
+   is dropped by the token;
+4. advance the fencing watermarks from the stage; empty it.
+
+Resume state is read back from the events table itself (highest offset and watermark per
+partition), because the position lives in the same rows as the data.
+
+Fencing is the rule of ``runtime.fencing.FenceFilter`` in SQL: the watermark before a record is
+the maximum, over earlier records of the partition, of (a claim's offset, else the epoch); a
+non-claim whose epoch is below it is fenced. Folding fenced records into that maximum changes
+nothing -- their epoch is already below it -- which is what lets a window function compute it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import fastavro
+
+from analytics.migrations import migrate, table_columns
+from analytics.store import Client
+from analytics.tables import CLAIM_TYPE, DATABASE, EVENTS, WRITER_SCHEMAS, quote_identifier, quote_string
+
+from .avro_wire import avro_string, container, zigzag
+from .batch import Batch, RawRecord, Undecodable
+from .columns import ColumnPlan, plan_columns
+from .registry import WriterSchemas
+
+log = logging.getLogger("agentlog.sink.writer")
+
+# Not in the stage: filled by the final INSERT ... SELECT (topic, fenced) or by default (ingested_at).
+_NOT_STAGED = ("topic", "fenced", "ingested_at")
+_UNDECODABLE_COLUMNS = ["partition", "offset", "size", "schema_id", "type", "run_id", "decode_error", "raw_value"]
+# What a record contributes to its partition's watermark; undecodable records contribute nothing.
+_WATERMARK_TERM = (
+    f"multiIf(type = '{CLAIM_TYPE}', offset, decode_error != '', toInt64(-1), epoch)"
+)
+# One block -> one part -> an atomic insert (batches are far below these sizes).
+_ATOMIC_INSERT = {
+    "max_insert_threads": "1",
+    "min_insert_block_size_rows": "100000000",
+    "min_insert_block_size_bytes": "0",
+    "max_insert_block_size": "100000000",
+}
+
+
+@dataclass(frozen=True)
+class SinkState:
+    """What the store already holds for a topic: next offset and fencing watermark per partition."""
+
+    next_offsets: dict[int, int]
+    watermarks: dict[int, int]
+
+
+@dataclass(frozen=True)
+class WriteStats:
+    rows: int
+    undecodable: int
+
+
+class _GroupRejected(Exception):
+    """The store refused one schema group's container (kept apart to look for corrupt datums)."""
+
+    def __init__(self, plan: ColumnPlan, records: Sequence[RawRecord], cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.plan = plan
+        self.records = records
+        self.cause = cause
+
+
+class EventWriter:
+    """Owns the events table and this sink's stage table for one topic."""
+
+    def __init__(self, client: Client, topic: str, schemas: WriterSchemas) -> None:
+        self.client = client
+        self.topic = topic
+        self.schemas = schemas
+        self.stage = f"{DATABASE}._stage_{_topic_slug(topic)}"
+        self._columns: dict[str, str] = {}
+        self._plans: dict[int, ColumnPlan | None] = {}
+        self._partition_prefix: dict[int, bytes] = {}
+        self.watermarks: dict[int, int] = {}
+
+    # -- start --------------------------------------------------------------------------------
+    def prepare(self) -> SinkState:
+        """Migrate the store, (re)create the stage, and read where this topic stands."""
+        migrate(self.client)
+        self._columns = table_columns(self.client, EVENTS)
+        self.reset_stage()
+        rows = self.client.query(
+            f"SELECT partition, max(offset), max({_WATERMARK_TERM}) FROM {EVENTS} "
+            "WHERE topic = {topic:String} GROUP BY partition",
+            parameters={"topic": self.topic},
+        ).result_rows
+        next_offsets = {int(p): int(o) + 1 for p, o, _ in rows}
+        self.watermarks = {int(p): int(w) for p, _, w in rows}
+        return SinkState(next_offsets, dict(self.watermarks))
+
+    def reset_stage(self) -> None:
+        """Drop and recreate the stage with the events table's columns (the retry path uses this too)."""
+        self.client.command(f"DROP TABLE IF EXISTS {self.stage}")
+        columns = ", ".join(
+            f"{quote_identifier(name)} {ch_type}" for name, ch_type in self._columns.items() if name not in _NOT_STAGED
+        )
+        self.client.command(f"CREATE TABLE {self.stage} ({columns}) ENGINE = Memory")
+
+    # -- write --------------------------------------------------------------------------------
+    def write(self, batch: Batch, token: str) -> WriteStats:
+        """Write ``batch`` atomically; safe to call again with the same batch and token."""
+        excluded: dict[tuple[int, int], Undecodable] = {}
+        while True:
+            self.client.command(f"TRUNCATE TABLE IF EXISTS {self.stage}")
+            try:
+                undecodable = self._stage_batch(batch, excluded)
+                break
+            except _GroupRejected as rejected:
+                bad = self._find_undecodable(rejected.plan, rejected.records)
+                if not bad:
+                    raise rejected.cause from None  # every datum decodes: the store failed, retry the batch
+                log.warning(
+                    "schema id %s: %d record(s) do not decode (%s); storing them as undecodable",
+                    rejected.plan.schema_id,
+                    len(bad),
+                    rejected.cause,
+                )
+                excluded.update({(u.partition, u.offset): u for u in bad})
+        if undecodable:
+            self._stage_undecodable(undecodable)
+        self._commit_stage(token)
+        self._advance_watermarks()
+        self.client.command(f"TRUNCATE TABLE IF EXISTS {self.stage}")
+        return WriteStats(batch.count, len(undecodable))
+
+    def _stage_batch(self, batch: Batch, excluded: Mapping[tuple[int, int], Undecodable]) -> list[Undecodable]:
+        undecodable = list(batch.undecodable) + list(excluded.values())
+        for sid_bytes, group in batch.groups.items():
+            schema_id = int.from_bytes(sid_bytes, "big")
+            records = [r for r in group if (r[0], r[1]) not in excluded] if excluded else group
+            plan = self._plan(schema_id)
+            if plan is None:
+                reason = f"schema id {schema_id} is not an Avro record schema in the registry"
+                undecodable += [Undecodable(p, o, k, v, schema_id, reason) for p, o, k, v in records]
+                continue
+            if not records:
+                continue
+            blob = container(plan.staged_schema, self._body(plan, records), len(records))
+            try:
+                self.client.raw_insert(self.stage, plan.insert_columns, blob, fmt="Avro")
+            except Exception as exc:  # a store error or a datum ClickHouse cannot parse: told apart by the caller
+                raise _GroupRejected(plan, records, exc) from exc
+        return undecodable
+
+    def _plan(self, schema_id: int) -> ColumnPlan | None:
+        if schema_id in self._plans:
+            return self._plans[schema_id]
+        found = self.schemas.get(schema_id)
+        if found is None:
+            self._plans[schema_id] = None
+            return None
+        writer, text = found
+        plan = plan_columns(schema_id, writer, self._columns)
+        self._add_columns(plan.new_columns(self._columns))
+        self.client.insert(
+            WRITER_SCHEMAS,
+            [[schema_id, plan.record, plan.full_name, [f.field for f in plan.fields], [f.column or "" for f in plan.fields], text]],
+            column_names=["schema_id", "record", "full_name", "fields", "columns", "definition"],
+        )
+        self._plans[schema_id] = plan
+        return plan
+
+    def _add_columns(self, columns: Sequence[tuple[str, str]]) -> None:
+        """The derived migration: a column for a field first seen in a writer schema."""
+        for name, ch_type in columns:
+            for table in (EVENTS, self.stage):
+                self.client.command(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {quote_identifier(name)} {ch_type}")
+            self._columns[name] = ch_type
+            log.info("added column %s %s to %s for a new schema field", name, ch_type, EVENTS)
+
+    def _body(self, plan: ColumnPlan, records: Sequence[RawRecord]) -> bytes:
+        """Staged datums: metadata fields (partition, offset, size, schema id, type) + the writer datum."""
+        prefixes = self._partition_prefix
+        tail = zigzag(plan.schema_id) + avro_string(plan.record)
+        parts: list[bytes] = []
+        append = parts.append
+        for partition, offset, _key, value in records:
+            prefix = prefixes.get(partition)
+            if prefix is None:
+                prefix = prefixes[partition] = zigzag(partition)
+            append(prefix)
+            append(zigzag(offset))
+            append(zigzag(len(value)))
+            append(tail)
+            append(value[5:])
+        return b"".join(parts)
+
+    def _find_undecodable(self, plan: ColumnPlan, records: Sequence[RawRecord]) -> list[Undecodable]:
+        found = self.schemas.get(plan.schema_id)
+        assert found is not None
+        parsed = fastavro.parse_schema(found[0])
+        bad: list[Undecodable] = []
+        for partition, offset, key, value in records:
+            reader = io.BytesIO(value)
+            reader.seek(5)
+            try:
+                fastavro.schemaless_reader(reader, parsed, None)
+                if reader.tell() != len(value):
+                    raise ValueError(f"{len(value) - reader.tell()} bytes after the datum")
+            except Exception as exc:  # fastavro raises many types for corrupt input
+                bad.append(Undecodable(partition, offset, key, value, plan.schema_id, f"cannot decode with writer schema {plan.schema_id}: {exc}"))
+        return bad
+
+    def _stage_undecodable(self, records: Sequence[Undecodable]) -> None:
+        rows = [
+            [
+                u.partition,
+                u.offset,
+                len(u.value or b""),
+                u.schema_id,
+                "",
+                (u.key or b"").decode("utf-8", "replace"),
+                u.reason,
+                u.value or b"",
+            ]
+            for u in records
+        ]
+        self.client.insert(self.stage, rows, column_names=_UNDECODABLE_COLUMNS)
+
+    def _commit_stage(self, token: str) -> None:
+        staged = [name for name in self._columns if name not in _NOT_STAGED]
+        initial = _transform("partition", self.watermarks)
+        fenced = (
+            f"toUInt8(if(type = '{CLAIM_TYPE}' OR decode_error != '', 0, "
+            f"epoch < greatest({initial}, max({_WATERMARK_TERM}) OVER w)))"
+        )
+        names = ", ".join(quote_identifier(n) for n in ["topic", "fenced", *staged])
+        select = ", ".join([f"{quote_string(self.topic)}", fenced, *(quote_identifier(n) for n in staged)])
+        self.client.command(
+            f"INSERT INTO {EVENTS} ({names}) SELECT {select} FROM {self.stage} "
+            "WINDOW w AS (PARTITION BY partition ORDER BY offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)",
+            settings={"insert_deduplication_token": token, **_ATOMIC_INSERT},
+        )
+
+    def _advance_watermarks(self) -> None:
+        rows = self.client.query(f"SELECT partition, max({_WATERMARK_TERM}) FROM {self.stage} GROUP BY partition").result_rows
+        for partition, mark in rows:
+            p, m = int(partition), int(mark)
+            self.watermarks[p] = max(self.watermarks.get(p, -1), m)
+
+
+def _transform(column: str, mapping: Mapping[int, int]) -> str:
+    """SQL for ``mapping[column]``, -1 where absent (integers only, so rendering is safe)."""
+    if not mapping:
+        return "toInt64(-1)"
+    keys = ", ".join(str(int(k)) for k in mapping)
+    values = ", ".join(str(int(v)) for v in mapping.values())
+    return f"transform({column}, CAST([{keys}] AS Array(Int32)), CAST([{values}] AS Array(Int64)), toInt64(-1))"
+
+
+
+def _topic_slug(topic: str) -> str:
+    return hashlib.sha1(topic.encode()).hexdigest()[:10]  # noqa: S324 - a table name, not security

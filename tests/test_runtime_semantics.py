@@ -1,0 +1,231 @@
+"""Runtime semantics against real Kafka and registry, with the worker as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from conftest import ROOT, WorkerProcess, deployment_env
+
+from runtime.client import Client, RunError
+from runtime.config import Settings
+
+pytestmark = pytest.mark.integration
+APP = "agent_apps:app"
+
+
+def start_worker(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path, worker_id: str = "w1", **env: str
+) -> WorkerProcess:
+    worker = WorkerProcess(
+        deployment,
+        APP,
+        worker_id,
+        tmp_path / f"{worker_id}-{len(workers)}.log",
+        TEST_COUNTER_DIR=str(tmp_path),
+        **env,
+    )
+    workers.append(worker)
+    return worker
+
+
+def test_nondeterminism_by_arguments_at_step_1_parks_the_run(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    first = start_worker(deployment, workers, tmp_path, DIVERGE_STEP="1")
+    client = Client(deployment)
+    run_id = client.submit("divergent", {"order": "48211"})
+    client.flush()
+    deadline = time.monotonic() + 30
+    while "ToolCallCompleted" not in [e["type"] for e in client.history(run_id)]:
+        assert time.monotonic() < deadline, "step 1 never completed"
+        time.sleep(0.1)
+    os.kill(first.proc.pid, signal.SIGKILL)
+    first.proc.wait()
+    start_worker(deployment, workers, tmp_path, DIVERGE_STEP="2")  # the code changed under an in-flight run
+    with pytest.raises(RunError) as parked:
+        client.result(run_id, timeout=30)
+    assert parked.value.status == "parked"
+    detected = [e for e in client.history(run_id) if e["type"] == "NonDeterminismDetected"]
+    assert len(detected) == 1 and detected[0]["position"] == 1
+    assert '"step":1' in detected[0]["expected"] and '"step":2' in detected[0]["issued"]
+    assert "position 1" in detected[0]["message"] and "lookup" in detected[0]["message"]
+    assert client.status(run_id)["status"] == "parked"
+    client.close()
+
+
+def test_timer_and_signal_survive_a_worker_restart(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    first = start_worker(deployment, workers, tmp_path)
+    client = Client(deployment)
+    run_id = client.submit("sleepy", {"sleep": 3})
+    client.flush()
+    deadline = time.monotonic() + 30
+    while "TimerScheduled" not in [e["type"] for e in client.history(run_id)]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    os.kill(first.proc.pid, signal.SIGKILL)  # dies while the timer runs
+    first.proc.wait()
+    start_worker(deployment, workers, tmp_path)
+    deadline = time.monotonic() + 30
+    while [e["type"] for e in client.history(run_id)].count(
+        "TimerScheduled"
+    ) < 2:  # the signal wait's timeout
+        assert time.monotonic() < deadline, client.history(run_id)
+        time.sleep(0.1)
+    client.signal(run_id, "approval", {"ok": True})
+    assert client.result(run_id, timeout=30) == {"approval": {"ok": True}, "slept_s": True}
+    types = [e["type"] for e in client.history(run_id)]
+    assert types.count("TimerFired") == 1 and types.count("SignalReceived") == 1
+    client.close()
+
+
+def test_signal_wait_times_out_durably(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    start_worker(deployment, workers, tmp_path)
+    client = Client(deployment)
+    run_id = client.submit("sleepy", {"sleep": 0, "timeout": 1})
+    with pytest.raises(RunError) as failed:
+        client.result(run_id, timeout=30)
+    assert failed.value.status == "failed" and "TimeoutError" in failed.value.reason
+    client.close()
+
+
+def test_submitting_an_existing_run_id_starts_nothing_new(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    start_worker(deployment, workers, tmp_path)
+    client = Client(deployment)
+    run_id = client.submit("short", {"order": "first"}, run_id="order-48211")
+    assert client.result(run_id, timeout=30) == "first"
+    client.submit("short", {"order": "second"}, run_id="order-48211")
+    follow = client.submit("short", {"order": "after"})  # same client, later: processed after the duplicate
+    assert client.result(follow, timeout=30) == "after"
+    history = client.history(run_id)
+    assert [e["type"] for e in history].count("RunStarted") == 1
+    assert client.result(run_id) == "first"
+    client.close()
+
+
+def test_bad_submissions_are_rejected_with_the_reason_and_nothing_stalls(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    start_worker(deployment, workers, tmp_path)
+    client = Client(deployment)
+    unknown = client.submit("no-such-workflow", {"x": 1}, run_id="bad-unknown")
+    malformed = client.submit("short", None, run_id="bad-json", raw_input='{"order": ')
+    wrong_shape = client.submit("typed", {"order": "1", "amount": "lots"}, run_id="bad-shape")
+    not_object = client.submit("short", [1, 2], run_id="bad-list")
+    client.flush()
+    # A poisoned record: not Avro at all. It must not stall the partition it lands in.
+    producer = Producer({"bootstrap.servers": deployment.bootstrap_servers, "partitioner": "murmur2_random"})
+    producer.produce(deployment.commands_topic, key=b"poison-run", value=b"\x00not avro at all")
+    producer.flush(10)
+    fine = [client.submit("short", {"order": f"ok{i}"}) for i in range(6)]
+    for run_id in fine:
+        assert client.result(run_id, timeout=30).startswith("ok")
+    expected = {
+        unknown: "unknown workflow 'no-such-workflow'",
+        malformed: "malformed JSON input",
+        wrong_shape: "wrong input shape",
+        not_object: "expected a JSON object, got list",
+        "poison-run": "undecodable command",
+    }
+    for run_id, reason in expected.items():
+        with pytest.raises(RunError) as rejected:
+            client.result(run_id, timeout=30)
+        assert rejected.value.status == "rejected", run_id
+        assert reason in rejected.value.reason, (run_id, rejected.value.reason)
+        assert client.status(run_id)["status"] == "rejected"
+    assert "amount" in client.status(wrong_shape)["reason"]
+    client.close()
+
+
+def test_retries_are_recorded_and_a_workflow_can_catch_a_tool_failure(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    start_worker(deployment, workers, tmp_path)
+    client = Client(deployment)
+    run_id = client.submit("retrying", {"name": "svc"})
+    assert client.result(run_id, timeout=30) == {
+        "lucky": "third time lucky",
+        "caught": "ValueError",
+        "attempts": 2,
+    }
+    failures = [
+        (e["type"], e["position"], e["attempt"], e["final"])
+        for e in client.history(run_id)
+        if e["type"] == "ToolCallFailed"
+    ]
+    assert failures == [
+        ("ToolCallFailed", 1, 1, False),
+        ("ToolCallFailed", 1, 2, False),
+        ("ToolCallFailed", 2, 1, False),
+        ("ToolCallFailed", 2, 2, True),
+    ]
+    completed = [e for e in client.history(run_id) if e["type"] == "ToolCallCompleted"]
+    assert completed[0]["attempt"] == 3
+    client.close()
+
+
+def test_cancel_ends_a_waiting_run(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    start_worker(deployment, workers, tmp_path)
+    client = Client(deployment)
+    run_id = client.submit("waiter", {})
+    client.flush()
+    time.sleep(1)
+    client.cancel(run_id, "customer withdrew")
+    with pytest.raises(RunError) as cancelled:
+        client.result(run_id, timeout=30)
+    assert cancelled.value.status == "cancelled" and cancelled.value.reason == "customer withdrew"
+    client.close()
+
+
+def agentlog(deployment: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runtime.cli", *args],
+        cwd=ROOT,
+        env=deployment_env(deployment),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_cli_submit_wait_status_and_history(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    start_worker(deployment, workers, tmp_path)
+    done = agentlog(
+        deployment,
+        "submit",
+        "short",
+        "--input",
+        '{"order": "cli-1", "steps": 2}',
+        "--run-id",
+        "cli-run",
+        "--wait",
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == "cli-1"
+    status = json.loads(agentlog(deployment, "status", "cli-run", "--json").stdout)
+    assert {"run_id", "workflow", "status", "events", "bytes", "in_doubt"} <= set(status)
+    assert status["status"] == "completed" and status["workflow"] == "short" and status["in_doubt"] == []
+    history = json.loads(agentlog(deployment, "history", "cli-run", "--json").stdout)
+    assert [e["seq"] for e in history] == list(range(1, status["events"] + 1))
+    assert history[0]["type"] == "RunStarted" and history[-1]["type"] == "RunCompleted"
+    assert sum(1 for e in history if e["type"] == "ToolCallScheduled") == 2
+    rejected = agentlog(deployment, "submit", "nope", "--input", "{}", "--wait")
+    assert rejected.returncode == 1 and "unknown workflow 'nope'" in rejected.stderr
