@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from infra import stack
 from infra.errors import ServiceError
+from infra.topics import ensure_topics
 from runtime.config import Settings
 
 
@@ -68,7 +69,7 @@ def add_infra_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         help="start, stop or show the local Kafka, schema registry and PostgreSQL",
         description="The local services, with data, pid files and logs in the state folder.",
     )
-    actions = infra.add_subparsers(dest="infra_command", metavar="{up,down,status}", required=True)
+    actions = infra.add_subparsers(dest="infra_command", metavar="{up,down,status,topics}", required=True)
     actions.add_parser(
         "up", help="start the services that are not running and create the topics (idempotent)"
     ).set_defaults(func=cmd_up)
@@ -76,3 +77,12 @@ def add_infra_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     actions.add_parser("status", help="show each service, its address, pid and log file").set_defaults(
         func=cmd_status
     )
+    actions.add_parser(
+        "topics", help="only create the topics, on the configured cluster (for a cluster agentlog did not start)"
+    ).set_defaults(func=cmd_topics)
+
+
+def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
+    for line in ensure_topics(settings):
+        print(line)
+    return 0

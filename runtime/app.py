@@ -39,6 +39,11 @@ class RetryPolicy:
         return float(min(self.initial_backoff * self.multiplier ** (attempt - 1), self.max_backoff))
 
 
+def _is_async(fn: Callable[..., Any]) -> bool:
+    """Coroutine functions, and objects whose ``__call__`` is one (model clients)."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -94,7 +99,7 @@ class App:
         def register(fn: F) -> F:
             if name in self.models:
                 raise RegistrationError(f"model {name!r} is registered twice")
-            self.models[name] = ModelSpec(name, fn, retry or RetryPolicy(), inspect.iscoroutinefunction(fn))
+            self.models[name] = ModelSpec(name, fn, retry or RetryPolicy(), _is_async(fn))
             return fn
 
         return register
@@ -124,7 +129,7 @@ class App:
                 name,
                 fn,
                 retry or RetryPolicy(),
-                inspect.iscoroutinefunction(fn),
+                _is_async(fn),
                 effect,
                 tuple(key_args) if key_args is not None else None,
             )

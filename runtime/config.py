@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "AGENTLOG_"
@@ -50,6 +50,11 @@ class Settings(BaseSettings):
     registry_port: int = 8081
     postgres_port: int = 15432
     kafka: dict[str, str] = Field(default_factory=dict)
+    # The OpenAI-compatible model endpoint used by runtime.openai_model.OpenAIChatModel.from_settings.
+    model_base_url: str = "https://api.openai.com/v1"
+    model_api_key: SecretStr = SecretStr("")
+    model_name: str = "gpt-4o-mini"
+    model_timeout_s: float = Field(default=60.0, gt=0)
     # History-size thresholds (Temporal's defaults).
     history_warn_events: int = 10_240
     history_warn_bytes: int = 10 * 1024 * 1024

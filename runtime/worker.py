@@ -96,6 +96,7 @@ class Worker:
         self._stopping = False
         self._last_checkpoint_round = time.monotonic()
         self._verifier: Consumer | None = None
+        self._verify_lock = asyncio.Lock()
         # Created now so it is connected by the time partitions arrive (rebuilds read with it).
         self._reader = Consumer(reader_config(settings))
         self.consumer = Consumer(
@@ -285,7 +286,9 @@ class Worker:
     async def _carry_out(
         self, owned: OwnedPartition, machine: RunMachine, command: Command, durable: Future[int] | None
     ) -> None:
-        scheduled_at = None if durable is None else await asyncio.wrap_future(durable)
+        scheduled_at: int | None = None
+        if durable is not None:
+            scheduled_at = await asyncio.wrap_future(durable)
         if owned.lost or not machine.active:
             return
         if command.kind in ("timer", "signal"):
@@ -328,7 +331,17 @@ class Worker:
         self._flush(owned, machine)
 
     async def _still_owner(self, owned: OwnedPartition, upto: int) -> bool:
-        return await asyncio.to_thread(self._verify_ownership, owned, upto)
+        """One check at a time per worker (they share a consumer); a check covers every write
+        acknowledged so far, so the effects waiting behind it usually find their offset covered."""
+        async with self._verify_lock:
+            if owned.lost:
+                return False
+            if upto < owned.verified_upto:
+                return True
+            target = upto
+            if owned.last_write is not None and owned.last_write.done() and owned.last_write.exception() is None:
+                target = max(target, owned.last_write.result())
+            return await asyncio.to_thread(self._verify_ownership, owned, target)
 
     def _verify_ownership(self, owned: OwnedPartition, upto: int) -> bool:
         """No foreign EpochClaimed between our claim and ``upto`` (inclusive)."""

@@ -1,0 +1,13 @@
+# The agentlog worker and sink image (docker-compose.yml builds it for both services).
+FROM python:3.11-slim
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY runtime ./runtime
+COPY consumers ./consumers
+COPY analytics ./analytics
+COPY infra ./infra
+COPY schemas ./schemas
+COPY examples ./examples
+RUN pip install --no-cache-dir -e .
+ENTRYPOINT ["agentlog"]
+CMD ["worker", "--app", "examples.refund_agent:app"]

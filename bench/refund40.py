@@ -1,0 +1,200 @@
+"""Benchmark of the refund-40 agent on the real services. Prints JSON lines.
+
+L  ms per step, one run at a time, warm worker (median of 5 runs)
+T  steps/s, 200 runs submitted at once to one worker
+R  s from the restart of a worker killed (SIGKILL) when step 31's model call started, to the
+   run's completion -- with the counts that prove it (re-executed model calls, effects, in doubt)
+B  log bytes per step (Avro key+value of the run's records, and on-disk segment bytes)
+and, in the same run, the Kafka floors: transactional and idempotent produce on this machine.
+
+Run: `make bench` (services up) or `python bench/refund40.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _deploy import fresh_deployment, start_worker  # noqa: E402
+from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+from kafka_floor import (  # noqa: E402
+    floor_topic_for,
+    idempotent_latency,
+    transactional_latency,
+    transactional_throughput,
+)
+
+from infra.kafka import data_dir  # noqa: E402
+from runtime.client import Client  # noqa: E402
+from runtime.config import Settings  # noqa: E402
+from runtime.events import RunCompleted, RunStarted  # noqa: E402
+from runtime.kafka_io import read_partition, reader_config  # noqa: E402
+from runtime.serde import Serde  # noqa: E402
+
+STEPS = 40
+
+
+def emit(**fields: Any) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def high_watermarks(settings: Settings) -> int:
+    consumer = Consumer(reader_config(settings))
+    try:
+        return sum(
+            consumer.get_watermark_offsets(TopicPartition(settings.events_topic, p), timeout=10)[1]
+            for p in range(settings.partitions)
+        )
+    finally:
+        consumer.close()
+
+
+def wait_quiet(settings: Settings, minimum: int, timeout: float = 300) -> None:
+    """Wait until the events topic stops growing (polling offsets costs the worker no CPU)."""
+    deadline = time.monotonic() + timeout
+    last, still = -1, 0
+    while time.monotonic() < deadline:
+        now = high_watermarks(settings)
+        still = still + 1 if now == last and now >= minimum else 0
+        if still >= 3:
+            return
+        last = now
+        time.sleep(0.3)
+    raise SystemExit("timed out waiting for the worker")
+
+
+def run_events(settings: Settings, serde: Serde, run_ids: set[str]) -> dict[str, list[tuple[int, Any]]]:
+    """Every event of the given runs, by run, with its key+value size."""
+    keys = {r.encode() for r in run_ids}
+    found: dict[str, list[tuple[int, Any]]] = {r: [] for r in run_ids}
+    for partition in range(settings.partitions):
+        for record in read_partition(settings, settings.events_topic, partition, keep=lambda k: k in keys):
+            event = serde.decode(record.value or b"")
+            found[event.run_id].append((len(record.value or b"") + len(record.key or b""), event))
+    return found
+
+
+def duration_ms(events: list[tuple[int, Any]]) -> float:
+    started = next(e for _, e in events if isinstance(e, RunStarted))
+    done = next(e for _, e in events if isinstance(e, RunCompleted))
+    return float(done.occurred_at - started.occurred_at)
+
+
+def segment_bytes(settings: Settings) -> int:
+    root = data_dir(settings)
+    return sum(f.stat().st_size for d in root.glob(f"{settings.events_topic}-*") for f in d.glob("*.log"))
+
+
+def bench_latency_and_bytes(settings: Settings, serde: Serde, client: Client) -> None:
+    warm = client.submit("refund", {"order": "warm-up"})
+    client.flush()
+    wait_quiet(settings, 1)
+    runs = []
+    for i in range(5):
+        runs.append(client.submit("refund", {"order": f"48211-{i}"}))
+        client.flush()
+        wait_quiet(settings, 1)
+    events = run_events(settings, serde, {warm, *runs})
+    per_step = [duration_ms(events[r]) / STEPS for r in runs]
+    emit(metric="L", unit="ms/step", median=round(statistics.median(per_step), 3), runs=[round(x, 3) for x in per_step],
+         target="<= 3.5")
+    logical = statistics.median(sum(size for size, _ in events[r]) / STEPS for r in runs)
+    emit(metric="B", unit="bytes/step", avro_key_plus_value=round(logical, 1),
+         records_per_step=round(len(events[runs[0]]) / STEPS, 2),
+         on_disk_segment_bytes_per_step=round(segment_bytes(settings) / (STEPS * (len(runs) + 1)), 1),
+         target="<= 400")
+
+
+def bench_throughput(settings: Settings, serde: Serde, client: Client, n: int = 200) -> None:
+    before = high_watermarks(settings)
+    started = time.time()
+    runs = [client.submit("refund", {"order": f"bulk-{i}"}) for i in range(n)]
+    client.flush()
+    submitted = time.time() - started
+    wait_quiet(settings, before + n * 160, timeout=600)
+    events = run_events(settings, serde, set(runs))
+    done = [next(e for _, e in ev if isinstance(e, RunCompleted)) for ev in events.values()]
+    assert len(done) == n, f"{len(done)} of {n} runs completed"
+    elapsed = max(e.occurred_at for e in done) / 1000 - started
+    emit(metric="T", unit="steps/s", value=round(n * STEPS / elapsed), runs=n, seconds=round(elapsed, 2),
+         submit_seconds=round(submitted, 3), target=">= 2500")
+
+
+def bench_recovery(settings: Settings, serde: Serde, client: Client, workdir: Path) -> None:
+    world = workdir / "world.db"
+    env = {"REFUND_WORLD_DB": str(world), "REFUND_HANG_AT_STEP": "31"}
+    victim = start_worker(settings, "r1", workdir / "r1.log", **env)
+    time.sleep(3)
+    run_id = client.submit("refund", {"order": "48211"})
+    client.flush()
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with sqlite3.connect(world) as db:
+                if db.execute("SELECT COUNT(*) FROM model_calls WHERE step=31").fetchone()[0]:
+                    break
+        except sqlite3.OperationalError:
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit("step 31 never started")
+        time.sleep(0.02)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    restarted = time.time()
+    successor = start_worker(settings, "r1", workdir / "r1b.log", **env)
+    result = client.result(run_id, timeout=120)
+    events = run_events(settings, serde, {run_id})[run_id]
+    completed_at = next(e for _, e in events if isinstance(e, RunCompleted)).occurred_at / 1000
+    log = (workdir / "r1b.log").read_text()
+    taken = [json.loads(line.split(" INFO ", 1)[1]) for line in log.splitlines() if '"partition_taken"' in line]
+    with sqlite3.connect(world) as db:
+        calls = dict(db.execute("SELECT step, COUNT(*) FROM model_calls GROUP BY step").fetchall())
+        effects = db.execute("SELECT COUNT(*) FROM effects").fetchone()[0]
+        attempts = db.execute("SELECT COUNT(*) FROM effect_attempts").fetchone()[0]
+    status = client.status(run_id)
+    emit(
+        metric="R", unit="s", value=round(completed_at - restarted, 3), target="<= 1",
+        rebuild_ms=max(t["ms"] for t in taken), partitions_taken=len(taken),
+        reexecuted_model_calls_steps_1_30=sum(calls[s] - 1 for s in range(1, 31)),
+        model_calls_step_31=calls[31], effects=effects, effect_attempts=attempts,
+        in_doubt=status["in_doubt"], first_attempt_nonces_kept=len(result["nonces"]) == STEPS,
+    )
+    successor.send_signal(signal.SIGTERM)
+    successor.wait(timeout=30)
+
+
+def main() -> None:
+    settings = fresh_deployment(partitions=12)
+    serde = Serde(settings)
+    floor_topic = floor_topic_for(settings)
+    emit(**transactional_latency(settings, floor_topic))
+    emit(**transactional_throughput(settings, floor_topic))
+    emit(**idempotent_latency(settings, floor_topic))
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        worker = start_worker(settings, "bench", workdir / "worker.log")
+        time.sleep(3)
+        client = Client(settings)
+        try:
+            bench_latency_and_bytes(settings, serde, client)
+            bench_throughput(settings, serde, client)
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=30)
+        bench_recovery(fresh_deployment(partitions=12), serde, client, workdir)
+        client.close()
+
+
+if __name__ == "__main__":
+    main()
