@@ -131,7 +131,9 @@ def bench_throughput(settings: Settings, serde: Serde, client: Client, n: int = 
          submit_seconds=round(submitted, 3), target=">= 2500")
 
 
-def bench_recovery(settings: Settings, serde: Serde, client: Client, workdir: Path) -> None:
+def bench_recovery(settings: Settings, workdir: Path) -> None:
+    serde = Serde(settings)
+    client = Client(settings)
     world = workdir / "world.db"
     env = {"REFUND_WORLD_DB": str(world), "REFUND_HANG_AT_STEP": "31"}
     victim = start_worker(settings, "r1", workdir / "r1.log", **env)
@@ -172,28 +174,34 @@ def bench_recovery(settings: Settings, serde: Serde, client: Client, workdir: Pa
     )
     successor.send_signal(signal.SIGTERM)
     successor.wait(timeout=30)
+    client.close()
 
 
 def main() -> None:
+    only = set(sys.argv[1:])  # e.g. `refund40.py T` runs only the throughput part
     settings = fresh_deployment(partitions=12)
     serde = Serde(settings)
-    floor_topic = floor_topic_for(settings)
-    emit(**transactional_latency(settings, floor_topic))
-    emit(**transactional_throughput(settings, floor_topic))
-    emit(**idempotent_latency(settings, floor_topic))
+    if not only or "floor" in only:
+        floor_topic = floor_topic_for(settings)
+        emit(**transactional_latency(settings, floor_topic))
+        emit(**transactional_throughput(settings, floor_topic))
+        emit(**idempotent_latency(settings, floor_topic))
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         worker = start_worker(settings, "bench", workdir / "worker.log")
         time.sleep(3)
         client = Client(settings)
         try:
-            bench_latency_and_bytes(settings, serde, client)
-            bench_throughput(settings, serde, client)
+            if not only or {"L", "B"} & only:
+                bench_latency_and_bytes(settings, serde, client)
+            if not only or "T" in only:
+                bench_throughput(settings, serde, client)
         finally:
             worker.send_signal(signal.SIGTERM)
             worker.wait(timeout=30)
-        bench_recovery(fresh_deployment(partitions=12), serde, client, workdir)
         client.close()
+        if not only or "R" in only:
+            bench_recovery(fresh_deployment(partitions=12), workdir)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ class RetryPolicy:
 
 def _is_async(fn: Callable[..., Any]) -> bool:
     """Coroutine functions, and objects whose ``__call__`` is one (model clients)."""
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 from .app import App, RetryPolicy
+from .call_pool import CallPool
 from .canonical import canonical_json
 from .events import Event, ModelCallCompleted, ModelCallFailed, ToolCallCompleted, ToolCallFailed
 from .machine import Command
@@ -28,12 +28,14 @@ def _target(
     return tool.fn, tool.is_async, tool.retry, kwargs, []
 
 
-async def attempt_once(app: App, command: Command) -> Any:
+async def attempt_once(app: App, command: Command, pool: CallPool) -> Any:
     """One try of the call; raises what the call raised (or TimeoutError)."""
     fn, is_async, policy, kwargs, positional = _target(app, command)
-    # Sync clients run in the thread pool, so a slow call never blocks other runs.
-    coro = fn(*positional, **kwargs) if is_async else asyncio.to_thread(fn, *positional, **kwargs)
-    return await asyncio.wait_for(coro, timeout=policy.timeout)
+    async with asyncio.timeout(policy.timeout):
+        if is_async:
+            return await fn(*positional, **kwargs)
+        # Sync clients run in the pool's threads, so a slow call never blocks other runs.
+        return await pool.run(fn, *positional, **kwargs)
 
 
 def retry_policy(app: App, command: Command) -> RetryPolicy:
@@ -81,9 +83,3 @@ def is_retryable(policy: RetryPolicy, error: BaseException, attempt: int) -> boo
     if attempt >= policy.attempts:
         return False
     return not isinstance(error, policy.non_retryable)
-
-
-def json_safe(value: Any) -> Any:
-    """Raise TypeError early, naming the problem, if a call returned something not JSON."""
-    json.dumps(value)
-    return value

@@ -87,7 +87,9 @@ class Client:
         self, workflow: str, input: Any, run_id: str | None = None, *, raw_input: str | None = None
     ) -> str:
         """Produce one RunSubmitted record; returns the run id at once (no round trip)."""
-        run_id = run_id or uuid.uuid4().hex[:24]  # 96 random bits; the id is in every record, so keep it short
+        run_id = (
+            run_id or uuid.uuid4().hex[:24]
+        )  # 96 random bits; the id is in every record, so keep it short
         partition = self.partition(run_id)
         if partition not in self._floor:
             self._floor[partition] = self._end_offset(partition)

@@ -68,12 +68,20 @@ class EventWriter:
     """Appends encoded records; each append returns a thread-safe future of its offset."""
 
     def __init__(self, settings: Settings, **extra: Any) -> None:
-        self.producer = Producer(producer_config(settings, **extra))
+        # Records nobody waits for report here; only a failure matters. Because the producer is
+        # idempotent and ordered, a later record's ack vouches for them -- unless one failed, which
+        # is why a failure is kept and the owner must stop (see Worker.serve).
+        self.failure: str | None = None
+        self.producer = Producer({**producer_config(settings, **extra), "on_delivery": self._any_delivery})
         self.bytes_written = 0
         self.records_written = 0
         self._running = True
         self._poller = threading.Thread(target=self._poll, name="agentlog-delivery", daemon=True)
         self._poller.start()
+
+    def _any_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None and self.failure is None:
+            self.failure = f"write to {message.topic()}[{message.partition()}] failed: {error}"
 
     def _poll(self) -> None:
         while self._running:
@@ -82,6 +90,7 @@ class EventWriter:
     def append(
         self, topic: str, partition: int | None, key: bytes | None, value: bytes | None
     ) -> Future[int]:
+        """Append a record; the future resolves to its offset once acknowledged."""
         future: Future[int] = Future()
 
         def delivered(error: KafkaError | None, message: Message) -> None:
@@ -90,7 +99,26 @@ class EventWriter:
             else:
                 future.set_result(offset_of(message))
 
-        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": delivered}
+        self._produce(topic, partition, key, value, delivered)
+        return future
+
+    def append_unwatched(
+        self, topic: str, partition: int | None, key: bytes | None, value: bytes | None
+    ) -> None:
+        """Append a record nobody waits for (a later record's ack covers it; failures go to ``failure``)."""
+        self._produce(topic, partition, key, value, None)
+
+    def _produce(
+        self,
+        topic: str,
+        partition: int | None,
+        key: bytes | None,
+        value: bytes | None,
+        delivered: Callable[[KafkaError | None, Message], None] | None,
+    ) -> None:
+        kwargs: dict[str, Any] = {"key": key, "value": value}
+        if delivered is not None:
+            kwargs["on_delivery"] = delivered
         if partition is not None:
             kwargs["partition"] = partition
         while True:
@@ -101,7 +129,6 @@ class EventWriter:
                 self.producer.poll(0.01)
         self.bytes_written += len(value or b"") + len(key or b"")
         self.records_written += 1
-        return future
 
     def flush(self, timeout: float = 30.0) -> None:
         if self.producer.flush(timeout) > 0:

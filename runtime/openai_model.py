@@ -44,7 +44,9 @@ class OpenAIChatModel:
     async def __call__(self, messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
         body = {"model": params.pop("model", self.model), "messages": messages, **params}
         async with httpx.AsyncClient(timeout=self._timeout) as client:
-            response = await client.post(f"{self.base_url}/chat/completions", json=body, headers=self._headers)
+            response = await client.post(
+                f"{self.base_url}/chat/completions", json=body, headers=self._headers
+            )
         if response.status_code == 429 or response.status_code >= 500:
             raise ModelHTTPError(f"{response.status_code} from {self.base_url}: {response.text[:300]}")
         if response.status_code >= 400:

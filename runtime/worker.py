@@ -27,11 +27,12 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from .app import App
-from .calls import attempt_once, completed, failed, is_retryable, json_safe, retry_policy
+from .call_pool import CallPool
+from .calls import attempt_once, completed, failed, is_retryable, retry_policy
 from .config import Settings
+from .errors import AgentlogError
 from .events import (
     CancelRequested,
-    EpochClaimed,
     Event,
     PartitionCheckpoint,
     RunParked,
@@ -43,12 +44,17 @@ from .events import (
     TimerFired,
 )
 from .input_shape import shape_error
-from .kafka_io import EventWriter, offset_of, read_partition, reader_config
+from .kafka_io import EventWriter, offset_of, reader_config
 from .machine import Command, RunMachine, Stamp
+from .ownership import OwnershipTail
 from .rebuild import RUN_KEY_PREFIX, checkpoint_key, claim, rebuild
 from .serde import DecodeError, Serde
 
 log = logging.getLogger("agentlog.worker")
+
+
+class WorkerError(AgentlogError):
+    """The worker cannot go on safely; the message says why."""
 
 
 def _now_ms() -> int:
@@ -67,7 +73,6 @@ class OwnedPartition:
     runs: dict[str, RunMachine] = field(default_factory=dict)
     first_offsets: dict[str, int] = field(default_factory=dict)
     last_write: Future[int] | None = None
-    verified_upto: int = 0
     lost: bool = False
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     writes_since_checkpoint: int = 0
@@ -95,8 +100,8 @@ class Worker:
         self.owned: dict[int, OwnedPartition] = {}
         self._stopping = False
         self._last_checkpoint_round = time.monotonic()
-        self._verifier: Consumer | None = None
-        self._verify_lock = asyncio.Lock()
+        self._tail: OwnershipTail | None = None  # these two need the running loop: made in serve()
+        self._pool: CallPool
         # Created now so it is connected by the time partitions arrive (rebuilds read with it).
         self._reader = Consumer(reader_config(settings))
         self.consumer = Consumer(
@@ -123,6 +128,8 @@ class Worker:
 
     async def serve(self, stop: asyncio.Event | None = None) -> None:
         loop = asyncio.get_running_loop()
+        self._tail = OwnershipTail(self.settings, self.serde, loop)
+        self._pool = CallPool(loop)
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
                 loop.add_signal_handler(sig, self.stop)
@@ -146,6 +153,10 @@ class Worker:
                             "command at %s[%s]@%s", message.topic(), message.partition(), message.offset()
                         )
                 self._maybe_checkpoint()
+                if self.writer.failure is not None:
+                    # A record nobody watched was lost: what follows it cannot be trusted. Stop;
+                    # a restarted worker rebuilds from what the log really holds.
+                    raise WorkerError(f"stopping: {self.writer.failure}")
                 await asyncio.sleep(0 if messages else 0.002)
         finally:
             await self._shutdown()
@@ -159,8 +170,9 @@ class Worker:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.writer.close()
-        if self._verifier is not None:
-            self._verifier.close()
+        if self._tail is not None:
+            self._tail.close()
+        self._pool.close()
         self._reader.close()
         self.consumer.close()
         log.info(json.dumps({"event": "worker_stopped", "worker": self.worker_id}))
@@ -191,9 +203,10 @@ class Worker:
             stamp,
             rebuilt.commands_offset,
             rebuilt.known_runs,
-            verified_upto=rebuilt.epoch + 1,
         )
         self.owned[partition] = owned
+        if self._tail is not None:
+            self._tail.watch(partition, rebuilt.epoch)
         in_doubt: list[dict[str, Any]] = []
         for run_id, events in rebuilt.active.items():
             started_event = events[0]
@@ -244,17 +257,25 @@ class Worker:
         if owned is None:
             return
         owned.lost = True
+        if self._tail is not None:
+            self._tail.unwatch(partition)
         for task in owned.tasks:
             task.cancel()
         log.warning(json.dumps({"event": "partition_lost", "partition": partition, "why": why}))
 
     # ------------------------------------------------------------------------------ writing
     def _append(self, owned: OwnedPartition, events: list[Event]) -> Future[int] | None:
+        """Append in order; only the last record (and a RunStarted, for its offset) is watched."""
         future: Future[int] | None = None
         topic = self.settings.events_topic
-        for event in events:
+        last = len(events) - 1
+        for i, event in enumerate(events):
             key = event.run_id.encode() if event.run_id else None
-            future = self.writer.append(topic, owned.partition, key, self.serde.encode(event))
+            value = self.serde.encode(event)
+            if i == last or isinstance(event, RunStarted):
+                future = self.writer.append(topic, owned.partition, key, value)
+            else:
+                self.writer.append_unwatched(topic, owned.partition, key, value)
             if isinstance(event, (RunStarted, RunRejected)):
                 self._index_run(owned, event.run_id, future if isinstance(event, RunStarted) else None)
         if future is not None:
@@ -264,7 +285,7 @@ class Worker:
 
     def _index_run(self, owned: OwnedPartition, run_id: str, started: Future[int] | None) -> None:
         owned.known_runs.add(run_id)
-        self.writer.append(
+        self.writer.append_unwatched(
             self.settings.checkpoints_topic, owned.partition, RUN_KEY_PREFIX + run_id.encode(), b"1"
         )
         if started is not None:
@@ -294,7 +315,9 @@ class Worker:
         if command.kind in ("timer", "signal"):
             await self._wait_timer(owned, machine, command)
             return
-        if command.effect and scheduled_at is not None and not await self._still_owner(owned, scheduled_at):
+        # An effect starts only once no newer claim can precede its Scheduled record (for an
+        # in-doubt re-execution that record predates our claim, so our claim is the mark).
+        if command.effect and not await self._still_owner(owned, scheduled_at or owned.epoch):
             self._lose(owned.partition, f"fenced: a newer epoch claimed partition {owned.partition}")
             return
         policy = retry_policy(self.app, command)
@@ -302,7 +325,9 @@ class Worker:
         while True:
             started = time.perf_counter()
             try:
-                result = json_safe(await attempt_once(self.app, command))
+                outcome = completed(
+                    command, await attempt_once(self.app, command, self._pool), attempt, started
+                )
             except asyncio.CancelledError:
                 raise
             except Exception as error:
@@ -318,7 +343,7 @@ class Worker:
                 continue
             if owned.lost or not machine.active:
                 return
-            machine.record(completed(command, result, attempt, started))
+            machine.record(outcome)
             self._flush(owned, machine)
             return
 
@@ -331,36 +356,9 @@ class Worker:
         self._flush(owned, machine)
 
     async def _still_owner(self, owned: OwnedPartition, upto: int) -> bool:
-        """One check at a time per worker (they share a consumer); a check covers every write
-        acknowledged so far, so the effects waiting behind it usually find their offset covered."""
-        async with self._verify_lock:
-            if owned.lost:
-                return False
-            if upto < owned.verified_upto:
-                return True
-            target = upto
-            if owned.last_write is not None and owned.last_write.done() and owned.last_write.exception() is None:
-                target = max(target, owned.last_write.result())
-            return await asyncio.to_thread(self._verify_ownership, owned, target)
-
-    def _verify_ownership(self, owned: OwnedPartition, upto: int) -> bool:
-        """No foreign EpochClaimed between our claim and ``upto`` (inclusive)."""
-        if self._verifier is None:
-            self._verifier = Consumer(reader_config(self.settings))
-        for record in read_partition(
-            self.settings,
-            self.settings.events_topic,
-            owned.partition,
-            start=owned.verified_upto,
-            end=upto + 1,
-            consumer=self._verifier,
-            keep=lambda key: key is None,  # partition records (claims) have no key
-        ):
-            claimed = record.value is not None and record.offset > owned.epoch
-            if claimed and isinstance(self.serde.decode(record.value or b""), EpochClaimed):
-                return False
-        owned.verified_upto = max(owned.verified_upto, upto + 1)
-        return True
+        if self._tail is None or owned.lost:
+            return False
+        return await self._tail.owned_through(owned.partition, upto)
 
     # ------------------------------------------------------------------------------ commands
     def _handle_command(self, message: Message) -> None:

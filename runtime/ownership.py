@@ -1,0 +1,130 @@
+"""Knowing, cheaply, that we still own a partition: a tail of our own writes.
+
+A worker reads the events partitions it owns, from its claim on, right behind its own writer
+(one consumer, one thread, for every owned partition). Whatever has been read without meeting
+a newer ``EpochClaimed`` is proven ours: a zombie that meets another worker's claim stops
+there, and never starts an effect whose ``...Scheduled`` record lies beyond it. Only records
+without a key (partition records: claims, checkpoints) are decoded; the rest is counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, TopicPartition
+
+from .config import Settings
+from .events import EpochClaimed
+from .kafka_io import offset_of, reader_config
+from .serde import Serde
+
+log = logging.getLogger("agentlog.ownership")
+
+
+@dataclass
+class _Watch:
+    epoch: int
+    verified_upto: int  # every record below this offset was read: no foreign claim among them
+    fenced: bool = False
+    waiters: list[tuple[int, asyncio.Future[bool]]] = field(default_factory=list)
+
+
+class OwnershipTail:
+    """Tracks, per owned partition, up to which offset our ownership is proven."""
+
+    def __init__(self, settings: Settings, serde: Serde, loop: asyncio.AbstractEventLoop) -> None:
+        self.settings = settings
+        self.serde = serde
+        self.loop = loop
+        self._watches: dict[int, _Watch] = {}
+        self._changes: queue.SimpleQueue[tuple[str, int, int]] = queue.SimpleQueue()
+        self._running = True
+        self._consumer = Consumer(
+            reader_config(settings, **{"enable.partition.eof": False, "fetch.wait.max.ms": 1})
+        )
+        self._thread = threading.Thread(target=self._run, name="agentlog-ownership", daemon=True)
+        self._thread.start()
+
+    def watch(self, partition: int, epoch: int) -> None:
+        self._watches[partition] = _Watch(epoch, epoch + 1)
+        self._changes.put(("assign", partition, epoch + 1))
+
+    def unwatch(self, partition: int) -> None:
+        watch = self._watches.pop(partition, None)
+        if watch is not None:
+            for _, waiter in watch.waiters:
+                if not waiter.done():
+                    waiter.set_result(False)
+        self._changes.put(("unassign", partition, 0))
+
+    async def owned_through(self, partition: int, offset: int) -> bool:
+        """True once ``offset`` has been read with no foreign claim before it; False if fenced."""
+        watch = self._watches.get(partition)
+        if watch is None or watch.fenced:
+            return False
+        if offset < watch.verified_upto:
+            return True
+        waiter: asyncio.Future[bool] = self.loop.create_future()
+        watch.waiters.append((offset, waiter))
+        return await waiter
+
+    def close(self) -> None:
+        self._running = False
+        self._thread.join(timeout=5)
+        self._consumer.close()
+
+    # -- the tail thread ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        topic = self.settings.events_topic
+        while self._running:
+            while not self._changes.empty():
+                action, partition, offset = self._changes.get()
+                tp = TopicPartition(topic, partition, offset)
+                if action == "assign":
+                    self._consumer.incremental_assign([tp])
+                else:
+                    self._consumer.incremental_unassign([TopicPartition(topic, partition)])
+            if not self._watches:
+                threading.Event().wait(0.01)
+                continue
+            progress: dict[int, int] = {}
+            fenced: set[int] = set()
+            for message in self._consumer.consume(num_messages=1000, timeout=0.05):
+                if message.error() is not None:
+                    continue
+                partition, offset = message.partition() or 0, offset_of(message)
+                watch = self._watches.get(partition)
+                if watch is None:
+                    continue
+                partition_record = message.key() is None and offset > watch.epoch and bool(message.value())
+                if partition_record and isinstance(self.serde.decode(message.value() or b""), EpochClaimed):
+                    fenced.add(partition)
+                    continue
+                if partition not in fenced:
+                    progress[partition] = offset + 1
+            if progress or fenced:
+                self.loop.call_soon_threadsafe(self._advance, progress, fenced)
+
+    def _advance(self, progress: dict[int, int], fenced: set[int]) -> None:
+        for partition, watch in self._watches.items():
+            if partition in fenced:
+                watch.fenced = True
+                log.warning(
+                    "partition %s: a newer epoch claimed it; our writes from here on are fenced", partition
+                )
+            elif partition in progress:
+                watch.verified_upto = max(watch.verified_upto, progress[partition])
+            else:
+                continue
+            still: list[tuple[int, asyncio.Future[bool]]] = []
+            for offset, waiter in watch.waiters:
+                if watch.fenced or offset < watch.verified_upto:
+                    if not waiter.done():
+                        waiter.set_result(not watch.fenced)
+                else:
+                    still.append((offset, waiter))
+            watch.waiters = still
