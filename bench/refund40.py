@@ -12,6 +12,7 @@ Run: `make bench` (services up) or `python bench/refund40.py`.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import signal
@@ -131,6 +132,13 @@ def bench_throughput(settings: Settings, serde: Serde, client: Client, n: int = 
          submit_seconds=round(submitted, 3), target=">= 2500")
 
 
+def _log_time(text: str, marker: str) -> float:
+    """Wall time of the first log line containing ``marker`` (format: '%Y-%m-%d %H:%M:%S,mmm ...')."""
+    line = next(line for line in text.splitlines() if marker in line)
+    stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+    return stamp.timestamp()
+
+
 def bench_recovery(settings: Settings, workdir: Path) -> None:
     serde = Serde(settings)
     client = Client(settings)
@@ -165,8 +173,15 @@ def bench_recovery(settings: Settings, workdir: Path) -> None:
         effects = db.execute("SELECT COUNT(*) FROM effects").fetchone()[0]
         attempts = db.execute("SELECT COUNT(*) FROM effect_attempts").fetchone()[0]
     status = client.status(run_id)
+    started_at = _log_time(log, '"worker_started"')
+    run_taken_at = max(_log_time(line, "partition_taken") for line in log.splitlines() if run_id in line)
     emit(
         metric="R", unit="s", value=round(completed_at - restarted, 3), target="<= 1",
+        breakdown_s={
+            "process_start_and_imports": round(started_at - restarted, 3),
+            "join_claim_rebuild": round(run_taken_at - started_at, 3),
+            "finish_steps_31_to_40": round(completed_at - run_taken_at, 3),
+        },
         rebuild_ms=max(t["ms"] for t in taken), partitions_taken=len(taken),
         reexecuted_model_calls_steps_1_30=sum(calls[s] - 1 for s in range(1, 31)),
         model_calls_step_31=calls[31], effects=effects, effect_attempts=attempts,

@@ -197,7 +197,12 @@ def _java(libs: Path, log4j: Path, settings: Settings, *, heap: str) -> list[str
     return [
         java,
         heap,
+        # kafka-run-class.sh's own GC settings: short pauses matter more than throughput here,
+        # since every agent step waits for an ack.
         "-XX:+UseG1GC",
+        "-XX:MaxGCPauseMillis=20",
+        "-XX:InitiatingHeapOccupancyPercent=35",
+        "-XX:+ExplicitGCInvokesConcurrent",
         "-XX:+ExitOnOutOfMemoryError",
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={log4j}",

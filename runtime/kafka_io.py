@@ -7,6 +7,7 @@ waits for an ack only before starting a call, never after recording a result.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -102,6 +103,28 @@ class EventWriter:
         self._produce(topic, partition, key, value, delivered)
         return future
 
+    def append_async(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        topic: str,
+        partition: int | None,
+        key: bytes | None,
+        value: bytes | None,
+    ) -> asyncio.Future[int]:
+        """Like ``append``, with the loop's own future: one ``call_soon_threadsafe`` per ack,
+        no concurrent Future (a Condition and a lock each) to chain."""
+        future: asyncio.Future[int] = loop.create_future()
+
+        def delivered(error: KafkaError | None, message: Message) -> None:
+            if error is not None:
+                outcome: int | BaseException = WriteError(f"write to {topic}[{partition}] failed: {error}")
+            else:
+                outcome = offset_of(message)
+            loop.call_soon_threadsafe(_settle, future, outcome)
+
+        self._produce(topic, partition, key, value, delivered)
+        return future
+
     def append_unwatched(
         self, topic: str, partition: int | None, key: bytes | None, value: bytes | None
     ) -> None:
@@ -140,6 +163,15 @@ class EventWriter:
         finally:
             self._running = False
             self._poller.join(timeout=2)
+
+
+def _settle(future: asyncio.Future[int], outcome: int | BaseException) -> None:
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
 
 
 class ReadError(RetryableError):

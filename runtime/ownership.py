@@ -93,7 +93,13 @@ class OwnershipTail:
                 continue
             progress: dict[int, int] = {}
             fenced: set[int] = set()
-            for message in self._consumer.consume(num_messages=1000, timeout=0.05):
+            # poll() returns at the first record; consume() then drains what is already here.
+            # (consume(n, timeout) alone waits for n records or the whole timeout: an effect
+            # would wait that long for its ownership check.)
+            first = self._consumer.poll(0.05)
+            if first is None:
+                continue
+            for message in [first, *self._consumer.consume(num_messages=1000, timeout=0)]:
                 if message.error() is not None:
                     continue
                 partition, offset = message.partition() or 0, offset_of(message)

@@ -20,7 +20,6 @@ import os
 import signal
 import socket
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,7 +71,7 @@ class OwnedPartition:
     known_runs: set[str]
     runs: dict[str, RunMachine] = field(default_factory=dict)
     first_offsets: dict[str, int] = field(default_factory=dict)
-    last_write: Future[int] | None = None
+    last_write: asyncio.Future[int] | None = None
     lost: bool = False
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     writes_since_checkpoint: int = 0
@@ -264,16 +263,17 @@ class Worker:
         log.warning(json.dumps({"event": "partition_lost", "partition": partition, "why": why}))
 
     # ------------------------------------------------------------------------------ writing
-    def _append(self, owned: OwnedPartition, events: list[Event]) -> Future[int] | None:
+    def _append(self, owned: OwnedPartition, events: list[Event]) -> asyncio.Future[int] | None:
         """Append in order; only the last record (and a RunStarted, for its offset) is watched."""
-        future: Future[int] | None = None
+        future: asyncio.Future[int] | None = None
         topic = self.settings.events_topic
+        loop = asyncio.get_running_loop()
         last = len(events) - 1
         for i, event in enumerate(events):
             key = event.run_id.encode() if event.run_id else None
             value = self.serde.encode(event)
             if i == last or isinstance(event, RunStarted):
-                future = self.writer.append(topic, owned.partition, key, value)
+                future = self.writer.append_async(loop, topic, owned.partition, key, value)
             else:
                 self.writer.append_unwatched(topic, owned.partition, key, value)
             if isinstance(event, (RunStarted, RunRejected)):
@@ -283,7 +283,7 @@ class Worker:
             owned.writes_since_checkpoint += len(events)
         return future
 
-    def _index_run(self, owned: OwnedPartition, run_id: str, started: Future[int] | None) -> None:
+    def _index_run(self, owned: OwnedPartition, run_id: str, started: asyncio.Future[int] | None) -> None:
         owned.known_runs.add(run_id)
         self.writer.append_unwatched(
             self.settings.checkpoints_topic, owned.partition, RUN_KEY_PREFIX + run_id.encode(), b"1"
@@ -305,11 +305,15 @@ class Worker:
 
     # ------------------------------------------------------------------------------ calls
     async def _carry_out(
-        self, owned: OwnedPartition, machine: RunMachine, command: Command, durable: Future[int] | None
+        self,
+        owned: OwnedPartition,
+        machine: RunMachine,
+        command: Command,
+        durable: asyncio.Future[int] | None,
     ) -> None:
         scheduled_at: int | None = None
         if durable is not None:
-            scheduled_at = await asyncio.wrap_future(durable)
+            scheduled_at = await durable
         if owned.lost or not machine.active:
             return
         if command.kind in ("timer", "signal"):
@@ -499,7 +503,7 @@ class Worker:
             runs = list(owned.runs)
             next_command = owned.next_command
             owned.writes_since_checkpoint = 0
-            last = await asyncio.wrap_future(owned.last_write)
+            last = await owned.last_write
             if not await self._still_owner(owned, last):
                 self._lose(owned.partition, "fenced while checkpointing")
                 return
@@ -528,6 +532,6 @@ class Worker:
             owned.checkpoint_running = False
 
 
-def _remember_first(owned: OwnedPartition, run_id: str, future: Future[int]) -> None:
-    if future.exception() is None and run_id in owned.runs:
+def _remember_first(owned: OwnedPartition, run_id: str, future: asyncio.Future[int]) -> None:
+    if not future.cancelled() and future.exception() is None and run_id in owned.runs:
         owned.first_offsets.setdefault(run_id, future.result())
