@@ -1,0 +1,101 @@
+"""`make demo`: the refund agent end to end on the real services, with a crash at step 31.
+
+1. a worker starts; a 40-step refund run is submitted;
+2. when step 31's model call starts, the worker is killed with SIGKILL;
+3. a new worker with the same identity (static membership) takes the partition back,
+   replays the recorded steps 1-30 without calling anything, re-executes step 31 (in doubt)
+   and finishes;
+4. the outside world (a SQLite file) shows each effect applied once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from runtime import Client, load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def say(text: str) -> None:
+    print(f"[demo] {text}", flush=True)
+
+
+def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "runtime.cli", "worker", "--app", "examples.refund_agent:app", "--worker-id", "demo-worker"],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def wait_for(predicate: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise SystemExit(f"[demo] timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def model_calls(db: Path, step: int) -> int:
+    try:
+        with sqlite3.connect(db) as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM model_calls WHERE step = ?", (step,)).fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+
+
+def main() -> int:
+    settings = load_settings()
+    workdir = settings.state_dir / "demo" / time.strftime("%Y%m%d-%H%M%S")
+    workdir.mkdir(parents=True, exist_ok=True)
+    world = workdir / "world.db"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "REFUND_WORLD_DB": str(world), "REFUND_HANG_AT_STEP": "31"}
+    say(f"outside world: {world}; worker logs in {workdir}")
+
+    first = start_worker(env, workdir / "worker-1.log")
+    wait_for(lambda: '"partition_taken"' in (workdir / "worker-1.log").read_text(), 60, "the worker to join")
+    client = Client(settings)
+    run_id = client.submit("refund", {"order": "48211"})
+    client.flush()
+    say(f"submitted run {run_id}: 40 steps; effects at 14 (email), 22 (refund 41.60), 30 (ticket)")
+    wait_for(lambda: model_calls(world, 31) == 1, 120, "step 31")
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    say("step 31's model call started: worker killed with SIGKILL")
+    say(f"status now: {json.dumps({k: v for k, v in client.status(run_id).items() if k != 'result'})}")
+
+    restarted = time.monotonic()
+    second = start_worker(env, workdir / "worker-2.log")
+    try:
+        result = client.result(run_id, timeout=120)
+        say(f"a new worker finished the run {time.monotonic() - restarted:.2f}s after its start")
+        status = client.status(run_id)
+        say(f"status: {status['status']}, {status['events']} events, {status['bytes']} bytes")
+        say(f"in doubt (re-executed after the crash): {status['in_doubt']}")
+        with sqlite3.connect(world) as conn:
+            calls = dict(conn.execute("SELECT step, COUNT(*) FROM model_calls GROUP BY step").fetchall())
+            effects = conn.execute("SELECT kind, COUNT(*) FROM effects GROUP BY kind ORDER BY kind").fetchall()
+            attempts = conn.execute("SELECT COUNT(*) FROM effect_attempts").fetchone()[0]
+        say(f"model calls re-executed for steps 1-30: {sum(calls[s] - 1 for s in range(1, 31))}; step 31: {calls[31]} calls")
+        say(f"effects applied: {dict(effects)} ({attempts} attempts)")
+        say(f"recorded nonces of steps 1-3: {result['nonces'][:3]} ... (served from the log on replay)")
+        say(f"try: agentlog history {run_id}   agentlog status {run_id}")
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=30)
+        client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
