@@ -18,6 +18,7 @@ from .config import ConfigError, Settings, load_settings
 from .context import Context
 from .errors import AgentlogError, RetryableError, TerminalError
 from .machine import CallFailed, NonDeterminismError
+from .replayer import Replayer
 
 __all__ = [
     "AgentlogError",
@@ -27,6 +28,7 @@ __all__ = [
     "ConfigError",
     "Context",
     "NonDeterminismError",
+    "Replayer",
     "RetryPolicy",
     "RetryableError",
     "RunError",

@@ -102,6 +102,23 @@ def _cancel(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _replay_check(args: argparse.Namespace, settings: Settings) -> int:
+    from pathlib import Path
+
+    from .replayer import Replayer, history_from_json, load_history
+
+    replayer = Replayer(app=load_app(args.app), raise_on_replay_failure=False)
+    histories = [load_history(Path(f)) for f in args.file]
+    histories += [history_from_json(Client(settings).history(run)) for run in args.runs]
+    failed = 0
+    for history in histories:
+        result = replayer.replay(history)
+        verdict = "ok" if result.ok else f"NON-DETERMINISTIC: {result.divergence}"
+        print(f"{result.run_id}  {result.workflow}  {result.events_replayed} events  {verdict}")
+        failed += not result.ok
+    return 1 if failed else 0
+
+
 def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     worker = subparsers.add_parser("worker", help="run a worker")
     worker.add_argument("--app", required=True, help="module:attribute of the App")
@@ -131,6 +148,12 @@ def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     signal.add_argument("name")
     signal.add_argument("--payload", default="null", help="JSON payload")
     signal.set_defaults(func=_signal)
+
+    check = subparsers.add_parser("replay-check", help="replay recorded runs against the current code")
+    check.add_argument("--app", required=True, help="module:attribute of the App")
+    check.add_argument("--file", action="append", default=[], help="a history saved with `history --json`")
+    check.add_argument("runs", nargs="*", help="run ids to fetch from Kafka")
+    check.set_defaults(func=_replay_check)
 
     cancel = subparsers.add_parser("cancel", help="cancel a run")
     cancel.add_argument("run")

@@ -1,0 +1,90 @@
+"""Replaying a recorded history against the current workflow code, offline (a public API).
+
+Use it before deploying a change: replay the histories of in-flight (or golden) runs and
+see whether the new code still issues the same commands. Nothing is called and nothing is
+written: results come from the history.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .app import App
+from .errors import AgentlogError
+from .events import RECORD_TYPES, Event, RunStarted
+from .machine import NonDeterminismError, RunMachine, Stamp
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What replaying one history found."""
+
+    run_id: str
+    workflow: str
+    status: str  # running | completed | failed | cancelled | parked | continued
+    events_replayed: int
+    divergence: NonDeterminismError | None
+    result: Any
+
+    @property
+    def ok(self) -> bool:
+        return self.divergence is None
+
+
+class Replayer:
+    """Replays histories with the workflows of ``app``; mirrors the worker's construction."""
+
+    def __init__(self, *, app: App, raise_on_replay_failure: bool = True) -> None:
+        self.app = app
+        self.raise_on_replay_failure = raise_on_replay_failure
+
+    def replay(self, history: Sequence[Event]) -> ReplayResult:
+        if not history or not isinstance(history[0], RunStarted):
+            raise AgentlogError("a history starts with RunStarted")
+        started = history[0]
+        machine = RunMachine(self.app, started, Stamp(lambda: started.occurred_at, "replayer", -1), history)
+        machine.begin()
+        machine.replay(history)
+        machine.replaying = False  # do not go live: report what the code did with the history
+        if machine.divergence is None:
+            for position in sorted(p for p in _recorded_positions(history) if p not in machine.commands):
+                machine.divergence = NonDeterminismError(
+                    started.run_id, position, "a recorded command", "nothing (the code did not reach it)"
+                )
+                break
+        if machine.divergence is not None and self.raise_on_replay_failure:
+            raise machine.divergence
+        return ReplayResult(
+            started.run_id, started.workflow, machine.status, len(history), machine.divergence, machine.result
+        )
+
+    def replay_all(self, histories: Iterable[Sequence[Event]]) -> list[ReplayResult]:
+        return [self.replay(history) for history in histories]
+
+
+def _recorded_positions(history: Sequence[Event]) -> set[int]:
+    from .machine import RECORD_TYPES as COMMAND_RECORDS
+
+    return {e.position for e in history if isinstance(e, COMMAND_RECORDS)}
+
+
+def history_from_json(items: Sequence[dict[str, Any]]) -> list[Event]:
+    """Events from the output of ``agentlog history --json`` (extra keys such as offset are ignored)."""
+    events: list[Event] = []
+    for item in items:
+        cls = RECORD_TYPES.get(item["type"])
+        if cls is None:
+            raise AgentlogError(f"unknown event type {item['type']!r} at seq {item.get('seq')}")
+        fields = {k: v for k, v in item.items() if k in cls.__dataclass_fields__}
+        event = cls(**fields)
+        assert isinstance(event, Event)
+        events.append(event)
+    return events
+
+
+def load_history(path: Path) -> list[Event]:
+    return history_from_json(json.loads(path.read_text()))
