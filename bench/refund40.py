@@ -27,21 +27,21 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _deploy import fresh_deployment, start_worker  # noqa: E402
-from confluent_kafka import Consumer, TopicPartition  # noqa: E402
-from kafka_floor import (  # noqa: E402
+from _deploy import fresh_deployment, start_worker
+from confluent_kafka import Consumer, TopicPartition
+from kafka_floor import (
     floor_topic_for,
     idempotent_latency,
     transactional_latency,
     transactional_throughput,
 )
 
-from infra.kafka import data_dir  # noqa: E402
-from runtime.client import Client  # noqa: E402
-from runtime.config import Settings  # noqa: E402
-from runtime.events import RunCompleted, RunStarted  # noqa: E402
-from runtime.kafka_io import read_partition, reader_config  # noqa: E402
-from runtime.serde import Serde  # noqa: E402
+from infra.kafka import data_dir
+from runtime.client import Client
+from runtime.config import Settings
+from runtime.events import RunCompleted, RunStarted
+from runtime.kafka_io import read_partition, reader_config
+from runtime.serde import Serde
 
 STEPS = 40
 

@@ -140,7 +140,7 @@ def test_zombie_writes_after_losing_its_partition_stay_invisible(
     client = Client(deployment)
     run_id = client.submit("pausing", {"account": "acct-7"})
     client.flush()
-    wait_until(lambda: (tmp_path / "stall").exists(), 30, "the zombie's model call to start")
+    wait_until((tmp_path / "stall").exists, 30, "the zombie's model call to start")
     os.kill(zombie.proc.pid, signal.SIGSTOP)  # frozen mid-call, holding the partition
     try:
         successor = WorkerProcess(
