@@ -129,6 +129,7 @@ def bench_throughput(settings: Settings, serde: Serde, client: Client, n: int = 
     assert len(done) == n, f"{len(done)} of {n} runs completed"
     elapsed = max(e.occurred_at for e in done) / 1000 - started
     emit(metric="T", unit="steps/s", value=round(n * STEPS / elapsed), runs=n, seconds=round(elapsed, 2),
+         worker_processes=int(os.environ.get("BENCH_WORKER_PROCESSES", "1")),
          submit_seconds=round(submitted, 3), target=">= 2500")
 
 
@@ -203,8 +204,9 @@ def main() -> None:
         emit(**idempotent_latency(settings, floor_topic))
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        worker = start_worker(settings, "bench", workdir / "worker.log")
-        time.sleep(3)
+        processes = int(os.environ.get("BENCH_WORKER_PROCESSES", "1"))
+        workers = [start_worker(settings, f"bench-{i}", workdir / f"worker-{i}.log") for i in range(processes)]
+        time.sleep(3 + 2 * processes)
         client = Client(settings)
         try:
             if not only or {"L", "B"} & only:
@@ -212,8 +214,10 @@ def main() -> None:
             if not only or "T" in only:
                 bench_throughput(settings, serde, client)
         finally:
-            worker.send_signal(signal.SIGTERM)
-            worker.wait(timeout=30)
+            for worker in workers:
+                worker.send_signal(signal.SIGTERM)
+            for worker in workers:
+                worker.wait(timeout=30)
         client.close()
         if not only or "R" in only:
             bench_recovery(fresh_deployment(partitions=12), workdir)
