@@ -511,6 +511,14 @@ class RunMachine:
         event = self.record(RunCancelled(run_id=self.run_id, reason=reason, command_offset=command_offset))
         return event
 
+    def park(self, reason: str) -> None:
+        """Stop the run without failing it (an operator decides what happens next)."""
+        if not self.active:
+            return
+        parked = RunParked(run_id=self.run_id, reason=reason, position=self._position)
+        self._emit(parked)
+        self._terminate(parked)
+
     # ----------------------------------------------------------------------------- divergence
     def _diverge(self, position: int, expected: str, issued: str) -> None:
         if self.divergence is None:

@@ -54,6 +54,7 @@ class RebuiltPartition:
     active: dict[str, list[Event]]  # run id -> its admitted events, in order
     first_offsets: dict[str, int]  # run id -> offset of its first event
     known_runs: set[str]  # every run id this partition has seen (idempotent submit)
+    sizes: dict[str, list[int]] = field(default_factory=dict)  # run id -> [events, bytes] so far
     records_read: int = 0
     records_decoded: int = 0
     fenced: int = 0
@@ -142,6 +143,9 @@ def rebuild(
             continue
         if run_id not in result.first_offsets:
             result.first_offsets[run_id] = record.offset
+        size = result.sizes.setdefault(run_id, [0, 0])
+        size[0] += 1
+        size[1] += len(record.value)
         events_by_run[run_id].append(event)
         if isinstance(event, (*TERMINAL_TYPES, RunParked)):
             terminal.add(run_id)

@@ -71,10 +71,12 @@ class OwnedPartition:
     known_runs: set[str]
     runs: dict[str, RunMachine] = field(default_factory=dict)
     first_offsets: dict[str, int] = field(default_factory=dict)
+    sizes: dict[str, list[int]] = field(default_factory=dict)  # run id -> [events, bytes]
     last_write: asyncio.Future[int] | None = None
     lost: bool = False
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     writes_since_checkpoint: int = 0
+    warned: set[str] = field(default_factory=set)
     checkpoint_running: bool = False
 
 
@@ -211,6 +213,7 @@ class Worker:
             started_event = events[0]
             assert isinstance(started_event, RunStarted)
             owned.first_offsets[run_id] = rebuilt.first_offsets[run_id]
+            owned.sizes[run_id] = rebuilt.sizes.get(run_id, [0, 0])
             try:
                 machine = RunMachine(self.app, started_event, stamp, history=events)
             except Exception as error:
@@ -272,6 +275,10 @@ class Worker:
         for i, event in enumerate(events):
             key = event.run_id.encode() if event.run_id else None
             value = self.serde.encode(event)
+            size = owned.sizes.get(event.run_id)
+            if size is not None:
+                size[0] += 1
+                size[1] += len(value)
             if i == last or isinstance(event, RunStarted):
                 future = self.writer.append_async(loop, topic, owned.partition, key, value)
             else:
@@ -295,13 +302,37 @@ class Worker:
         """Append what the machine emitted; start the commands that became ready."""
         events, ready = machine.drain()
         durable = self._append(owned, events) if events else None
+        if machine.active and self._over_history_limit(owned, machine):
+            ready = []  # parked: nothing more runs
+            durable = self._append(owned, machine.drain()[0]) or durable
         if not machine.active:
             owned.runs.pop(machine.run_id, None)
             owned.first_offsets.pop(machine.run_id, None)
+            owned.sizes.pop(machine.run_id, None)
         for command in ready:
             task = asyncio.get_running_loop().create_task(self._carry_out(owned, machine, command, durable))
             owned.tasks.add(task)
             task.add_done_callback(owned.tasks.discard)
+
+    def _over_history_limit(self, owned: OwnedPartition, machine: RunMachine) -> bool:
+        """Warn once past the warn threshold; park the run at the limit (Temporal's defaults)."""
+        events, size = owned.sizes.get(machine.run_id, (0, 0))
+        s = self.settings
+        if events >= s.history_limit_events or size >= s.history_limit_bytes:
+            machine.park(
+                f"history limit reached: {events} events, {size} bytes (limit {s.history_limit_events} events or "
+                f"{s.history_limit_bytes} bytes); carry state into a fresh run with ctx.continue_as_new"
+            )
+            return True
+        warned = owned.warned
+        if (events >= s.history_warn_events or size >= s.history_warn_bytes) and machine.run_id not in warned:
+            warned.add(machine.run_id)
+            log.warning(
+                json.dumps(
+                    {"event": "history_size_warning", "run": machine.run_id, "events": events, "bytes": size}
+                )
+            )
+        return False
 
     # ------------------------------------------------------------------------------ calls
     async def _carry_out(
@@ -453,6 +484,7 @@ class Worker:
         )
         machine = RunMachine(self.app, started, owned.stamp)
         owned.runs[command.run_id] = machine
+        owned.sizes[command.run_id] = [0, 0]
         self._append(owned, [started])
         machine.begin()
         self._flush(owned, machine)

@@ -229,3 +229,19 @@ def test_cli_submit_wait_status_and_history(
     assert sum(1 for e in history if e["type"] == "ToolCallScheduled") == 2
     rejected = agentlog(deployment, "submit", "nope", "--input", "{}", "--wait")
     assert rejected.returncode == 1 and "unknown workflow 'nope'" in rejected.stderr
+
+
+def test_a_run_at_its_history_limit_is_parked_with_the_reason(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    start_worker(deployment, workers, tmp_path, AGENTLOG_HISTORY_WARN_EVENTS="6", AGENTLOG_HISTORY_LIMIT_EVENTS="12")
+    client = Client(deployment)
+    small = client.submit("short", {"order": "fits", "steps": 2})  # 6 events: warned, not parked
+    big = client.submit("short", {"order": "too-long", "steps": 20})
+    assert client.result(small, timeout=30) == "fits"
+    with pytest.raises(RunError) as parked:
+        client.result(big, timeout=30)
+    assert parked.value.status == "parked" and "history limit reached: 12 events" in parked.value.reason
+    assert client.status(big)["events"] == 13  # the 12 that reached the limit, then RunParked
+    assert '"history_size_warning"' in workers[0].log()
+    client.close()
