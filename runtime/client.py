@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from confluent_kafka import Consumer, TopicPartition
+
 from .canonical import canonical_json
 from .config import Settings, load_settings
 from .errors import AgentlogError
@@ -34,7 +36,7 @@ from .events import (
     ToolCallScheduled,
 )
 from .fencing import FenceFilter
-from .kafka_io import EventWriter, read_partition
+from .kafka_io import EventWriter, read_partition, reader_config
 from .partitioning import partition_for
 from .serde import Serde, record_to_dict
 
@@ -74,6 +76,7 @@ class Client:
         # Where each partition's events ended before this client first submitted to it:
         # result() of those runs reads from there instead of the partition's beginning.
         self._floor: dict[int, int] = {}
+        self._offsets: Consumer | None = None  # asks the end offsets; made on first use
 
     # ------------------------------------------------------------------------------ commands
     @property
@@ -118,6 +121,9 @@ class Client:
             self._writer.flush()
 
     def close(self) -> None:
+        if self._offsets is not None:
+            offsets, self._offsets = self._offsets, None
+            offsets.close()
         if self._writer is not None:
             writer, self._writer = self._writer, None
             writer.close()
@@ -133,18 +139,12 @@ class Client:
         return partition_for(run_id, self.settings.partitions)
 
     def _end_offset(self, partition: int) -> int:
-        from confluent_kafka import Consumer, TopicPartition
-
-        from .kafka_io import reader_config
-
-        consumer = Consumer(reader_config(self.settings))
-        try:
-            _, high = consumer.get_watermark_offsets(
-                TopicPartition(self.settings.events_topic, partition), timeout=10
-            )
-            return int(high)
-        finally:
-            consumer.close()
+        if self._offsets is None:
+            self._offsets = Consumer(reader_config(self.settings))
+        _, high = self._offsets.get_watermark_offsets(
+            TopicPartition(self.settings.events_topic, partition), timeout=10
+        )
+        return int(high)
 
     def events(self, run_id: str, start: int | None = None) -> Iterator[LoggedEvent]:
         """The run's events in log order, fenced (zombie) records left out."""
