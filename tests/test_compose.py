@@ -25,8 +25,13 @@ def host_ports(service: dict[str, Any]) -> set[int]:
     return {int(str(p).split(":")[0]) for p in service.get("ports", [])}
 
 
+def setting_defaults() -> Settings:
+    """The settings' own defaults, whatever AGENTLOG_* this process runs with."""
+    return Settings.model_construct()
+
+
 def test_host_ports_match_the_configuration_defaults(compose: dict[str, Any]) -> None:
-    defaults = Settings()
+    defaults = setting_defaults()
     services = compose["services"]
     assert int(defaults.bootstrap_servers.rsplit(":", 1)[1]) in host_ports(services["kafka"])
     assert int(defaults.schema_registry_url.rsplit(":", 1)[1]) in host_ports(services["schema-registry"])
@@ -42,7 +47,7 @@ def test_agentlog_services_use_valid_settings_and_the_default_topic_names(compos
         for key, value in env.items():
             monkeypatch.setenv(key, str(value))
         settings = load_settings()  # an unknown AGENTLOG_* key would raise here
-        defaults = Settings()
+        defaults = setting_defaults()
         assert settings.commands_topic == defaults.commands_topic
         assert settings.events_topic == defaults.events_topic
         assert settings.checkpoints_topic == defaults.checkpoints_topic
