@@ -119,6 +119,13 @@ def _replay_check(args: argparse.Namespace, settings: Settings) -> int:
     return 1 if failed else 0
 
 
+def _demo(args: argparse.Namespace, settings: Settings) -> int:
+    del args, settings
+    from examples.demo import main as demo_main
+
+    return demo_main()
+
+
 def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     worker = subparsers.add_parser("worker", help="run a worker")
     worker.add_argument("--app", required=True, help="module:attribute of the App")
@@ -154,6 +161,8 @@ def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     check.add_argument("--file", action="append", default=[], help="a history saved with `history --json`")
     check.add_argument("runs", nargs="*", help="run ids to fetch from Kafka")
     check.set_defaults(func=_replay_check)
+
+    subparsers.add_parser("demo", help="the refund agent, killed at step 31 and recovered").set_defaults(func=_demo)
 
     cancel = subparsers.add_parser("cancel", help="cancel a run")
     cancel.add_argument("run")
