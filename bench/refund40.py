@@ -50,15 +50,19 @@ def emit(**fields: Any) -> None:
     print(json.dumps(fields), flush=True)
 
 
+_offsets: dict[str, Consumer] = {}
+
+
 def high_watermarks(settings: Settings) -> int:
-    consumer = Consumer(reader_config(settings))
-    try:
-        return sum(
-            consumer.get_watermark_offsets(TopicPartition(settings.events_topic, p), timeout=10)[1]
-            for p in range(settings.partitions)
-        )
-    finally:
-        consumer.close()
+    """Sum of the events topic's end offsets (one long-lived consumer: a new one per poll would
+    load the machine the benchmark is measuring)."""
+    consumer = _offsets.get(settings.events_topic)
+    if consumer is None:
+        consumer = _offsets[settings.events_topic] = Consumer(reader_config(settings))
+    return sum(
+        consumer.get_watermark_offsets(TopicPartition(settings.events_topic, p), timeout=10, cached=False)[1]
+        for p in range(settings.partitions)
+    )
 
 
 def wait_quiet(settings: Settings, minimum: int, timeout: float = 300) -> None:
@@ -68,10 +72,10 @@ def wait_quiet(settings: Settings, minimum: int, timeout: float = 300) -> None:
     while time.monotonic() < deadline:
         now = high_watermarks(settings)
         still = still + 1 if now == last and now >= minimum else 0
-        if still >= 3:
+        if still >= 2:
             return
         last = now
-        time.sleep(0.3)
+        time.sleep(0.25)
     raise SystemExit("timed out waiting for the worker")
 
 

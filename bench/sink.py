@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
+from confluent_kafka.cimpl import NewTopic  # noqa: E402
 
 from analytics import audit  # noqa: E402
 from analytics.server import ProxyStore, QueryServer  # noqa: E402
@@ -162,6 +163,7 @@ def bench_driver(settings: Settings, dsn: str, driver: str, target: int, batch_r
     emit(
         metric="sink", path=driver, events=target, seconds=round(elapsed, 2), events_per_s=round(target / elapsed),
         steady_events_per_s=round(steady), batches=core.stats.batches_written, batch_rows=batch_rows,
+        store_busy_s=round(core.stats.write_seconds, 2), load_avg_1m=os.getloadavg()[0],
     )
 
 
@@ -192,7 +194,8 @@ def bench_core(settings: Settings, dsn: str, events: int, batch_rows: int) -> No
     core.close()
     client.close()
     emit(metric="sink", path="core", events=len(records), seconds=round(elapsed, 2), events_per_s=round(len(records) / elapsed),
-         batches=core.stats.batches_written, batch_rows=batch_rows)
+         batches=core.stats.batches_written, batch_rows=batch_rows, store_busy_s=round(core.stats.write_seconds, 2),
+         load_avg_1m=os.getloadavg()[0])
 
 
 # -- audit run latency ----------------------------------------------------------------------------
