@@ -7,12 +7,20 @@ import importlib
 import json
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .app import App
-from .client import Client, RunError
 from .config import Settings
 from .errors import AgentlogError
+
+if TYPE_CHECKING:
+    from .client import Client
+
+
+def _client(settings: Settings, identity: str = "client") -> Client:
+    from .client import Client
+
+    return Client(settings, identity=identity)
 
 
 def load_app(spec: str) -> App:
@@ -28,19 +36,26 @@ def load_app(spec: str) -> App:
 
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
+    import socket
+
+    from .membership import Membership
+
+    # Join the group first: the join runs in librdkafka's threads while the rest is imported.
+    worker_id = args.worker_id or socket.gethostname()
+    membership = Membership(settings, worker_id, args.session_timeout_ms)
     from .worker import Worker
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
     )
-    Worker(
-        load_app(args.app), settings, worker_id=args.worker_id, session_timeout_ms=args.session_timeout_ms
-    ).run()
+    Worker(load_app(args.app), settings, worker_id=worker_id, membership=membership).run()
     return 0
 
 
 def _submit(args: argparse.Namespace, settings: Settings) -> int:
-    with Client(settings, identity="cli") as client:
+    from .client import RunError
+
+    with _client(settings, "cli") as client:
         try:
             value: Any = json.loads(args.input)
             raw = None
@@ -60,7 +75,7 @@ def _submit(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _status(args: argparse.Namespace, settings: Settings) -> int:
-    status = Client(settings).status(args.run)
+    status = _client(settings).status(args.run)
     if args.json:
         print(json.dumps(status))
         return 0
@@ -76,7 +91,7 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _history(args: argparse.Namespace, settings: Settings) -> int:
-    events = Client(settings).history(args.run)
+    events = _client(settings).history(args.run)
     if args.json:
         print(json.dumps(events))
         return 0
@@ -91,13 +106,13 @@ def _history(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _signal(args: argparse.Namespace, settings: Settings) -> int:
-    with Client(settings, identity="cli") as client:
+    with _client(settings, "cli") as client:
         client.signal(args.run, args.name, json.loads(args.payload))
     return 0
 
 
 def _cancel(args: argparse.Namespace, settings: Settings) -> int:
-    with Client(settings, identity="cli") as client:
+    with _client(settings, "cli") as client:
         client.cancel(args.run, args.reason)
     return 0
 
@@ -109,7 +124,7 @@ def _replay_check(args: argparse.Namespace, settings: Settings) -> int:
 
     replayer = Replayer(app=load_app(args.app), raise_on_replay_failure=False)
     histories = [load_history(Path(f)) for f in args.file]
-    histories += [history_from_json(Client(settings).history(run)) for run in args.runs]
+    histories += [history_from_json(_client(settings).history(run)) for run in args.runs]
     failed = 0
     for history in histories:
         result = replayer.replay(history)
@@ -162,7 +177,9 @@ def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     check.add_argument("runs", nargs="*", help="run ids to fetch from Kafka")
     check.set_defaults(func=_replay_check)
 
-    subparsers.add_parser("demo", help="the refund agent, killed at step 31 and recovered").set_defaults(func=_demo)
+    subparsers.add_parser("demo", help="the refund agent, killed at step 31 and recovered").set_defaults(
+        func=_demo
+    )
 
     cancel = subparsers.add_parser("cancel", help="cancel a run")
     cancel.add_argument("run")

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .config import Settings
-from .registry_ops import SchemaAdmin, SubjectReport
+
+if TYPE_CHECKING:
+    from .registry_ops import SchemaAdmin, SubjectReport
 from .schemas import DEFAULT_SCHEMA_DIR
 
 
@@ -29,8 +32,14 @@ def _print_reports(reports: list[SubjectReport], as_json: bool) -> int:
     return 1 if bad else 0
 
 
+def _admin(settings: Settings, directory: Path) -> SchemaAdmin:
+    from .registry_ops import SchemaAdmin  # the registry client is slow to import; only here
+
+    return SchemaAdmin(settings, directory)
+
+
 def _list(args: argparse.Namespace, settings: Settings) -> int:
-    rows = SchemaAdmin(settings, args.dir).subjects()
+    rows = _admin(settings, args.dir).subjects()
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -40,15 +49,15 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _register(args: argparse.Namespace, settings: Settings) -> int:
-    return _print_reports(SchemaAdmin(settings, args.dir).register(), args.json)
+    return _print_reports(_admin(settings, args.dir).register(), args.json)
 
 
 def _check(args: argparse.Namespace, settings: Settings) -> int:
-    return _print_reports(SchemaAdmin(settings, args.dir).check(), args.json)
+    return _print_reports(_admin(settings, args.dir).check(), args.json)
 
 
 def _diff(args: argparse.Namespace, settings: Settings) -> int:
-    return _print_reports(SchemaAdmin(settings, args.dir).diff(), args.json)
+    return _print_reports(_admin(settings, args.dir).diff(), args.json)
 
 
 def add_schema_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

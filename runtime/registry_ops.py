@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from ._registry import Schema, SchemaRegistryClient, SchemaRegistryError
 from .compat import breaking_fields, field_changes
 from .config import Settings
 from .schemas import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog, load_policy

@@ -20,12 +20,16 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.schema_registry import SchemaRegistryClient, topic_record_subject_name_strategy
-from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
-from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
+from ._registry import (
+    AvroDeserializer,
+    AvroSerializer,
+    SchemaRegistryClient,
+    SchemaRegistryError,
+    topic_record_subject_name_strategy,
+)
 from .config import Settings
 from .errors import AgentlogError
 from .events import RECORD_TYPES, Record

@@ -45,6 +45,7 @@ from .events import (
 from .input_shape import shape_error
 from .kafka_io import EventWriter, offset_of, reader_config
 from .machine import Command, RunMachine, Stamp
+from .membership import Membership
 from .ownership import OwnershipTail
 from .rebuild import RUN_KEY_PREFIX, checkpoint_key, claim, rebuild
 from .serde import DecodeError, Serde
@@ -91,6 +92,7 @@ class Worker:
         worker_id: str | None = None,
         session_timeout_ms: int = 10_000,
         checkpoint_interval_s: float = 2.0,
+        membership: Membership | None = None,
     ) -> None:
         self.app = app
         self.settings = settings
@@ -105,22 +107,9 @@ class Worker:
         self._pool: CallPool
         # Created now so it is connected by the time partitions arrive (rebuilds read with it).
         self._reader = Consumer(reader_config(settings))
-        self.consumer = Consumer(
-            {
-                **settings.kafka_common(),
-                "group.id": settings.worker_group,
-                # Static membership: a restarted worker with the same id gets its partitions back
-                # at once instead of after the session timeout.
-                "group.instance.id": self.worker_id,
-                "session.timeout.ms": session_timeout_ms,
-                "heartbeat.interval.ms": max(100, session_timeout_ms // 5),
-                "partition.assignment.strategy": "cooperative-sticky",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "fetch.wait.max.ms": 5,
-            }
-        )
+        self.membership = membership or Membership(settings, self.worker_id, session_timeout_ms)
+        self.membership.on_assign, self.membership.on_revoke = self._on_assign, self._on_revoke
+        self.consumer = self.membership.consumer
 
     # ------------------------------------------------------------------------------ serving
     def run(self) -> None:
@@ -134,12 +123,6 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
                 loop.add_signal_handler(sig, self.stop)
-        self.consumer.subscribe(
-            [self.settings.commands_topic],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_revoke,
-        )
         log.info(json.dumps({"event": "worker_started", "worker": self.worker_id, "pid": os.getpid()}))
         try:
             while not self._stopping and not (stop is not None and stop.is_set()):
