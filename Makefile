@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 AGENTLOG := $(VENV)/bin/agentlog
 
-.PHONY: setup up down demo test lint typecheck unit bench clean
+.PHONY: setup up down demo test lint unit bench bench-sink clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,9 @@ test: setup
 
 bench: up
 	$(PY) bench/refund40.py
+
+bench-sink: up
+	$(PY) bench/sink.py
 
 clean: down
 	rm -rf .agentlog

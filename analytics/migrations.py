@@ -23,9 +23,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 from runtime.errors import TerminalError
+
+if TYPE_CHECKING:
+    from clickhouse_connect.driver.client import Client
 
 from .tables import (
     DATABASE,
@@ -41,14 +44,6 @@ from .tables import (
 
 class MigrationError(TerminalError):
     """The store's migration ledger disagrees with the code (an applied migration was edited)."""
-
-
-class Client(Protocol):
-    """What migrations need from a clickhouse-connect client."""
-
-    def command(self, cmd: str, parameters: Any = None, settings: Any = None) -> Any: ...
-
-    def query(self, query: str, parameters: Any = None, settings: Any = None) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -232,8 +227,8 @@ SELECT
     status,
     events,
     bytes,
-    events >= {{warn_events:UInt64}} OR bytes >= {{warn_bytes:UInt64}} AS over_warn,
-    events >= {{limit_events:UInt64}} OR bytes >= {{limit_bytes:UInt64}} AS over_limit
+    toBool(events >= {{warn_events:UInt64}} OR bytes >= {{warn_bytes:UInt64}}) AS over_warn,
+    toBool(events >= {{limit_events:UInt64}} OR bytes >= {{limit_bytes:UInt64}}) AS over_limit
 FROM {DATABASE}.runs"""
 
 
@@ -259,7 +254,9 @@ ORDER BY version"""
 
 def applied_versions(client: Client) -> dict[int, str]:
     """Version -> checksum of every migration recorded in the store."""
-    rows = client.query(f"SELECT version, argMax(checksum, applied_at) FROM {MIGRATIONS} GROUP BY version").result_rows
+    rows = client.query(
+        f"SELECT version, argMax(checksum, applied_at) FROM {MIGRATIONS} GROUP BY version"
+    ).result_rows
     return {int(version): str(checksum) for version, checksum in rows}
 
 
@@ -290,10 +287,12 @@ def migrate(client: Client, migrations: Sequence[Migration] = MIGRATIONS_LIST) -
 
 
 def pending(client: Client, migrations: Sequence[Migration] = MIGRATIONS_LIST) -> list[Migration]:
-    """Migrations the store has not applied (the audit CLI refuses to guess around them)."""
+    """Migrations the store has not applied."""
+    from clickhouse_connect.driver.exceptions import DatabaseError  # late: keeps `agentlog --help` fast
+
     try:
         done = applied_versions(client)
-    except Exception:  # no ledger yet: nothing applied
+    except DatabaseError:  # no ledger yet: nothing applied
         return list(migrations)
     return [m for m in migrations if m.version not in done]
 

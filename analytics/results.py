@@ -63,5 +63,7 @@ class QueryResult:
         return cls(list(data["columns"]), list(data.get("types", [])), [list(r) for r in data["rows"]])
 
     @classmethod
-    def from_rows(cls, columns: Sequence[str], types: Sequence[str], rows: Sequence[Sequence[Any]]) -> QueryResult:
+    def from_rows(
+        cls, columns: Sequence[str], types: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> QueryResult:
         return cls(list(columns), list(types), [[json_safe(v) for v in row] for row in rows])

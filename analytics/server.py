@@ -19,11 +19,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .results import QueryResult
 from .sqlguard import ReadOnlyViolation, check_read_only
-from .store import Client, ClientStore, Endpoint, StoreError
+from .store import ClientStore, Endpoint, StoreError
+
+if TYPE_CHECKING:
+    from clickhouse_connect.driver.client import Client
 
 log = logging.getLogger("agentlog.analytics.server")
 
@@ -47,7 +50,9 @@ class QueryServer:
         return Endpoint(str(host), int(port), self.token, os.getpid())
 
     def start(self) -> Endpoint:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="agentlog-query-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="agentlog-query-server", daemon=True
+        )
         self._thread.start()
         return self.endpoint
 
@@ -66,7 +71,7 @@ class QueryServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            def log_message(self, format: str, *args: Any) -> None:
                 log.debug("query server: " + format, *args)
 
             def _reply(self, status: int, body: Mapping[str, Any]) -> None:
@@ -121,7 +126,9 @@ class ProxyStore:
         self.timeout = timeout
         self._base = f"http://{endpoint.host}:{endpoint.port}"
 
-    def _request(self, path: str, body: Mapping[str, Any] | None, timeout: float) -> tuple[int, dict[str, Any]]:
+    def _request(
+        self, path: str, body: Mapping[str, Any] | None, timeout: float
+    ) -> tuple[int, dict[str, Any]]:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(
             self._base + path,
@@ -130,7 +137,7 @@ class ProxyStore:
             headers={"Authorization": f"Bearer {self.endpoint.token}", "Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - our own loopback URL
+            with urllib.request.urlopen(request, timeout=timeout) as response:
                 return int(response.status), json.loads(response.read())
         except urllib.error.HTTPError as exc:
             try:
@@ -146,9 +153,13 @@ class ProxyStore:
             return False
         return status == 200 and body.get("pid") == self.endpoint.pid
 
-    def query(self, sql: str, parameters: Mapping[str, Any] | None = None, *, readonly: bool = False) -> QueryResult:
+    def query(
+        self, sql: str, parameters: Mapping[str, Any] | None = None, *, readonly: bool = False
+    ) -> QueryResult:
         try:
-            status, body = self._request("/query", {"sql": sql, "parameters": dict(parameters or {})}, self.timeout)
+            status, body = self._request(
+                "/query", {"sql": sql, "parameters": dict(parameters or {})}, self.timeout
+            )
         except (OSError, ValueError) as exc:
             raise StoreError(f"the sink's query port ({self._base}) did not answer: {exc}") from exc
         if status == 403:

@@ -30,7 +30,9 @@ def check_read_only(sql: str) -> str:
         raise ReadOnlyViolation("one statement at a time")
     first = bare.split(None, 1)[0].upper().lstrip("(")
     if first not in _READ_KEYWORDS:
-        raise ReadOnlyViolation(f"only read-only statements ({', '.join(sorted(_READ_KEYWORDS))}) are allowed, not {first}")
+        raise ReadOnlyViolation(
+            f"only read-only statements ({', '.join(sorted(_READ_KEYWORDS))}) are allowed, not {first}"
+        )
     if re.search(r"\bINTO\s+OUTFILE\b", bare, re.IGNORECASE):
         raise ReadOnlyViolation("INTO OUTFILE writes a file; not allowed")
     return sql.strip().rstrip(";").strip()

@@ -24,12 +24,15 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlparse
 
 from runtime.errors import AgentlogError, RetryableError
 
 from .results import QueryResult
+
+if TYPE_CHECKING:
+    from clickhouse_connect.driver.client import Client
 
 
 class StoreError(AgentlogError):
@@ -40,24 +43,12 @@ class StoreBusyError(StoreError, RetryableError):
     """The embedded store is held by another process that does not answer queries."""
 
 
-class Client(Protocol):
-    """The part of a clickhouse-connect client agentlog uses."""
-
-    def command(self, cmd: str, parameters: Any = None, settings: Any = None) -> Any: ...
-
-    def query(self, query: str, parameters: Any = None, settings: Any = None) -> Any: ...
-
-    def raw_insert(self, table: str, column_names: Any = None, insert_block: Any = None, settings: Any = None, fmt: Any = None) -> Any: ...
-
-    def insert(self, table: str, data: Any = None, column_names: Any = None, settings: Any = None) -> Any: ...
-
-    def close(self) -> None: ...
-
-
 class QueryStore(Protocol):
     """Read-only access to the store, however it is reached."""
 
-    def query(self, sql: str, parameters: Mapping[str, Any] | None = None, *, readonly: bool = False) -> QueryResult: ...
+    def query(
+        self, sql: str, parameters: Mapping[str, Any] | None = None, *, readonly: bool = False
+    ) -> QueryResult: ...
 
 
 @dataclass(frozen=True)
@@ -88,7 +79,9 @@ def parse_dsn(dsn: str) -> StoreLocation:
     if parsed.scheme == "chdb":
         location = parsed.path if not parsed.netloc else parsed.netloc + parsed.path
         if not location or location in ("memory", ":memory:"):
-            raise StoreError(f"DSN {dsn!r}: the embedded store needs a directory, e.g. chdb:///var/lib/agentlog/analytics")
+            raise StoreError(
+                f"DSN {dsn!r}: the embedded store needs a directory, e.g. chdb:///var/lib/agentlog/analytics"
+            )
         return StoreLocation(dsn, Path(location).resolve())
     if parsed.scheme in ("http", "https") and parsed.netloc:
         return StoreLocation(dsn, None)
@@ -186,13 +179,17 @@ class ClientStore:
     def __init__(self, client: Client) -> None:
         self.client = client
 
-    def query(self, sql: str, parameters: Mapping[str, Any] | None = None, *, readonly: bool = False) -> QueryResult:
+    def query(
+        self, sql: str, parameters: Mapping[str, Any] | None = None, *, readonly: bool = False
+    ) -> QueryResult:
         settings = {"readonly": "2"} if readonly else None
         try:
             result = self.client.query(sql, parameters=dict(parameters or {}), settings=settings)
         except Exception as exc:
             raise StoreError(f"query failed: {exc}") from exc
-        return QueryResult.from_rows(result.column_names, [t.name for t in result.column_types], result.result_rows)
+        return QueryResult.from_rows(
+            result.column_names, [t.name for t in result.column_types], result.result_rows
+        )
 
 
 @contextlib.contextmanager

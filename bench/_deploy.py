@@ -53,7 +53,17 @@ def env_for(settings: Settings, **extra: str) -> dict[str, str]:
 def start_worker(settings: Settings, worker_id: str, log: Path, **env: str) -> subprocess.Popen[bytes]:
     wrapper = os.environ.get("BENCH_WORKER_WRAPPER", "").split()  # e.g. "py-spy record -o prof.svg --"
     return subprocess.Popen(
-        [*wrapper, sys.executable, "-m", "runtime.cli", "worker", "--app", "examples.refund_agent:app", "--worker-id", worker_id],
+        [
+            *wrapper,
+            sys.executable,
+            "-m",
+            "runtime.cli",
+            "worker",
+            "--app",
+            "examples.refund_agent:app",
+            "--worker-id",
+            worker_id,
+        ],
         cwd=ROOT,
         env=env_for(settings, **env),
         stdout=log.open("ab"),

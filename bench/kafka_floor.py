@@ -33,7 +33,9 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def transactional_latency(settings: Settings, topic: str, n: int = 200) -> dict[str, Any]:
-    producer = Producer({**settings.kafka_common(), "transactional.id": f"floor-{uuid.uuid4().hex[:6]}", "linger.ms": 0})
+    producer = Producer(
+        {**settings.kafka_common(), "transactional.id": f"floor-{uuid.uuid4().hex[:6]}", "linger.ms": 0}
+    )
     producer.init_transactions(30)
     samples = []
     for i in range(n):
@@ -52,8 +54,12 @@ def transactional_latency(settings: Settings, topic: str, n: int = 200) -> dict[
     }
 
 
-def transactional_throughput(settings: Settings, topic: str, batches: int = 50, per_batch: int = 200) -> dict[str, Any]:
-    producer = Producer({**settings.kafka_common(), "transactional.id": f"floor-{uuid.uuid4().hex[:6]}", "linger.ms": 1})
+def transactional_throughput(
+    settings: Settings, topic: str, batches: int = 50, per_batch: int = 200
+) -> dict[str, Any]:
+    producer = Producer(
+        {**settings.kafka_common(), "transactional.id": f"floor-{uuid.uuid4().hex[:6]}", "linger.ms": 1}
+    )
     producer.init_transactions(30)
     started = time.perf_counter()
     for _ in range(batches):
@@ -62,11 +68,17 @@ def transactional_throughput(settings: Settings, topic: str, batches: int = 50, 
             producer.produce(topic, key=b"k", value=b"x" * 100, partition=i % 3)
         producer.commit_transaction(30)
     elapsed = time.perf_counter() - started
-    return {"floor": "kafka_txn_200_per_commit_msgs_per_s", "value": round(batches * per_batch / elapsed), "n": batches * per_batch}
+    return {
+        "floor": "kafka_txn_200_per_commit_msgs_per_s",
+        "value": round(batches * per_batch / elapsed),
+        "n": batches * per_batch,
+    }
 
 
 def idempotent_latency(settings: Settings, topic: str, n: int = 500) -> dict[str, Any]:
-    producer = Producer({**settings.kafka_common(), "enable.idempotence": True, "acks": "all", "linger.ms": 0})
+    producer = Producer(
+        {**settings.kafka_common(), "enable.idempotence": True, "acks": "all", "linger.ms": 0}
+    )
     producer.produce(topic, value=b"warm", partition=0)
     producer.flush(10)
     samples = []

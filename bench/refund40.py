@@ -112,13 +112,22 @@ def bench_latency_and_bytes(settings: Settings, serde: Serde, client: Client) ->
         wait_quiet(settings, 1)
     events = run_events(settings, serde, {warm, *runs})
     per_step = [duration_ms(events[r]) / STEPS for r in runs]
-    emit(metric="L", unit="ms/step", median=round(statistics.median(per_step), 3), runs=[round(x, 3) for x in per_step],
-         target="<= 3.5")
+    emit(
+        metric="L",
+        unit="ms/step",
+        median=round(statistics.median(per_step), 3),
+        runs=[round(x, 3) for x in per_step],
+        target="<= 3.5",
+    )
     logical = statistics.median(sum(size for size, _ in events[r]) / STEPS for r in runs)
-    emit(metric="B", unit="bytes/step", avro_key_plus_value=round(logical, 1),
-         records_per_step=round(len(events[runs[0]]) / STEPS, 2),
-         on_disk_segment_bytes_per_step=round(segment_bytes(settings) / (STEPS * (len(runs) + 1)), 1),
-         target="<= 400")
+    emit(
+        metric="B",
+        unit="bytes/step",
+        avro_key_plus_value=round(logical, 1),
+        records_per_step=round(len(events[runs[0]]) / STEPS, 2),
+        on_disk_segment_bytes_per_step=round(segment_bytes(settings) / (STEPS * (len(runs) + 1)), 1),
+        target="<= 400",
+    )
 
 
 def bench_throughput(settings: Settings, serde: Serde, client: Client, n: int = 200) -> None:
@@ -132,9 +141,16 @@ def bench_throughput(settings: Settings, serde: Serde, client: Client, n: int = 
     done = [next(e for _, e in ev if isinstance(e, RunCompleted)) for ev in events.values()]
     assert len(done) == n, f"{len(done)} of {n} runs completed"
     elapsed = max(e.occurred_at for e in done) / 1000 - started
-    emit(metric="T", unit="steps/s", value=round(n * STEPS / elapsed), runs=n, seconds=round(elapsed, 2),
-         worker_processes=int(os.environ.get("BENCH_WORKER_PROCESSES", "1")),
-         submit_seconds=round(submitted, 3), target=">= 2500")
+    emit(
+        metric="T",
+        unit="steps/s",
+        value=round(n * STEPS / elapsed),
+        runs=n,
+        seconds=round(elapsed, 2),
+        worker_processes=int(os.environ.get("BENCH_WORKER_PROCESSES", "1")),
+        submit_seconds=round(submitted, 3),
+        target=">= 2500",
+    )
 
 
 def _log_time(text: str, marker: str) -> float:
@@ -172,7 +188,9 @@ def bench_recovery(settings: Settings, workdir: Path) -> None:
     events = run_events(settings, serde, {run_id})[run_id]
     completed_at = next(e for _, e in events if isinstance(e, RunCompleted)).occurred_at / 1000
     log = (workdir / "r1b.log").read_text()
-    taken = [json.loads(line.split(" INFO ", 1)[1]) for line in log.splitlines() if '"partition_taken"' in line]
+    taken = [
+        json.loads(line.split(" INFO ", 1)[1]) for line in log.splitlines() if '"partition_taken"' in line
+    ]
     with sqlite3.connect(world) as db:
         calls = dict(db.execute("SELECT step, COUNT(*) FROM model_calls GROUP BY step").fetchall())
         effects = db.execute("SELECT COUNT(*) FROM effects").fetchone()[0]
@@ -181,16 +199,23 @@ def bench_recovery(settings: Settings, workdir: Path) -> None:
     started_at = _log_time(log, '"worker_started"')
     run_taken_at = max(_log_time(line, "partition_taken") for line in log.splitlines() if run_id in line)
     emit(
-        metric="R", unit="s", value=round(completed_at - restarted, 3), target="<= 1",
+        metric="R",
+        unit="s",
+        value=round(completed_at - restarted, 3),
+        target="<= 1",
         breakdown_s={
             "process_start_and_imports": round(started_at - restarted, 3),
             "join_claim_rebuild": round(run_taken_at - started_at, 3),
             "finish_steps_31_to_40": round(completed_at - run_taken_at, 3),
         },
-        rebuild_ms=max(t["ms"] for t in taken), partitions_taken=len(taken),
+        rebuild_ms=max(t["ms"] for t in taken),
+        partitions_taken=len(taken),
         reexecuted_model_calls_steps_1_30=sum(calls[s] - 1 for s in range(1, 31)),
-        model_calls_step_31=calls[31], effects=effects, effect_attempts=attempts,
-        in_doubt=status["in_doubt"], first_attempt_nonces_kept=len(result["nonces"]) == STEPS,
+        model_calls_step_31=calls[31],
+        effects=effects,
+        effect_attempts=attempts,
+        in_doubt=status["in_doubt"],
+        first_attempt_nonces_kept=len(result["nonces"]) == STEPS,
     )
     successor.send_signal(signal.SIGTERM)
     successor.wait(timeout=30)
@@ -209,7 +234,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         processes = int(os.environ.get("BENCH_WORKER_PROCESSES", "1"))
-        workers = [start_worker(settings, f"bench-{i}", workdir / f"worker-{i}.log") for i in range(processes)]
+        workers = [
+            start_worker(settings, f"bench-{i}", workdir / f"worker-{i}.log") for i in range(processes)
+        ]
         time.sleep(3 + 2 * processes)
         client = Client(settings)
         try:

@@ -70,15 +70,32 @@ def run_template(run_id: str, steps: int = 4) -> list[ev.Event]:
 
     out = [nxt(ev.RunStarted, workflow="refund", input='{"order": 4242, "amount": 40}', command_offset=0)]
     for step in range(steps):
-        out.append(nxt(ev.ModelCallScheduled, position=2 * step + 1, model="gpt-4o-mini", args_hash="a" * 64, prompt_version="v3"))
+        out.append(
+            nxt(
+                ev.ModelCallScheduled,
+                position=2 * step + 1,
+                model="gpt-4o-mini",
+                args_hash="a" * 64,
+                prompt_version="v3",
+            )
+        )
         out.append(nxt(ev.ModelCallCompleted, position=2 * step + 1, result="x" * 240, latency_us=850_000))
         out.append(
             nxt(
-                ev.ToolCallScheduled, position=2 * step + 2, tool="refund", args_hash="b" * 64,
-                args='{"order": 4242, "amount": 40}', effect=True, idempotency_key=f"{KEY_TEMPLATE}{step:02d}",
+                ev.ToolCallScheduled,
+                position=2 * step + 2,
+                tool="refund",
+                args_hash="b" * 64,
+                args='{"order": 4242, "amount": 40}',
+                effect=True,
+                idempotency_key=f"{KEY_TEMPLATE}{step:02d}",
             )
         )
-        out.append(nxt(ev.ToolCallCompleted, position=2 * step + 2, result='{"refund_id": "r-1"}', latency_us=120_000))
+        out.append(
+            nxt(
+                ev.ToolCallCompleted, position=2 * step + 2, result='{"refund_id": "r-1"}', latency_us=120_000
+            )
+        )
     out.append(nxt(ev.RunCompleted, result='{"refunded": true}'))
     return out
 
@@ -124,7 +141,9 @@ def prefill(settings: Settings, events: int) -> tuple[int, list[str]]:
 def _core(settings: Settings, dsn: str, batch_rows: int) -> tuple[SinkCore, Any]:
     client = open_client(parse_dsn(dsn))
     writer = EventWriter(client, settings.events_topic, WriterSchemas(registry_client(settings)))
-    return SinkCore(writer, settings.events_topic, SinkConfig(batch_rows=batch_rows, flush_interval=0.5)), client
+    return SinkCore(
+        writer, settings.events_topic, SinkConfig(batch_rows=batch_rows, flush_interval=0.5)
+    ), client
 
 
 def _watch(core: SinkCore, target: int, timeout: float) -> tuple[float, float]:
@@ -161,19 +180,32 @@ def bench_driver(settings: Settings, dsn: str, driver: str, target: int, batch_r
         client.close()
     steady = (target - batch_rows) / (elapsed - first) if elapsed > first and target > batch_rows else 0
     emit(
-        metric="sink", path=driver, events=target, seconds=round(elapsed, 2), events_per_s=round(target / elapsed),
-        steady_events_per_s=round(steady), batches=core.stats.batches_written, batch_rows=batch_rows,
-        store_busy_s=round(core.stats.write_seconds, 2), load_avg_1m=os.getloadavg()[0],
+        metric="sink",
+        path=driver,
+        events=target,
+        seconds=round(elapsed, 2),
+        events_per_s=round(target / elapsed),
+        steady_events_per_s=round(steady),
+        batches=core.stats.batches_written,
+        batch_rows=batch_rows,
+        store_busy_s=round(core.stats.write_seconds, 2),
+        load_avg_1m=os.getloadavg()[0],
     )
 
 
 def bench_core(settings: Settings, dsn: str, events: int, batch_rows: int) -> None:
     """The core fed from memory: what the store side costs without a Kafka consumer."""
     consumer = Consumer(
-        {"bootstrap.servers": settings.bootstrap_servers, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
-         "enable.auto.commit": False, "isolation.level": "read_committed"}
+        {
+            "bootstrap.servers": settings.bootstrap_servers,
+            "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
     )
-    consumer.assign([TopicPartition(settings.events_topic, p, OFFSET_BEGINNING) for p in range(settings.partitions)])
+    consumer.assign(
+        [TopicPartition(settings.events_topic, p, OFFSET_BEGINNING) for p in range(settings.partitions)]
+    )
     records: list[tuple[int, int, bytes | None, bytes | None]] = []
     read_started = time.perf_counter()
     while len(records) < events:
@@ -182,7 +214,12 @@ def bench_core(settings: Settings, dsn: str, events: int, batch_rows: int) -> No
                 records.append((m.partition() or 0, m.offset() or 0, m.key(), m.value()))
     consumer.close()
     read_elapsed = time.perf_counter() - read_started
-    emit(metric="kafka_read", events=len(records), seconds=round(read_elapsed, 2), events_per_s=round(len(records) / read_elapsed))
+    emit(
+        metric="kafka_read",
+        events=len(records),
+        seconds=round(read_elapsed, 2),
+        events_per_s=round(len(records) / read_elapsed),
+    )
     core, client = _core(settings, dsn, batch_rows)
     core.start()
     started = time.perf_counter()
@@ -193,9 +230,17 @@ def bench_core(settings: Settings, dsn: str, events: int, batch_rows: int) -> No
     elapsed = time.perf_counter() - started
     core.close()
     client.close()
-    emit(metric="sink", path="core", events=len(records), seconds=round(elapsed, 2), events_per_s=round(len(records) / elapsed),
-         batches=core.stats.batches_written, batch_rows=batch_rows, store_busy_s=round(core.stats.write_seconds, 2),
-         load_avg_1m=os.getloadavg()[0])
+    emit(
+        metric="sink",
+        path="core",
+        events=len(records),
+        seconds=round(elapsed, 2),
+        events_per_s=round(len(records) / elapsed),
+        batches=core.stats.batches_written,
+        batch_rows=batch_rows,
+        store_busy_s=round(core.stats.write_seconds, 2),
+        load_avg_1m=os.getloadavg()[0],
+    )
 
 
 # -- audit run latency ----------------------------------------------------------------------------
@@ -211,11 +256,21 @@ def _ms(samples: list[float]) -> dict[str, float]:
 
 def _cli(settings: Settings, dsn: str, run_id: str) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
-    env.update(PYTHONPATH=str(ROOT), AGENTLOG_EVENTS_TOPIC=settings.events_topic,
-               AGENTLOG_BOOTSTRAP_SERVERS=settings.bootstrap_servers, AGENTLOG_SCHEMA_REGISTRY_URL=settings.schema_registry_url)
+    env.update(
+        PYTHONPATH=str(ROOT),
+        AGENTLOG_EVENTS_TOPIC=settings.events_topic,
+        AGENTLOG_BOOTSTRAP_SERVERS=settings.bootstrap_servers,
+        AGENTLOG_SCHEMA_REGISTRY_URL=settings.schema_registry_url,
+    )
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "runtime.cli", "audit", "run", run_id, "--dsn", dsn, "--json"],
-                            env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "audit", "run", run_id, "--dsn", dsn, "--json"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     elapsed = time.perf_counter() - started
     if result.returncode != 0 or len(json.loads(result.stdout)) != 18:
         raise RuntimeError(f"audit run {run_id} failed: {result.stderr[-500:]}")
@@ -239,8 +294,12 @@ def bench_audit(settings: Settings, dsn: str, sample: list[str]) -> None:
     finally:
         client.close()
 
-    emit(metric="audit_run", path="cli, no sink running (opens chDB)", rows=rows,
-         **_ms([_cli(settings, dsn, run_id) for run_id in sample[:8]]))
+    emit(
+        metric="audit_run",
+        path="cli, no sink running (opens chDB)",
+        rows=rows,
+        **_ms([_cli(settings, dsn, run_id) for run_id in sample[:8]]),
+    )
 
     # A running sink: it holds the lock and serves the query port the CLI finds in <path>.sink.json.
     from analytics.store import StoreLock
@@ -260,8 +319,12 @@ def bench_audit(settings: Settings, dsn: str, sample: list[str]) -> None:
             audit.run_events(proxy, run_id, settings.events_topic)
             proxy_times.append(time.perf_counter() - started)
         emit(metric="audit_run", path="query via the sink's port", rows=rows, **_ms(proxy_times))
-        emit(metric="audit_run", path="cli, sink running (asks its port)", rows=rows,
-             **_ms([_cli(settings, dsn, run_id) for run_id in sample[:8]]))
+        emit(
+            metric="audit_run",
+            path="cli, sink running (asks its port)",
+            rows=rows,
+            **_ms([_cli(settings, dsn, run_id) for run_id in sample[:8]]),
+        )
     finally:
         server.stop()
         location.endpoint_path.unlink(missing_ok=True)
@@ -270,7 +333,9 @@ def bench_audit(settings: Settings, dsn: str, sample: list[str]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=12)
     parser.add_argument("--paths", default="direct,faust,core", help="comma-separated: direct, faust, core")
@@ -296,7 +361,13 @@ def main() -> int:
             bench_driver(settings, f"chdb://{workdir / 'direct'}", "direct", total, args.batch_rows)
             bench_audit(settings, f"chdb://{workdir / 'direct'}", sample)
         if "faust" in paths:
-            bench_driver(settings, f"chdb://{workdir / 'faust'}", "faust", min(total, args.faust_events), args.batch_rows)
+            bench_driver(
+                settings,
+                f"chdb://{workdir / 'faust'}",
+                "faust",
+                min(total, args.faust_events),
+                args.batch_rows,
+            )
         if "core" in paths:
             bench_core(settings, f"chdb://{workdir / 'core'}", total, args.batch_rows)
     finally:

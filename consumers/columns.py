@@ -14,10 +14,10 @@ rules keep that total and deterministic:
 Fields ClickHouse cannot take from Avro as a column (nested records, unions of several types)
 get no column; their bytes are still read past, and the record still lands.
 
-The *staged row* schema is the writer schema with the sink's metadata fields in front. Avro
-encodes a record as its fields back to back, so a staged datum is the metadata encodings
-followed by the untouched writer datum; field names are the column names, which is how
-ClickHouse matches them.
+The *staged row* schema is the writer schema with the sink's metadata fields and the 5-byte
+Confluent frame in front. Avro encodes a record as its fields back to back, so a staged datum
+is the metadata encodings followed by the untouched Kafka value; field names are the column
+names, which is how ClickHouse matches them.
 """
 
 from __future__ import annotations
@@ -29,14 +29,22 @@ from typing import Any
 
 from analytics.tables import ENVELOPE_COLUMNS, ENVELOPE_NAMES, SINK_COLUMN_NAMES
 
-# Metadata prepended to each datum, in this order (see consumers.batch).
+# Metadata prepended to each datum, in this order (see consumers.batch.staged_parts).
 STAGED_FIELDS: tuple[tuple[str, str], ...] = (
     ("partition", "int"),
     ("offset", "long"),
     ("size", "int"),
-    ("schema_id", "int"),
-    ("type", "string"),
 )
+# The Confluent frame (magic byte + schema id) read as an Avro ``fixed``: the whole Kafka value
+# follows the metadata as it is, and the schema id (hence the type) is read from it in SQL. The
+# column exists only in the stage.
+FRAME_COLUMN = "_confluent_frame"
+FRAME_COLUMN_TYPE = "FixedString(5)"
+FRAME_FIELD: dict[str, Any] = {
+    "name": FRAME_COLUMN,
+    "type": {"type": "fixed", "name": "AgentlogSinkConfluentFrame", "size": 5},
+}
+_RESERVED = SINK_COLUMN_NAMES | {FRAME_COLUMN}
 
 _PRIMITIVES = {
     "boolean": "Bool",
@@ -90,7 +98,11 @@ class ColumnPlan:
     @property
     def insert_columns(self) -> list[str]:
         """The stage columns an insert of this plan's container fills, in any order."""
-        return [name for name, _ in STAGED_FIELDS] + [f.column for f in self.stored if f.column is not None]
+        return (
+            [name for name, _ in STAGED_FIELDS]
+            + [FRAME_COLUMN]
+            + [f.column for f in self.stored if f.column is not None]
+        )
 
 
 def normalize_type(ch_type: str) -> str:
@@ -168,7 +180,7 @@ def _type_slug(ch_type: str) -> str:
 
 
 def _place(name: str, ch_type: str, existing: Mapping[str, str], taken: set[str]) -> str:
-    column = f"record_{name}" if name in SINK_COLUMN_NAMES else name
+    column = f"record_{name}" if name in _RESERVED else name
     current = existing.get(column)
     if (current is None or normalize_type(current) == normalize_type(ch_type)) and column not in taken:
         return column
@@ -187,6 +199,7 @@ def plan_columns(schema_id: int, writer: dict[str, Any], existing: Mapping[str, 
     envelope = dict(ENVELOPE_COLUMNS)
     fields: list[FieldColumn] = []
     staged: list[dict[str, Any]] = [{"name": n, "type": t} for n, t in STAGED_FIELDS]
+    staged.append(FRAME_FIELD)
     taken: set[str] = set()
     for index, field in enumerate(writer.get("fields", [])):
         name = field["name"]

@@ -93,6 +93,9 @@ class SinkStats:
     undecodable: int = 0
     retries: int = 0
     skipped: int = 0  # records re-read below the stored position
+    write_seconds: float = (
+        0.0  # time the writer spent in successful writes: near the wall time, the store is the bottleneck
+    )
 
 
 class SinkCore:
@@ -226,6 +229,7 @@ class SinkCore:
         token = batch.token(self.topic)
         delay = self.config.retry_backoff
         for attempt in range(1, self.config.retry_attempts + 1):
+            started = time.monotonic()
             try:
                 stats = self.writer.write(batch, token)
             except TerminalError:
@@ -237,11 +241,18 @@ class SinkCore:
                         f"{attempt} times; last error: {exc}"
                     ) from exc
                 self.stats.retries += 1
-                log.warning("batch write failed (attempt %d/%d), retrying in %.1fs: %s", attempt, self.config.retry_attempts, delay, exc)
+                log.warning(
+                    "batch write failed (attempt %d/%d), retrying in %.1fs: %s",
+                    attempt,
+                    self.config.retry_attempts,
+                    delay,
+                    exc,
+                )
                 time.sleep(delay)
                 delay = min(delay * 2, self.config.retry_backoff_max)
                 self._recover()
                 continue
+            self.stats.write_seconds += time.monotonic() - started
             self.stats.rows_written += stats.rows
             self.stats.undecodable += stats.undecodable
             self.stats.batches_written += 1

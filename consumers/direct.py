@@ -31,7 +31,11 @@ def consumer_config(settings: Settings, group: str) -> dict[str, object]:
         "isolation.level": "read_committed",
         "auto.offset.reset": "earliest",
         "enable.partition.eof": False,
+        # The memory bound of the prefetch queue. librdkafka pauses fetching for
+        # fetch.queue.backoff.ms (default 1 s) whenever the queue is over its thresholds; at the
+        # default a sink catching up reads in 1-second steps (~60k records/s here, 700k/s at 10 ms).
         "queued.max.messages.kbytes": 65536,
+        "fetch.queue.backoff.ms": 10,
         "fetch.max.bytes": 52428800,
         "max.partition.fetch.bytes": 8388608,
     }
@@ -52,7 +56,8 @@ def run_direct(settings: Settings, core: SinkCore, stop: threading.Event, topic:
     try:
         next_offsets = core.start()
         assignment = [
-            TopicPartition(topic, p, next_offsets.get(p, OFFSET_BEGINNING)) for p in partitions_of(consumer, topic)
+            TopicPartition(topic, p, next_offsets.get(p, OFFSET_BEGINNING))
+            for p in partitions_of(consumer, topic)
         ]
         consumer.assign(assignment)
         log.info("sink reading %s from %s", topic, {tp.partition: tp.offset for tp in assignment})
@@ -65,7 +70,8 @@ def run_direct(settings: Settings, core: SinkCore, stop: threading.Event, topic:
                     if error.code() == KafkaError._PARTITION_EOF:
                         continue
                     raise KafkaException(error)
-                add(message.partition(), message.offset(), message.key(), message.value())
+                # A message without an error always has its partition and offset.
+                add(message.partition(), message.offset(), message.key(), message.value())  # type: ignore[arg-type]
             core.maybe_flush()
         core.close()
     except BaseException:

@@ -4,11 +4,13 @@ Order of a write (each step safe to repeat, so a failed write is simply retried)
 
 1. empty the stage (a Memory table private to this sink);
 2. per writer schema id: resolve the schema (registry, cached), add columns for fields the table
-   lacks (derived migration), and insert the group as one Avro container -- ClickHouse decodes;
-   records it cannot decode are found with fastavro and staged as undecodable instead;
+   lacks (derived migration), and insert the group's staged datums as one Avro container --
+   ClickHouse decodes; records it cannot decode are found with fastavro and staged as
+   undecodable instead;
 3. one ``INSERT INTO events SELECT ... FROM stage`` with ``insert_deduplication_token``: a
    single block, hence a single part, hence all-or-nothing; a retry after an ambiguous failure
-   is dropped by the token;
+   is dropped by the token. The schema id and record type of each row are read there from its
+   Confluent frame;
 4. advance the fencing watermarks from the stage; empty it.
 
 Resume state is read back from the events table itself (highest offset and watermark per
@@ -17,7 +19,9 @@ partition), because the position lives in the same rows as the data.
 Fencing is the rule of ``runtime.fencing.FenceFilter`` in SQL: the watermark before a record is
 the maximum, over earlier records of the partition, of (a claim's offset, else the epoch); a
 non-claim whose epoch is below it is fenced. Folding fenced records into that maximum changes
-nothing -- their epoch is already below it -- which is what lets a window function compute it.
+nothing -- their epoch is already below it -- which is what lets a window function compute it
+(the running maximum may include the record's own epoch: ``e < max(w, e)`` iff ``e < w``).
+The watermark before the batch comes from the previous batches, or from the store on start.
 """
 
 from __future__ import annotations
@@ -29,25 +33,34 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import fastavro
+from clickhouse_connect.driver.client import Client
 
 from analytics.migrations import migrate, table_columns
-from analytics.store import Client
 from analytics.tables import CLAIM_TYPE, DATABASE, EVENTS, WRITER_SCHEMAS, quote_identifier, quote_string
 
-from .avro_wire import avro_string, container, zigzag
-from .batch import Batch, RawRecord, Undecodable
-from .columns import ColumnPlan, plan_columns
+from .avro_wire import container
+from .batch import Batch, RawRecord, Undecodable, staged_body
+from .columns import FRAME_COLUMN, FRAME_COLUMN_TYPE, ColumnPlan, plan_columns
 from .registry import WriterSchemas
 
 log = logging.getLogger("agentlog.sink.writer")
 
 # Not in the stage: filled by the final INSERT ... SELECT (topic, fenced) or by default (ingested_at).
 _NOT_STAGED = ("topic", "fenced", "ingested_at")
-_UNDECODABLE_COLUMNS = ["partition", "offset", "size", "schema_id", "type", "run_id", "decode_error", "raw_value"]
+_UNDECODABLE_COLUMNS = [
+    "partition",
+    "offset",
+    "size",
+    "schema_id",
+    "type",
+    "run_id",
+    "decode_error",
+    "raw_value",
+]
 # What a record contributes to its partition's watermark; undecodable records contribute nothing.
-_WATERMARK_TERM = (
-    f"multiIf(type = '{CLAIM_TYPE}', offset, decode_error != '', toInt64(-1), epoch)"
-)
+_WATERMARK_TERM = f"multiIf(type = '{CLAIM_TYPE}', offset, decode_error != '', toInt64(-1), epoch)"
+# The writer schema id in bytes 1-4 (big-endian) of the Confluent frame.
+_FRAME_SCHEMA_ID = f"toInt32(reinterpretAsUInt32(reverse(substring({FRAME_COLUMN}, 2, 4))))"
 # One block -> one part -> an atomic insert (batches are far below these sizes).
 _ATOMIC_INSERT = {
     "max_insert_threads": "1",
@@ -91,7 +104,6 @@ class EventWriter:
         self.stage = f"{DATABASE}._stage_{_topic_slug(topic)}"
         self._columns: dict[str, str] = {}
         self._plans: dict[int, ColumnPlan | None] = {}
-        self._partition_prefix: dict[int, bytes] = {}
         self.watermarks: dict[int, int] = {}
 
     # -- start --------------------------------------------------------------------------------
@@ -112,10 +124,13 @@ class EventWriter:
     def reset_stage(self) -> None:
         """Drop and recreate the stage with the events table's columns (the retry path uses this too)."""
         self.client.command(f"DROP TABLE IF EXISTS {self.stage}")
-        columns = ", ".join(
-            f"{quote_identifier(name)} {ch_type}" for name, ch_type in self._columns.items() if name not in _NOT_STAGED
-        )
-        self.client.command(f"CREATE TABLE {self.stage} ({columns}) ENGINE = Memory")
+        columns = [
+            f"{quote_identifier(name)} {ch_type}"
+            for name, ch_type in self._columns.items()
+            if name not in _NOT_STAGED
+        ]
+        columns.append(f"{quote_identifier(FRAME_COLUMN)} {FRAME_COLUMN_TYPE}")
+        self.client.command(f"CREATE TABLE {self.stage} ({', '.join(columns)}) ENGINE = Memory")
 
     # -- write --------------------------------------------------------------------------------
     def write(self, batch: Batch, token: str) -> WriteStats:
@@ -144,22 +159,31 @@ class EventWriter:
         self.client.command(f"TRUNCATE TABLE IF EXISTS {self.stage}")
         return WriteStats(batch.count, len(undecodable))
 
-    def _stage_batch(self, batch: Batch, excluded: Mapping[tuple[int, int], Undecodable]) -> list[Undecodable]:
+    def _stage_batch(
+        self, batch: Batch, excluded: Mapping[tuple[int, int], Undecodable]
+    ) -> list[Undecodable]:
         undecodable = list(batch.undecodable) + list(excluded.values())
         for sid_bytes, group in batch.groups.items():
             schema_id = int.from_bytes(sid_bytes, "big")
-            records = [r for r in group if (r[0], r[1]) not in excluded] if excluded else group
             plan = self._plan(schema_id)
             if plan is None:
                 reason = f"schema id {schema_id} is not an Avro record schema in the registry"
-                undecodable += [Undecodable(p, o, k, v, schema_id, reason) for p, o, k, v in records]
+                undecodable += [Undecodable(p, o, k, v, schema_id, reason) for p, o, k, v in group.records]
                 continue
+            records: Sequence[RawRecord] = group.records
+            if excluded:
+                records = [r for r in group.records if (r[0], r[1]) not in excluded]
+                body = staged_body(records)
+            else:
+                body = group.body()
             if not records:
                 continue
-            blob = container(plan.staged_schema, self._body(plan, records), len(records))
+            blob = container(plan.staged_schema, body, len(records))
             try:
                 self.client.raw_insert(self.stage, plan.insert_columns, blob, fmt="Avro")
-            except Exception as exc:  # a store error or a datum ClickHouse cannot parse: told apart by the caller
+            except (
+                Exception
+            ) as exc:  # a store error or a datum ClickHouse cannot parse: told apart by the caller
                 raise _GroupRejected(plan, records, exc) from exc
         return undecodable
 
@@ -175,7 +199,16 @@ class EventWriter:
         self._add_columns(plan.new_columns(self._columns))
         self.client.insert(
             WRITER_SCHEMAS,
-            [[schema_id, plan.record, plan.full_name, [f.field for f in plan.fields], [f.column or "" for f in plan.fields], text]],
+            [
+                [
+                    schema_id,
+                    plan.record,
+                    plan.full_name,
+                    [f.field for f in plan.fields],
+                    [f.column or "" for f in plan.fields],
+                    text,
+                ]
+            ],
             column_names=["schema_id", "record", "full_name", "fields", "columns", "definition"],
         )
         self._plans[schema_id] = plan
@@ -185,26 +218,11 @@ class EventWriter:
         """The derived migration: a column for a field first seen in a writer schema."""
         for name, ch_type in columns:
             for table in (EVENTS, self.stage):
-                self.client.command(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {quote_identifier(name)} {ch_type}")
+                self.client.command(
+                    f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {quote_identifier(name)} {ch_type}"
+                )
             self._columns[name] = ch_type
             log.info("added column %s %s to %s for a new schema field", name, ch_type, EVENTS)
-
-    def _body(self, plan: ColumnPlan, records: Sequence[RawRecord]) -> bytes:
-        """Staged datums: metadata fields (partition, offset, size, schema id, type) + the writer datum."""
-        prefixes = self._partition_prefix
-        tail = zigzag(plan.schema_id) + avro_string(plan.record)
-        parts: list[bytes] = []
-        append = parts.append
-        for partition, offset, _key, value in records:
-            prefix = prefixes.get(partition)
-            if prefix is None:
-                prefix = prefixes[partition] = zigzag(partition)
-            append(prefix)
-            append(zigzag(offset))
-            append(zigzag(len(value)))
-            append(tail)
-            append(value[5:])
-        return b"".join(parts)
 
     def _find_undecodable(self, plan: ColumnPlan, records: Sequence[RawRecord]) -> list[Undecodable]:
         found = self.schemas.get(plan.schema_id)
@@ -219,7 +237,8 @@ class EventWriter:
                 if reader.tell() != len(value):
                     raise ValueError(f"{len(value) - reader.tell()} bytes after the datum")
             except Exception as exc:  # fastavro raises many types for corrupt input
-                bad.append(Undecodable(partition, offset, key, value, plan.schema_id, f"cannot decode with writer schema {plan.schema_id}: {exc}"))
+                reason = f"cannot decode with writer schema {plan.schema_id}: {exc}"
+                bad.append(Undecodable(partition, offset, key, value, plan.schema_id, reason))
         return bad
 
     def _stage_undecodable(self, records: Sequence[Undecodable]) -> None:
@@ -238,23 +257,50 @@ class EventWriter:
         ]
         self.client.insert(self.stage, rows, column_names=_UNDECODABLE_COLUMNS)
 
+    def _staged_rows(self) -> str:
+        """The stage with each decoded row's schema id and type filled in from its frame."""
+        plans = [p for p in self._plans.values() if p is not None]
+        if plans:
+            ids = ", ".join(str(p.schema_id) for p in plans)
+            names = ", ".join(quote_string(p.record) for p in plans)
+            type_of = f"transform({_FRAME_SCHEMA_ID}, CAST([{ids}] AS Array(Int32)), CAST([{names}] AS Array(String)), '')"
+        else:
+            type_of = "''"
+        return (
+            f"(SELECT * EXCEPT {FRAME_COLUMN} REPLACE ("
+            f"if(decode_error = '', {_FRAME_SCHEMA_ID}, schema_id) AS schema_id, "
+            f"if(decode_error = '', {type_of}, type) AS type) FROM {self.stage})"
+        )
+
     def _commit_stage(self, token: str) -> None:
         staged = [name for name in self._columns if name not in _NOT_STAGED]
-        initial = _transform("partition", self.watermarks)
+        rows = self._staged_rows()
+        # The window runs over five narrow columns and yields the (usually empty) set of fenced
+        # records; windowing the whole wide row would sort every column of the batch.
         fenced = (
-            f"toUInt8(if(type = '{CLAIM_TYPE}' OR decode_error != '', 0, "
-            f"epoch < greatest({initial}, max({_WATERMARK_TERM}) OVER w)))"
+            f"SELECT partition, offset FROM (SELECT partition, offset, type, epoch, decode_error, "
+            f"max({_WATERMARK_TERM}) OVER (PARTITION BY partition ORDER BY offset "
+            f"ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS mark FROM {rows}) "
+            f"WHERE type != '{CLAIM_TYPE}' AND decode_error = '' "
+            f"AND epoch < greatest({_transform('partition', self.watermarks)}, mark)"
         )
         names = ", ".join(quote_identifier(n) for n in ["topic", "fenced", *staged])
-        select = ", ".join([f"{quote_string(self.topic)}", fenced, *(quote_identifier(n) for n in staged)])
+        select = ", ".join(
+            [
+                quote_string(self.topic),
+                f"toUInt8((partition, offset) IN ({fenced}))",
+                *map(quote_identifier, staged),
+            ]
+        )
         self.client.command(
-            f"INSERT INTO {EVENTS} ({names}) SELECT {select} FROM {self.stage} "
-            "WINDOW w AS (PARTITION BY partition ORDER BY offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)",
+            f"INSERT INTO {EVENTS} ({names}) SELECT {select} FROM {rows}",
             settings={"insert_deduplication_token": token, **_ATOMIC_INSERT},
         )
 
     def _advance_watermarks(self) -> None:
-        rows = self.client.query(f"SELECT partition, max({_WATERMARK_TERM}) FROM {self.stage} GROUP BY partition").result_rows
+        rows = self.client.query(
+            f"SELECT partition, max({_WATERMARK_TERM}) FROM {self._staged_rows()} GROUP BY partition"
+        ).result_rows
         for partition, mark in rows:
             p, m = int(partition), int(mark)
             self.watermarks[p] = max(self.watermarks.get(p, -1), m)
@@ -266,9 +312,10 @@ def _transform(column: str, mapping: Mapping[int, int]) -> str:
         return "toInt64(-1)"
     keys = ", ".join(str(int(k)) for k in mapping)
     values = ", ".join(str(int(v)) for v in mapping.values())
-    return f"transform({column}, CAST([{keys}] AS Array(Int32)), CAST([{values}] AS Array(Int64)), toInt64(-1))"
-
+    return (
+        f"transform({column}, CAST([{keys}] AS Array(Int32)), CAST([{values}] AS Array(Int64)), toInt64(-1))"
+    )
 
 
 def _topic_slug(topic: str) -> str:
-    return hashlib.sha1(topic.encode()).hexdigest()[:10]  # noqa: S324 - a table name, not security
+    return hashlib.sha1(topic.encode()).hexdigest()[:10]  # a table name, not a security hash

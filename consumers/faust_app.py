@@ -23,9 +23,10 @@ import logging
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import faust
+from aiokafka import TopicPartition  # faust depends on it; untyped (see pyproject mypy overrides)
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from runtime.config import Settings
@@ -35,7 +36,7 @@ from .core import SinkConfig, SinkCore
 log = logging.getLogger("agentlog.sink.faust")
 
 
-class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):  # type: ignore[misc]
+class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
         consumer._isolation_level = "read_committed"  # faust sets this only for exactly-once apps
@@ -43,30 +44,31 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):  # type: ignore[mi
 
     async def seek_to_committed(self) -> Mapping[Any, int]:
         positions = dict(await super().seek_to_committed())
-        app: SinkApp = self.app
+        app = cast(SinkApp, self.app)
         for tp in self.assignment():
             if tp.topic != app.sink_topic:
                 continue
             offset = app.sink_core.next_offset(tp.partition)
+            kafka_tp = TopicPartition(tp.topic, tp.partition)
             if offset is None:
-                await self.seek_to_beginning(tp)
+                await self.seek_to_beginning(kafka_tp)
                 positions.pop(tp, None)
             else:
-                self.seek(tp, offset)
+                self.seek(kafka_tp, offset)
                 positions[tp] = offset
         return positions
 
 
-class _Consumer(faust_aiokafka.Consumer):  # type: ignore[misc]
+class _Consumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> _ConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
 
-class _Transport(faust_aiokafka.Transport):  # type: ignore[misc]
+class _Transport(faust_aiokafka.Transport):
     Consumer = _Consumer
 
 
-class SinkApp(faust.App):  # type: ignore[misc]
+class SinkApp(faust.App):
     """A faust app bound to one ``SinkCore``."""
 
     sink_core: SinkCore
@@ -87,17 +89,21 @@ def build_app(
     config: SinkConfig,
     datadir: str,
     executor: concurrent.futures.Executor,
+    group: str,
 ) -> SinkApp:
     """The faust app: one agent, raw bytes, batches of ``config.batch_rows`` or ``flush_interval``."""
     app = SinkApp(
-        f"agentlog-sink-{topic}",
+        group,
         broker=_broker_urls(settings.bootstrap_servers),
         store="memory://",
         datadir=datadir,
         web_enabled=False,
-        topic_allow_declare=False,
         topic_partitions=settings.partitions,
         consumer_auto_offset_reset="earliest",
+        # One sink per store: a fixed member id lets a restarted sink take over at once instead of
+        # waiting out the session of the one that was killed.
+        consumer_group_instance_id=group,
+        broker_session_timeout=20.0,
         stream_buffer_maxsize=max(4096, config.batch_rows),
         broker_max_poll_records=10_000,
         key_serializer="raw",
@@ -112,26 +118,39 @@ def build_app(
             core.add(partition, offset, key, value)
         core.hand_off()
 
-    @app.agent(channel, name="agentlog-sink")  # type: ignore[untyped-decorator]
+    @app.agent(channel, name="agentlog-sink")
     async def sink(stream: Any) -> None:
         loop = asyncio.get_running_loop()
         async for events in stream.take_events(config.batch_rows, within=config.flush_interval):
-            records = [(e.message.partition, e.message.offset, e.message.key, e.message.value) for e in events]
+            records = [
+                (e.message.partition, e.message.offset, e.message.key, e.message.value) for e in events
+            ]
             await loop.run_in_executor(executor, take, records)
 
     return app
 
 
-def run_faust(settings: Settings, core: SinkCore, stop: threading.Event, topic: str | None = None) -> None:
-    """Run the faust app until ``stop`` is set or the app crashes; the core is started first."""
+def run_faust(
+    settings: Settings,
+    core: SinkCore,
+    stop: threading.Event,
+    topic: str | None = None,
+    group: str | None = None,
+) -> None:
+    """Run the faust app until ``stop`` is set or the app crashes; the core is started first.
+
+    ``group`` names the faust app and its consumer group: one per (topic, store), since every
+    store needs every partition.
+    """
     topic = topic or settings.events_topic
+    group = group or f"agentlog-sink-{topic}"
     core.start()
     # One thread touches the core's open batch: the executor; the event loop never does.
     executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentlog-sink-faust")
     crashed = True
     try:
         with tempfile.TemporaryDirectory(prefix="agentlog-faust-") as datadir:
-            app = build_app(settings, core, topic, core.config, datadir, executor)
+            app = build_app(settings, core, topic, core.config, datadir, executor, group)
             loop = asyncio.new_event_loop()
             try:
                 loop.run_until_complete(_serve(app, core, stop))

@@ -46,7 +46,7 @@ class WriterSchemas:
         except Exception as exc:  # transport errors surface as requests/httpx exceptions
             raise RegistryUnavailable(f"schema registry unreachable for id {schema_id}: {exc}") from exc
         else:
-            found = self._parse(schema.schema_str, schema.schema_type)
+            found = self._parse(schema.schema_str or "", schema.schema_type)
         with self._lock:
             self._cache[schema_id] = found
         return found

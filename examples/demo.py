@@ -30,7 +30,16 @@ def say(text: str) -> None:
 
 def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "runtime.cli", "worker", "--app", "examples.refund_agent:app", "--worker-id", "demo-worker"],
+        [
+            sys.executable,
+            "-m",
+            "runtime.cli",
+            "worker",
+            "--app",
+            "examples.refund_agent:app",
+            "--worker-id",
+            "demo-worker",
+        ],
         cwd=ROOT,
         env=env,
         stdout=log.open("ab"),
@@ -84,9 +93,13 @@ def main() -> int:
         say(f"in doubt (re-executed after the crash): {status['in_doubt']}")
         with sqlite3.connect(world) as conn:
             calls = dict(conn.execute("SELECT step, COUNT(*) FROM model_calls GROUP BY step").fetchall())
-            effects = conn.execute("SELECT kind, COUNT(*) FROM effects GROUP BY kind ORDER BY kind").fetchall()
+            effects = conn.execute(
+                "SELECT kind, COUNT(*) FROM effects GROUP BY kind ORDER BY kind"
+            ).fetchall()
             attempts = conn.execute("SELECT COUNT(*) FROM effect_attempts").fetchone()[0]
-        say(f"model calls re-executed for steps 1-30: {sum(calls[s] - 1 for s in range(1, 31))}; step 31: {calls[31]} calls")
+        say(
+            f"model calls re-executed for steps 1-30: {sum(calls[s] - 1 for s in range(1, 31))}; step 31: {calls[31]} calls"
+        )
         say(f"effects applied: {dict(effects)} ({attempts} attempts)")
         say(f"recorded nonces of steps 1-3: {result['nonces'][:3]} ... (served from the log on replay)")
         say(f"try: agentlog history {run_id}   agentlog status {run_id}")

@@ -78,7 +78,8 @@ def add_infra_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         func=cmd_status
     )
     actions.add_parser(
-        "topics", help="only create the topics, on the configured cluster (for a cluster agentlog did not start)"
+        "topics",
+        help="only create the topics, on the configured cluster (for a cluster agentlog did not start)",
     ).set_defaults(func=cmd_topics)
 
 

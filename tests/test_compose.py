@@ -40,7 +40,9 @@ def test_host_ports_match_the_configuration_defaults(compose: dict[str, Any]) ->
     assert defaults.bootstrap_servers in advertised
 
 
-def test_agentlog_services_use_valid_settings_and_the_default_topic_names(compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_agentlog_services_use_valid_settings_and_the_default_topic_names(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     services = compose["services"]
     for name in ("init", "worker", "sink"):
         env = services[name]["environment"]

@@ -26,7 +26,9 @@ class Endpoint(BaseHTTPRequestHandler):
         status = {"fail-429": 429, "fail-400": 400}.get(body["messages"][0]["content"], 200)
         answer = {
             "model": body["model"],
-            "choices": [{"message": {"role": "assistant", "content": "refund 41.60"}, "finish_reason": "stop"}],
+            "choices": [
+                {"message": {"role": "assistant", "content": "refund 41.60"}, "finish_reason": "stop"}
+            ],
             "usage": {"prompt_tokens": 5, "completion_tokens": 3},
         }
         payload = json.dumps(answer if status == 200 else {"error": "no"}).encode()
@@ -58,7 +60,11 @@ def test_completion_is_returned_as_json_and_config_comes_from_settings(endpoint:
     assert result["usage"] == {"prompt_tokens": 5, "completion_tokens": 3}
     assert received[-1]["path"] == "/v1/chat/completions"
     assert received[-1]["auth"] == "Bearer sk-test"
-    assert received[-1]["body"] == {"model": "local-model", "messages": [{"role": "user", "content": "refund?"}], "temperature": 0}
+    assert received[-1]["body"] == {
+        "model": "local-model",
+        "messages": [{"role": "user", "content": "refund?"}],
+        "temperature": 0,
+    }
     json.dumps(result)
 
 

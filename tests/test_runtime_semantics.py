@@ -234,7 +234,9 @@ def test_cli_submit_wait_status_and_history(
 def test_a_run_at_its_history_limit_is_parked_with_the_reason(
     deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
 ) -> None:
-    start_worker(deployment, workers, tmp_path, AGENTLOG_HISTORY_WARN_EVENTS="6", AGENTLOG_HISTORY_LIMIT_EVENTS="12")
+    start_worker(
+        deployment, workers, tmp_path, AGENTLOG_HISTORY_WARN_EVENTS="6", AGENTLOG_HISTORY_LIMIT_EVENTS="12"
+    )
     client = Client(deployment)
     small = client.submit("short", {"order": "fits", "steps": 2})  # 6 events: warned, not parked
     big = client.submit("short", {"order": "too-long", "steps": 20})

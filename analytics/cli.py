@@ -1,0 +1,179 @@
+"""``agentlog sink`` and ``agentlog audit ...``: thin handlers over ``consumers.runner`` and ``analytics.audit``.
+
+Handlers take the parsed arguments and the validated Settings and return an exit code; errors
+of the agentlog taxonomy propagate to ``runtime.cli``, which prints them and exits non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import TYPE_CHECKING
+
+from runtime.config import Settings
+
+from . import audit, render
+from .store import connect
+
+if TYPE_CHECKING:
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def add_analytics_commands(subparsers: Subparsers) -> None:
+    """Register ``sink`` and ``audit`` on the top-level ``agentlog`` parser."""
+    _add_sink(subparsers)
+    _add_audit(subparsers)
+
+
+# -- sink ---------------------------------------------------------------------------------------
+def _add_sink(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "sink",
+        help="copy the events topic into ClickHouse (runs until stopped)",
+        description="Copy the events topic into ClickHouse. With an embedded store (chdb://), this process "
+        "also answers `agentlog audit` on a local port while it runs.",
+    )
+    parser.add_argument(
+        "--dsn", help="chdb:///path (embedded, default <state_dir>/analytics) or http://host:8123"
+    )
+    parser.add_argument(
+        "--driver",
+        choices=("direct", "faust"),
+        default="direct",
+        help="Kafka consumer: direct (confluent-kafka, the fast path, default) or faust (faust-streaming)",
+    )
+    parser.add_argument(
+        "--batch-rows", type=int, default=50_000, help="rows per ClickHouse insert (default 50000)"
+    )
+    parser.add_argument(
+        "--flush-interval", type=float, default=0.5, help="seconds before a partial batch is written"
+    )
+    parser.set_defaults(func=_sink)
+
+
+def _sink(args: argparse.Namespace, settings: Settings) -> int:
+    from consumers.core import SinkConfig  # the sink's dependencies load only for this command
+    from consumers.runner import run_sink
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    try:
+        config = SinkConfig(batch_rows=args.batch_rows, flush_interval=args.flush_interval)
+    except ValueError as exc:
+        print(f"agentlog sink: {exc}", file=sys.stderr)
+        return 2
+
+    def ready(endpoint: object) -> None:
+        where = f", queries on port {getattr(endpoint, 'port', '?')}" if endpoint is not None else ""
+        print(
+            f"agentlog sink: {settings.events_topic} -> {args.dsn or settings.analytics_dsn}{where}",
+            file=sys.stderr,
+        )
+
+    stats = run_sink(settings, dsn=args.dsn, driver=args.driver, config=config, on_ready=ready)
+    print(
+        f"agentlog sink: stopped after {stats.rows_written} rows in {stats.batches_written} batches "
+        f"({stats.undecodable} undecodable, {stats.retries} retries)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+# -- audit --------------------------------------------------------------------------------------
+def _add_audit(subparsers: Subparsers) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--dsn", help="store to read (default: the settings' analytics DSN)")
+    common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    parser = subparsers.add_parser("audit", help="what runs did, from ClickHouse")
+    commands = parser.add_subparsers(dest="audit_command", required=True)
+
+    run = commands.add_parser("run", parents=[common], help="a run's timeline, in log order")
+    run.add_argument("run_id", metavar="RUN")
+    run.set_defaults(func=_audit_run)
+
+    tools = commands.add_parser("tools", parents=[common], help="tool calls: attempts per idempotency key")
+    tools.add_argument("--tool", help="only this tool")
+    tools.add_argument("--since", help="ISO-8601 time or a duration back from now (15m, 2h, 7d)")
+    tools.add_argument("--limit", type=int, default=100)
+    tools.set_defaults(func=_audit_tools)
+
+    div = commands.add_parser(
+        "divergences", parents=[common], help="re-decisions, non-determinism, parked runs"
+    )
+    div.add_argument("--run", dest="run_id", help="only this run")
+    div.add_argument("--limit", type=int, default=100)
+    div.set_defaults(func=_audit_divergences)
+
+    size = commands.add_parser(
+        "history-size", parents=[common], help="runs by history size vs the thresholds"
+    )
+    size.add_argument("--over", choices=("warn", "limit"), help="only runs at or over this threshold")
+    size.add_argument("--top", type=int, default=20)
+    size.set_defaults(func=_audit_history_size)
+
+    runs = commands.add_parser("runs", parents=[common], help="runs, most recently active first")
+    runs.add_argument(
+        "--status", help="running, completed, failed, cancelled, parked, rejected, continued_as_new"
+    )
+    runs.add_argument("--limit", type=int, default=50)
+    runs.set_defaults(func=_audit_runs)
+
+    sql = commands.add_parser("sql", parents=[common], help="one read-only SQL statement")
+    sql.add_argument("statement", metavar="SQL")
+    sql.set_defaults(func=_audit_sql)
+
+
+def _dsn(args: argparse.Namespace, settings: Settings) -> str:
+    return str(args.dsn or settings.analytics_dsn)
+
+
+def _print(args: argparse.Namespace, rows: audit.Rows) -> int:
+    if args.json:
+        render.as_json(rows.rows, sys.stdout)
+    else:
+        render.table(rows.columns, rows.rows, sys.stdout)
+    return 0
+
+
+def _audit_run(args: argparse.Namespace, settings: Settings) -> int:
+    with connect(_dsn(args, settings)) as store:
+        events = audit.run_events(store, args.run_id, settings.events_topic)
+    if not events:
+        print(f"agentlog audit: no events for run {args.run_id!r} in the store", file=sys.stderr)
+        if not args.json:
+            return 1
+    if args.json:
+        render.as_json(events, sys.stdout)
+        return 0 if events else 1
+    rows = audit.timeline(events)
+    render.table(rows.columns, rows.rows, sys.stdout)
+    return 0
+
+
+def _audit_tools(args: argparse.Namespace, settings: Settings) -> int:
+    since = audit.parse_since(args.since) if args.since else None
+    with connect(_dsn(args, settings)) as store:
+        return _print(args, audit.tool_attempts(store, args.tool, since, args.limit))
+
+
+def _audit_divergences(args: argparse.Namespace, settings: Settings) -> int:
+    with connect(_dsn(args, settings)) as store:
+        return _print(args, audit.divergences(store, args.run_id, args.limit))
+
+
+def _audit_history_size(args: argparse.Namespace, settings: Settings) -> int:
+    with connect(_dsn(args, settings)) as store:
+        return _print(args, audit.history_size(store, settings, args.over, args.top))
+
+
+def _audit_runs(args: argparse.Namespace, settings: Settings) -> int:
+    with connect(_dsn(args, settings)) as store:
+        return _print(args, audit.runs(store, args.status, args.limit))
+
+
+def _audit_sql(args: argparse.Namespace, settings: Settings) -> int:
+    with connect(_dsn(args, settings)) as store:
+        return _print(args, audit.sql(store, args.statement))

@@ -1,0 +1,126 @@
+"""``agentlog sink``: one process that owns the analytics store and copies the events topic into it.
+
+Start order: take the store's lock (embedded store), open the writer's client, start the query
+port and advertise it, then run the driver. Stop order is the reverse, after the driver has
+written its last batch. SIGTERM and SIGINT ask for that orderly stop; SIGKILL skips it, which is
+safe: the lock dies with the process and the next sink resumes from what the store holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
+
+from analytics.server import QueryServer
+from analytics.store import Endpoint, StoreLocation, StoreLock, open_client, parse_dsn
+from runtime.config import Settings
+from runtime.serde import registry_client
+
+from .core import SinkConfig, SinkCore, SinkStats
+from .direct import run_direct
+from .event_writer import EventWriter
+from .registry import WriterSchemas
+
+log = logging.getLogger("agentlog.sink")
+
+DRIVERS = ("faust", "direct")
+LOCK_WAIT = 60.0
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %s: stopping the sink after the current batch", signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextlib.contextmanager
+def _query_port(location: StoreLocation) -> Iterator[Endpoint | None]:
+    """Serve read-only queries for the store this process holds (embedded stores only)."""
+    if not location.embedded:
+        yield None
+        return
+    client = open_client(location)
+    server = QueryServer(client)
+    endpoint = server.start()
+    endpoint.write(location.endpoint_path)
+    try:
+        yield endpoint
+    finally:
+        server.stop()
+        if Endpoint.read(location.endpoint_path) == endpoint:
+            location.endpoint_path.unlink(missing_ok=True)
+        client.close()
+
+
+@contextlib.contextmanager
+def _store_lock(location: StoreLocation) -> Iterator[None]:
+    if not location.embedded:
+        yield
+        return
+    lock = StoreLock(location)
+    if not lock.try_acquire():
+        log.info("waiting for the analytics store lock held by pid %s", lock.holder())
+        lock.acquire(LOCK_WAIT)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def sink_group(topic: str, location: StoreLocation) -> str:
+    """The consumer group (faust) of the sink copying ``topic`` into this store."""
+    store = hashlib.sha1(str(location.path or location.dsn).encode()).hexdigest()[:8]  # a name, not security
+    return f"agentlog-sink-{topic}-{store}"
+
+
+def run_sink(
+    settings: Settings,
+    *,
+    dsn: str | None = None,
+    driver: str = "faust",
+    config: SinkConfig | None = None,
+    stop: threading.Event | None = None,
+    topic: str | None = None,
+    on_ready: Callable[[Endpoint | None], None] | None = None,
+) -> SinkStats:
+    """Run the sink until ``stop`` is set (or a signal arrives); return what it wrote."""
+    if driver not in DRIVERS:
+        raise ValueError(f"unknown sink driver {driver!r}; choose one of {', '.join(DRIVERS)}")
+    location = parse_dsn(dsn or settings.analytics_dsn)
+    topic = topic or settings.events_topic
+    stop = stop or threading.Event()
+    with _stop_on_signals(stop), _store_lock(location):
+        client = open_client(location)
+        try:
+            writer = EventWriter(client, topic, WriterSchemas(registry_client(settings)))
+            core = SinkCore(writer, topic, config)
+            with _query_port(location) as endpoint:
+                if on_ready is not None:
+                    on_ready(endpoint)
+                log.info("sink: %s -> %s (driver %s)", topic, location.dsn, driver)
+                if driver == "direct":
+                    run_direct(settings, core, stop, topic)
+                else:
+                    from .faust_app import run_faust  # faust is heavy to import; only when used
+
+                    run_faust(settings, core, stop, topic, sink_group(topic, location))
+            return core.stats
+        finally:
+            client.close()

@@ -1,0 +1,257 @@
+"""Pure logic of the sink: Avro framing, column planning, batches, the core's backpressure."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+
+import fastavro
+import pytest
+
+from analytics.migrations import _V1_FIELD_COLUMNS, MIGRATIONS_LIST
+from analytics.tables import ENVELOPE_COLUMNS, SINK_COLUMNS
+from consumers.avro_wire import container, read_zigzag, zigzag
+from consumers.batch import Batch, staged_body
+from consumers.columns import normalize_type, plan_columns
+from consumers.core import BackpressureError, SinkConfig, SinkCore, SinkWriteError
+from consumers.event_writer import SinkState, WriteStats
+from runtime.errors import TerminalError
+from runtime.schemas import load_catalog
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    "value", [0, 1, -1, 63, -64, 64, 127, 128, 300, 2**31 - 1, -(2**31), 2**62, -(2**63)]
+)
+def test_zigzag_matches_avro_long_encoding(value: int) -> None:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema({"type": "long"}), value)
+    assert zigzag(value) == out.getvalue()
+    assert read_zigzag(zigzag(value), 0) == (value, len(out.getvalue()))
+
+
+def test_a_staged_container_decodes_as_metadata_followed_by_the_writer_record() -> None:
+    writer = {
+        "type": "record",
+        "name": "Thing",
+        "namespace": "x.y",
+        "fields": [
+            {"name": "run_id", "type": "string"},
+            {"name": "partition", "type": "int"},
+            {"name": "note", "type": ["null", "string"], "default": None},
+            {
+                "name": "inner",
+                "type": {"type": "record", "name": "Inner", "fields": [{"name": "q", "type": "int"}]},
+            },
+        ],
+    }
+    datum = io.BytesIO()
+    fastavro.schemaless_writer(
+        datum,
+        fastavro.parse_schema(writer),
+        {"run_id": "r1", "partition": 7, "note": "hi", "inner": {"q": 3}},
+    )
+    value = b"\x00\x00\x00\x00\x2a" + datum.getvalue()
+    plan = plan_columns(42, writer, {})
+    batch = Batch()
+    batch.add(3, 1234, b"k", value)
+    body = batch.groups[b"\x00\x00\x00\x2a"].body()
+    assert (
+        body == staged_body([(3, 1234, b"k", value)]) == zigzag(3) + zigzag(1234) + zigzag(len(value)) + value
+    )
+    rows = list(fastavro.reader(io.BytesIO(container(plan.staged_schema, body, 1))))
+    assert rows == [
+        {
+            "partition": 3,
+            "offset": 1234,
+            "size": len(value),
+            "_confluent_frame": b"\x00\x00\x00\x00\x2a",
+            "run_id": "r1",
+            "record_partition": 7,
+            "note": "hi",
+            "_unstored_3": {"q": 3},
+        }
+    ]
+    assert [f.column for f in plan.fields] == ["run_id", "record_partition", "note", None]
+    assert "_unstored_3" not in plan.insert_columns and "_confluent_frame" in plan.insert_columns
+
+
+def test_columns_reuse_matching_types_and_rename_on_conflict() -> None:
+    writer = {
+        "type": "record",
+        "name": "R",
+        "fields": [
+            {"name": "attempt", "type": "string"},
+            {"name": "tool", "type": "string"},
+            {"name": "tags", "type": {"type": "array", "items": "string"}},
+            {"name": "either", "type": ["null", "int", "string"]},
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        ],
+    }
+    existing = {"attempt": "Nullable(Int32)", "tool": "LowCardinality(Nullable(String))"}
+    plan = plan_columns(1, writer, existing)
+    by_field = {f.field: (f.column, f.type) for f in plan.fields}
+    assert by_field["attempt"] == ("attempt__nullable_string", "Nullable(String)")
+    assert by_field["tool"] == ("tool", "Nullable(String)")  # LowCardinality is a storage hint
+    assert by_field["tags"] == ("tags", "Array(String)")
+    assert by_field["either"] == (None, None)  # a union of two types has no column
+    assert by_field["at"] == ("at", "Nullable(DateTime64(3, 'UTC'))")
+    assert plan.new_columns(existing) == [
+        ("attempt__nullable_string", "Nullable(String)"),
+        ("tags", "Array(String)"),
+        ("at", "Nullable(DateTime64(3, 'UTC'))"),
+    ]
+
+
+def test_normalize_type_ignores_low_cardinality_and_spaces() -> None:
+    assert normalize_type("LowCardinality(Nullable(String))") == "Nullable(String)"
+    assert normalize_type("Map(String, Int64)") == normalize_type("Map(String,Int64)")
+
+
+def test_every_released_event_schema_fits_the_version_1_columns() -> None:
+    """Released schemas need no derived migration: their fields are columns of migration 1."""
+    existing = dict((*SINK_COLUMNS, *ENVELOPE_COLUMNS, *_V1_FIELD_COLUMNS))
+    for name, schema in load_catalog().items():
+        if schema.role != "events":
+            continue
+        plan = plan_columns(1, schema.parsed, existing)
+        assert plan.new_columns(existing) == [], name
+        assert all(f.column is not None for f in plan.fields), name
+
+
+def test_migrations_have_unique_increasing_versions() -> None:
+    versions = [m.version for m in MIGRATIONS_LIST]
+    assert versions == sorted(set(versions))
+
+
+def test_batch_sorts_records_by_schema_id_and_sets_aside_the_undecodable() -> None:
+    batch = Batch()
+    batch.add(0, 10, b"r1", b"\x00\x00\x00\x00\x07payload")
+    batch.add(0, 11, b"r1", b"not avro")
+    batch.add(1, 5, None, None)
+    batch.add(0, 12, b"r1", b"\x00\x00\x00\x00\x07more")
+    assert list(batch.groups) == [b"\x00\x00\x00\x07"]
+    assert [r[1] for r in batch.groups[b"\x00\x00\x00\x07"].records] == [10, 12]
+    assert [(u.offset, u.reason.split(" ")[0]) for u in batch.undecodable] == [(11, "not"), (5, "empty")]
+    assert batch.count == 4
+    batch.seal({0: 13, 1: 6})
+    assert batch.last == {0: 12, 1: 5}
+    again = Batch(first={1: 5, 0: 10}, last={0: 12, 1: 5}, count=4)
+    assert again.token("t") == batch.token("t")
+    assert Batch(first={0: 10}, last={0: 12}, count=3).token("t") != batch.token("t")
+
+
+def test_sink_config_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="batch_rows"):
+        SinkConfig(batch_rows=0)
+    with pytest.raises(ValueError, match="flush_interval"):
+        SinkConfig(flush_interval=0)
+
+
+class _StuckWriter:
+    """A store that takes forever to write: the core must apply backpressure, not buffer."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.writes = 0
+
+    def prepare(self) -> SinkState:
+        return SinkState({}, {})
+
+    def write(self, batch: Batch, token: str) -> WriteStats:
+        self.release.wait(30)
+        self.writes += 1
+        return WriteStats(batch.count, 0)
+
+    def reset_stage(self) -> None:
+        return None
+
+
+def test_a_store_that_cannot_keep_up_raises_backpressure_instead_of_buffering() -> None:
+    writer = _StuckWriter()
+    core = SinkCore(writer, "t", SinkConfig(batch_rows=10, max_pending=1, backpressure_timeout=0.3))
+    core.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(BackpressureError, match="has not accepted a batch"):
+            for offset in range(1000):
+                core.add(0, offset, b"k", b"\x00\x00\x00\x00\x01v")
+        assert time.monotonic() - started < 5
+        # one batch being written + one queued + the open one: memory is bounded by three batches
+        assert offset < 40
+    finally:
+        writer.release.set()
+        core.close(flush=False)
+    assert writer.writes == 2
+
+
+class _FailingWriter(_StuckWriter):
+    def __init__(self, failures: int, error: Exception) -> None:
+        super().__init__()
+        self.failures = failures
+        self.error = error
+        self.resets = 0
+
+    def write(self, batch: Batch, token: str) -> WriteStats:
+        self.writes += 1
+        if self.writes <= self.failures:
+            raise self.error
+        return WriteStats(batch.count, 0)
+
+    def reset_stage(self) -> None:
+        self.resets += 1
+
+
+def test_a_failed_batch_is_retried_then_stops_the_sink_when_it_keeps_failing() -> None:
+    flaky = _FailingWriter(2, OSError("connection reset"))
+    core = SinkCore(flaky, "t", SinkConfig(batch_rows=5, retry_backoff=0.01))
+    core.start()
+    for offset in range(5):
+        core.add(0, offset, None, b"\x00\x00\x00\x00\x01v")
+    core.close()
+    assert (flaky.writes, flaky.resets, core.stats.retries, core.stats.rows_written) == (3, 2, 2, 5)
+    assert core.durable_offsets() == {0: 5}
+
+    broken = _FailingWriter(100, OSError("gone"))
+    core = SinkCore(broken, "t", SinkConfig(batch_rows=5, retry_attempts=3, retry_backoff=0.01))
+    core.start()
+    for offset in range(5):
+        core.add(0, offset, None, b"\x00\x00\x00\x00\x01v")
+    with pytest.raises(SinkWriteError, match="failed 3 times"):
+        core.flush()
+    core.close()
+    assert core.durable_offsets() == {}
+
+    terminal = _FailingWriter(100, TerminalError("bad"))
+    core = SinkCore(terminal, "t", SinkConfig(batch_rows=1, retry_backoff=0.01))
+    core.start()
+    core.add(0, 0, None, b"\x00\x00\x00\x00\x01v")
+    with pytest.raises(SinkWriteError, match="bad"):
+        core.flush()
+    core.close()
+    assert terminal.writes == 1  # terminal errors are not retried
+
+
+def test_records_below_the_stored_position_are_skipped() -> None:
+    class Resumed(_FailingWriter):
+        def prepare(self) -> SinkState:
+            return SinkState({0: 100}, {0: 3})
+
+    writer = Resumed(0, OSError())
+    core = SinkCore(writer, "t", SinkConfig(batch_rows=1000))
+    assert core.start() == {0: 100}
+    for offset in range(95, 105):
+        core.add(0, offset, None, b"\x00\x00\x00\x00\x01v")
+    core.close()
+    assert core.stats.skipped == 5
+    assert core.stats.rows_written == 5
+    assert core.durable_offsets() == {0: 105}
+
+
+def test_staged_schema_is_valid_avro_for_every_released_schema() -> None:
+    for schema in load_catalog().values():
+        plan = plan_columns(1, schema.parsed, {})
+        fastavro.parse_schema(json.loads(json.dumps(plan.staged_schema)))
