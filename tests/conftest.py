@@ -13,16 +13,14 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from infra.topics import ensure_topics
+from infra.deployment import environment, scratch_deployment
 from runtime.config import Settings, load_settings
-from runtime.registry_ops import SchemaAdmin
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,20 +49,7 @@ def services() -> Settings:
 
 
 def make_deployment(base: Settings, partitions: int = 3) -> Settings:
-    tag = uuid.uuid4().hex[:8]
-    settings = base.model_copy(
-        update={
-            "commands_topic": f"t{tag}.commands",
-            "events_topic": f"t{tag}.events",
-            "checkpoints_topic": f"t{tag}.checkpoints",
-            "partitions": partitions,
-            "worker_group": f"t{tag}.workers",
-        }
-    )
-    ensure_topics(settings)
-    reports = SchemaAdmin(settings).register()
-    assert all(r.ok for r in reports), reports
-    return settings
+    return scratch_deployment(base, partitions)
 
 
 @pytest.fixture
@@ -74,22 +59,7 @@ def deployment(services: Settings) -> Settings:
 
 
 def deployment_env(settings: Settings, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
-    env.update(
-        {
-            "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
-            "AGENTLOG_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-            "AGENTLOG_SCHEMA_REGISTRY_URL": settings.schema_registry_url,
-            "AGENTLOG_COMMANDS_TOPIC": settings.commands_topic,
-            "AGENTLOG_EVENTS_TOPIC": settings.events_topic,
-            "AGENTLOG_CHECKPOINTS_TOPIC": settings.checkpoints_topic,
-            "AGENTLOG_PARTITIONS": str(settings.partitions),
-            "AGENTLOG_WORKER_GROUP": settings.worker_group,
-            "AGENTLOG_STATE_DIR": str(settings.state_dir),
-        }
-    )
-    env.update(extra)
-    return env
+    return environment(settings, f"{ROOT}{os.pathsep}{ROOT / 'tests'}", **extra)
 
 
 class WorkerProcess:
