@@ -32,7 +32,9 @@ def consumer_config(settings: Settings, worker_id: str, session_timeout_ms: int)
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         "isolation.level": "read_committed",
-        "fetch.wait.max.ms": 5,
+        # The broker answers a waiting fetch as soon as a command arrives; the wait only spaces
+        # out empty fetches.
+        "fetch.wait.max.ms": 100,
     }
 
 
