@@ -85,7 +85,7 @@ def run_events(settings: Settings, serde: Serde, run_ids: set[str]) -> dict[str,
     found: dict[str, list[tuple[int, Any]]] = {r: [] for r in run_ids}
     for partition in range(settings.partitions):
         for record in read_partition(settings, settings.events_topic, partition, keep=lambda k: k in keys):
-            event = serde.decode(record.value or b"")
+            event = serde.decode(record.value or b"", record.key)
             found[event.run_id].append((len(record.value or b"") + len(record.key or b""), event))
     return found
 

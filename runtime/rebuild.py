@@ -123,7 +123,7 @@ def rebuild(
         if record.offset < covered and record.key is not None and record.key not in listed_keys:
             continue  # a run that had ended by the checkpoint: skipped without decoding
         try:
-            event = serde.decode(record.value)
+            event = serde.decode(record.value, record.key)
         except DecodeError as error:
             log.error("partition %s offset %s: %s", partition, record.offset, error)
             result.undecodable.append(record.offset)

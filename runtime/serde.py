@@ -7,6 +7,10 @@ schema version; ``agentlog schemas register`` is the only way in.
 Reading: the writer's schema id (bytes 1-4 of the frame) is resolved through the registry to
 a record name; ``AvroDeserializer`` then resolves that writer schema to the *local* reader
 schema of the same name, so code reads every version ever written with the shape it knows.
+
+The run id is not in the Avro value: it is the Kafka key of every command and event (the
+records are partitioned by it anyway), so repeating it in the value cost ~100 bytes a step.
+``Record.run_id`` is filled from the key on decode and ignored by the encoder.
 """
 
 from __future__ import annotations
@@ -65,7 +69,8 @@ def field_names(cls: type) -> tuple[str, ...]:
     return names
 
 
-def _record_from_dict(cls: type[Record], values: dict[str, Any]) -> Record:
+def _record_from_dict(cls: type[Record], values: dict[str, Any], key: bytes | None) -> Record:
+    values["run_id"] = key.decode("utf-8", "replace") if key else ""
     occurred = values.get("occurred_at")
     if isinstance(occurred, dt.datetime):
         values["occurred_at"] = int(occurred.timestamp() * 1000)
@@ -159,8 +164,11 @@ class Serde:
             self._names_by_id[schema_id] = name
         return name
 
-    def decode(self, data: bytes, topic: str | None = None) -> Record:
+    def decode(self, data: bytes, key: bytes | None = None, topic: str | None = None) -> Record:
         """A typed record; the writer schema (by id, from the registry) resolved to the local one.
+
+        ``key`` is the record's Kafka key -- the run id on the commands and events topics (None on
+        partition-level records such as claims and checkpoints, whose ``run_id`` is then "").
 
         The first record of each schema id goes through ``AvroDeserializer``; later ones are
         resolved by fastavro with the same writer and reader schemas, cached by id."""
@@ -173,10 +181,10 @@ class Serde:
                 except Exception as exc:
                     raise DecodeError(f"cannot decode {cls.__name__}: {exc}", data) from exc
                 assert isinstance(values, dict)
-                return _record_from_dict(cls, values)
-        return self._decode_first(data, topic)
+                return _record_from_dict(cls, values, key)
+        return self._decode_first(data, key, topic)
 
-    def _decode_first(self, data: bytes, topic: str | None) -> Record:
+    def _decode_first(self, data: bytes, key: bytes | None, topic: str | None) -> Record:
         name = self.record_name(data)
         cls = RECORD_TYPES.get(name)
         if cls is None or name not in self.catalog:
@@ -196,7 +204,7 @@ class Serde:
         schema_id = schema_id_of(data)
         writer_text = self.client.get_schema(schema_id).schema_str or "{}"
         self._readers[schema_id] = (cls, parse_schema(json.loads(writer_text)), parse_schema(schema.parsed))
-        return _record_from_dict(cls, values)
+        return _record_from_dict(cls, values, key)
 
     def _deserializer(self, name: str) -> AvroDeserializer:
         with self._lock:

@@ -394,7 +394,7 @@ class Worker:
         key = message.key()
         run_id = key.decode("utf-8", "replace") if key else f"poison-{message.partition()}-{offset}"
         try:
-            command = self.serde.decode(message.value() or b"")
+            command = self.serde.decode(message.value() or b"", key)
         except DecodeError as decode_error:
             self._reject(
                 owned, run_id, None, f"undecodable command at offset {offset}: {decode_error}", "", offset

@@ -160,7 +160,7 @@ def test_zombie_writes_after_losing_its_partition_stay_invisible(
     serde = Serde(deployment)
     partition = client.partition(run_id)
     raw = [
-        (r.offset, serde.decode(r.value))
+        (r.offset, serde.decode(r.value, r.key))
         for r in read_partition(deployment, deployment.events_topic, partition)
         if r.value
     ]

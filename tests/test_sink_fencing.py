@@ -56,7 +56,7 @@ def test_sql_fencing_agrees_with_fence_filter_across_batches_and_restarts(
     for p, partition_messages in messages.items():
         fence = FenceFilter()
         for message in partition_messages:
-            record = serde.decode(message.value() or b"")
+            record = serde.decode(message.value() or b"", message.key())
             assert isinstance(record, ev.Event)
             expected[(p, int(message.offset() or 0))] = (
                 0 if fence.admit(record, int(message.offset() or 0)) else 1

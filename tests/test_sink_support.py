@@ -238,7 +238,7 @@ def kafka_timeline(settings: Settings, run_id: str) -> list[tuple[int, str]]:
     fence = FenceFilter()
     out: list[tuple[int, str]] = []
     for message in read_partition(settings, partition_for(run_id, settings.partitions)):
-        record = serde.decode(message.value() or b"")
+        record = serde.decode(message.value() or b"", message.key())
         assert isinstance(record, ev.Event)
         if fence.admit(record, int(message.offset() or 0)) and record.run_id == run_id:
             out.append((record.seq, record.type))
