@@ -110,7 +110,8 @@ def run_events(store: QueryStore, run_id: str, topic: str) -> list[dict[str, Jso
                 }
             )
             continue
-        event: dict[str, JsonValue] = {"seq": row["seq"], "type": row["type"]}
+        # The run id is the record's Kafka key (the sink stores it whatever the writer schema).
+        event: dict[str, JsonValue] = {"seq": row["seq"], "type": row["type"], "run_id": row["run_id"]}
         for field, column in fields_of.get(int(str(row["schema_id"])), [(n, n) for n in ENVELOPE_NAMES]):
             value = row.get(column)
             event[field] = iso_to_ms(value) if column in timestamp_columns else value

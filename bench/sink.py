@@ -35,7 +35,6 @@ sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
-from confluent_kafka.cimpl import NewTopic  # noqa: E402
 
 from analytics import audit  # noqa: E402
 from analytics.server import ProxyStore, QueryServer  # noqa: E402
@@ -44,9 +43,9 @@ from consumers.core import SinkConfig, SinkCore  # noqa: E402
 from consumers.direct import run_direct  # noqa: E402
 from consumers.event_writer import EventWriter  # noqa: E402
 from consumers.registry import WriterSchemas  # noqa: E402
+from infra.deployment import scratch_deployment  # noqa: E402
 from runtime import events as ev  # noqa: E402
 from runtime.config import Settings, load_settings  # noqa: E402
-from runtime.registry_ops import SchemaAdmin  # noqa: E402
 from runtime.serde import Serde, registry_client  # noqa: E402
 
 RUN_WIDTH = 8
@@ -120,9 +119,12 @@ def prefill(settings: Settings, events: int) -> tuple[int, list[str]]:
     needle, key_needle = template_id.encode(), KEY_TEMPLATE.encode()
     for i in range(runs):
         run_id = f"bench-{i:0{RUN_WIDTH}d}".encode()
-        key_prefix = uuid.uuid5(uuid.NAMESPACE_URL, run_id.decode()).hex[:34].encode()
+        # Same length as the template's (36-character UUID text): a byte-level replacement must
+        # not change a string's length, or the Avro length prefix no longer matches the bytes.
+        key_prefix = str(uuid.uuid5(uuid.NAMESPACE_URL, run_id.decode()))[: len(key_needle)].encode()
         for value in templates:
             data = value.replace(needle, run_id).replace(key_needle, key_prefix)
+            assert len(data) == len(value)
             while True:
                 try:
                     producer.produce(settings.events_topic, key=run_id, value=data)
@@ -189,6 +191,7 @@ def bench_driver(settings: Settings, dsn: str, driver: str, target: int, batch_r
         batches=core.stats.batches_written,
         batch_rows=batch_rows,
         store_busy_s=round(core.stats.write_seconds, 2),
+        undecodable=core.stats.undecodable,
         load_avg_1m=os.getloadavg()[0],
     )
 
@@ -239,6 +242,7 @@ def bench_core(settings: Settings, dsn: str, events: int, batch_rows: int) -> No
         batches=core.stats.batches_written,
         batch_rows=batch_rows,
         store_busy_s=round(core.stats.write_seconds, 2),
+        undecodable=core.stats.undecodable,
         load_avg_1m=os.getloadavg()[0],
     )
 
@@ -342,15 +346,13 @@ def main() -> int:
     parser.add_argument("--faust-events", type=int, default=200_000, help="events the faust path is timed on")
     parser.add_argument("--batch-rows", type=int, default=50_000)
     parser.add_argument("--keep", action="store_true", help="keep the chDB stores")
+    parser.add_argument("--no-audit", action="store_true", help="skip the audit latency measurements")
     args = parser.parse_args()
 
-    topic = f"bench-sink-{uuid.uuid4().hex[:8]}"
-    settings = load_settings(events_topic=topic, partitions=args.partitions)
+    # Fresh topics (commands too: the default ones hold older schema versions) and schemas.
+    settings = scratch_deployment(load_settings(), args.partitions, prefix="bench-sink-")
+    topic = settings.events_topic
     admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
-    admin.create_topics([NewTopic(topic, args.partitions, 1)])[topic].result()
-    reports = SchemaAdmin(settings).register()
-    if not all(r.ok for r in reports):
-        raise SystemExit(f"schema registration failed: {reports}")
     emit(metric="setup", topic=topic, partitions=args.partitions, cpus=os.cpu_count())
     total, sample = prefill(settings, args.events)
 
@@ -359,7 +361,8 @@ def main() -> int:
         paths = [p.strip() for p in args.paths.split(",") if p.strip()]
         if "direct" in paths:
             bench_driver(settings, f"chdb://{workdir / 'direct'}", "direct", total, args.batch_rows)
-            bench_audit(settings, f"chdb://{workdir / 'direct'}", sample)
+            if not args.no_audit:
+                bench_audit(settings, f"chdb://{workdir / 'direct'}", sample)
         if "faust" in paths:
             bench_driver(
                 settings,
@@ -375,7 +378,7 @@ def main() -> int:
             emit(metric="stores", path=str(workdir))
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-        admin.delete_topics([topic])
+        admin.delete_topics([settings.events_topic, settings.commands_topic, settings.checkpoints_topic])
     return 0
 
 

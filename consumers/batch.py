@@ -1,9 +1,11 @@
 """A batch of raw Kafka records on their way to ClickHouse, grouped by writer schema id.
 
 Nothing is decoded here. Each record is filed under the 4-byte schema id of its frame and
-re-framed on the spot as a *staged datum* (see ``consumers.columns``): its partition, offset and
-size as Avro varints, then the Kafka value untouched. Doing it here, on the consuming thread,
-keeps it off the writer thread, whose time goes to ClickHouse.
+re-framed on the spot as a *staged datum* (see ``consumers.columns``): a fixed 16-byte header
+(partition, offset, value size; little-endian), its Kafka key (the run id) as Avro bytes, then
+the Kafka value untouched. That is two list items per record, the first built by one
+``struct`` call: this loop runs once per record under the GIL, and every microsecond in it is a
+microsecond the whole sink waits (the Kafka consumer shares the GIL with the writer).
 
 Records that are not Confluent-framed Avro are set aside as undecodable -- they still land
 (flagged, with their bytes), so they never stall a partition and rows still equal records.
@@ -12,44 +14,58 @@ Records that are not Confluent-framed Avro are set aside as undecodable -- they 
 from __future__ import annotations
 
 import hashlib
+import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from .avro_wire import zigzag
+from .avro_wire import read_zigzag, zigzag
 
 # (partition, offset, key, value)
 RawRecord = tuple[int, int, bytes | None, bytes]
 
-_SMALL_LIMIT = 16384
-_SMALL = tuple(zigzag(n) for n in range(_SMALL_LIMIT))  # partitions and value sizes are small
+META = struct.Struct("<iqi")  # partition, offset, value size: the stage's fixed header column
+META_SIZE = META.size
+# The header plus the key's Avro length for keys under 64 bytes (a one-byte varint: 2 * length).
+_META_AND_SHORT_KEY = struct.Struct("<iqiB").pack
+_SHORT_KEY = 64
 
 
-def staged_parts(partition: int, offset: int, value: bytes) -> tuple[bytes, bytes, bytes, bytes]:
-    """The pieces of one staged datum: partition, offset, size (Avro varints), then the value."""
-    size = len(value)
-    return (
-        _SMALL[partition] if partition < _SMALL_LIMIT else zigzag(partition),
-        zigzag(offset),
-        _SMALL[size] if size < _SMALL_LIMIT else zigzag(size),
-        value,
-    )
+def staged_head(partition: int, offset: int, key: bytes | None, size: int) -> bytes:
+    """Everything of a staged datum before the Kafka value: header, then the key as Avro bytes."""
+    if not key:
+        return _META_AND_SHORT_KEY(partition, offset, size, 0)
+    if len(key) < _SHORT_KEY:
+        return _META_AND_SHORT_KEY(partition, offset, size, len(key) << 1) + key
+    return META.pack(partition, offset, size) + zigzag(len(key)) + key
 
 
 def staged_body(records: Iterable[RawRecord]) -> bytes:
     """The staged datums of ``records``, back to back."""
-    return b"".join(part for p, o, _k, v in records for part in staged_parts(p, o, v))
+    return b"".join(part for p, o, k, v in records for part in (staged_head(p, o, k, len(v)), v))
 
 
 @dataclass
 class Group:
-    """The records of one writer schema in a batch, and their staged datums so far."""
+    """The staged datums of one writer schema in a batch: head and value, alternating."""
 
-    records: list[RawRecord] = field(default_factory=list)
     parts: list[bytes] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.parts) // 2
 
     def body(self) -> bytes:
         return b"".join(self.parts)
+
+    def records(self) -> Iterator[RawRecord]:
+        """The records back from their staged datums (the rare paths that need them)."""
+        parts = self.parts
+        for i in range(0, len(parts), 2):
+            head, value = parts[i], parts[i + 1]
+            partition, offset, _size = META.unpack_from(head)
+            length, start = read_zigzag(head, META_SIZE)
+            yield partition, offset, head[start : start + length] or None, value
 
 
 @dataclass(frozen=True)
@@ -77,26 +93,22 @@ class Batch:
     created: float = field(default_factory=time.monotonic)
 
     def add(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
-        """File one record (the sink's hot path: about a microsecond)."""
+        """File one record (the sink's hot path: under a microsecond)."""
         if partition not in self.first:
             self.first[partition] = offset
         self.count += 1
         if value is not None and len(value) > 5 and value[0] == 0:
             size = len(value)
             self.size += size
-            sid = value[1:5]
-            group = self.groups.get(sid)
+            group = self.groups.get(value[1:5])
             if group is None:
-                group = self.groups[sid] = Group()
-            group.records.append((partition, offset, key, value))
-            group.parts.extend(
-                (
-                    _SMALL[partition] if partition < _SMALL_LIMIT else zigzag(partition),
-                    zigzag(offset),
-                    _SMALL[size] if size < _SMALL_LIMIT else zigzag(size),
-                    value,
-                )
-            )
+                group = self.groups[value[1:5]] = Group()
+            if not key:
+                group.parts += (_META_AND_SHORT_KEY(partition, offset, size, 0), value)
+            elif len(key) < _SHORT_KEY:
+                group.parts += (_META_AND_SHORT_KEY(partition, offset, size, len(key) << 1) + key, value)
+            else:
+                group.parts += (staged_head(partition, offset, key, size), value)
         else:
             self.size += len(value) if value else 0
             reason = (

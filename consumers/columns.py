@@ -14,10 +14,15 @@ rules keep that total and deterministic:
 Fields ClickHouse cannot take from Avro as a column (nested records, unions of several types)
 get no column; their bytes are still read past, and the record still lands.
 
-The *staged row* schema is the writer schema with the sink's metadata fields and the 5-byte
-Confluent frame in front. Avro encodes a record as its fields back to back, so a staged datum
-is the metadata encodings followed by the untouched Kafka value; field names are the column
-names, which is how ClickHouse matches them.
+The run id comes from the Kafka key, never from the value: the key is the run id of every
+record (null, stored as '', on partition-level records such as claims), and writer schemas since
+the key-only change no longer carry a ``run_id`` field. Older writer schemas that do are read
+past it (their value always equals the key), so every version fills the column the same way.
+
+The *staged row* schema is the writer schema with the sink's metadata fields (the key among
+them) and the 5-byte Confluent frame in front. Avro encodes a record as its fields back to
+back, so a staged datum is the metadata encodings followed by the untouched Kafka value; field
+names are the column names, which is how ClickHouse matches them.
 """
 
 from __future__ import annotations
@@ -29,11 +34,15 @@ from typing import Any
 
 from analytics.tables import ENVELOPE_COLUMNS, ENVELOPE_NAMES, SINK_COLUMN_NAMES
 
-# Metadata prepended to each datum, in this order (see consumers.batch.staged_parts).
-STAGED_FIELDS: tuple[tuple[str, str], ...] = (
-    ("partition", "int"),
-    ("offset", "long"),
-    ("size", "int"),
+# Metadata prepended to each datum, in this order (see consumers.batch.staged_head): a fixed
+# header (partition, offset and value size, little-endian -- ``consumers.batch.META``), read
+# apart in SQL, and the Kafka key as bytes.
+META_COLUMN = "_sink_meta"
+META_COLUMN_TYPE = "FixedString(16)"
+KEY_COLUMN = "run_id"
+STAGED_FIELDS: tuple[dict[str, Any], ...] = (
+    {"name": META_COLUMN, "type": {"type": "fixed", "name": "AgentlogSinkMeta", "size": 16}},
+    {"name": KEY_COLUMN, "type": "bytes"},  # bytes: a key need not be valid UTF-8
 )
 # The Confluent frame (magic byte + schema id) read as an Avro ``fixed``: the whole Kafka value
 # follows the metadata as it is, and the schema id (hence the type) is read from it in SQL. The
@@ -44,7 +53,12 @@ FRAME_FIELD: dict[str, Any] = {
     "name": FRAME_COLUMN,
     "type": {"type": "fixed", "name": "AgentlogSinkConfluentFrame", "size": 5},
 }
-_RESERVED = SINK_COLUMN_NAMES | {FRAME_COLUMN}
+# Columns of the stage only, with their types.
+STAGE_ONLY_COLUMNS: tuple[tuple[str, str], ...] = (
+    (META_COLUMN, META_COLUMN_TYPE),
+    (FRAME_COLUMN, FRAME_COLUMN_TYPE),
+)
+_RESERVED = SINK_COLUMN_NAMES | {FRAME_COLUMN, META_COLUMN}
 
 _PRIMITIVES = {
     "boolean": "Bool",
@@ -99,7 +113,7 @@ class ColumnPlan:
     def insert_columns(self) -> list[str]:
         """The stage columns an insert of this plan's container fills, in any order."""
         return (
-            [name for name, _ in STAGED_FIELDS]
+            [str(f["name"]) for f in STAGED_FIELDS]
             + [FRAME_COLUMN]
             + [f.column for f in self.stored if f.column is not None]
         )
@@ -198,13 +212,14 @@ def plan_columns(schema_id: int, writer: dict[str, Any], existing: Mapping[str, 
     _named_types(writer, namespace, named)
     envelope = dict(ENVELOPE_COLUMNS)
     fields: list[FieldColumn] = []
-    staged: list[dict[str, Any]] = [{"name": n, "type": t} for n, t in STAGED_FIELDS]
-    staged.append(FRAME_FIELD)
+    staged: list[dict[str, Any]] = [*STAGED_FIELDS, FRAME_FIELD]
     taken: set[str] = set()
     for index, field in enumerate(writer.get("fields", [])):
         name = field["name"]
         avro_type = field["type"]
-        if name in ENVELOPE_NAMES:
+        if name == KEY_COLUMN:  # filled from the Kafka key (see the module docstring)
+            column, ch_type = None, None
+        elif name in ENVELOPE_NAMES:
             column: str | None = name
             ch_type: str | None = envelope[name]
         else:

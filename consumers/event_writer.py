@@ -39,18 +39,18 @@ from analytics.migrations import migrate, table_columns
 from analytics.tables import CLAIM_TYPE, DATABASE, EVENTS, WRITER_SCHEMAS, quote_identifier, quote_string
 
 from .avro_wire import container
-from .batch import Batch, RawRecord, Undecodable, staged_body
-from .columns import FRAME_COLUMN, FRAME_COLUMN_TYPE, ColumnPlan, plan_columns
+from .batch import META, Batch, RawRecord, Undecodable, staged_body
+from .columns import FRAME_COLUMN, META_COLUMN, STAGE_ONLY_COLUMNS, ColumnPlan, plan_columns
 from .registry import WriterSchemas
 
 log = logging.getLogger("agentlog.sink.writer")
 
-# Not in the stage: filled by the final INSERT ... SELECT (topic, fenced) or by default (ingested_at).
+# Not staged: filled by the final INSERT ... SELECT (topic, fenced) or by default (ingested_at).
 _NOT_STAGED = ("topic", "fenced", "ingested_at")
+# Staged, but in the stage's header column (META_COLUMN) rather than columns of their own.
+_FROM_META = ("partition", "offset", "size")
 _UNDECODABLE_COLUMNS = [
-    "partition",
-    "offset",
-    "size",
+    META_COLUMN,
     "schema_id",
     "type",
     "run_id",
@@ -61,6 +61,12 @@ _UNDECODABLE_COLUMNS = [
 _WATERMARK_TERM = f"multiIf(type = '{CLAIM_TYPE}', offset, decode_error != '', toInt64(-1), epoch)"
 # The writer schema id in bytes 1-4 (big-endian) of the Confluent frame.
 _FRAME_SCHEMA_ID = f"toInt32(reinterpretAsUInt32(reverse(substring({FRAME_COLUMN}, 2, 4))))"
+# Partition, offset and value size from the staged header (consumers.batch.META: little-endian).
+_META_FIELDS = (
+    f"reinterpretAsInt32(substring({META_COLUMN}, 1, 4)) AS partition, "
+    f"reinterpretAsInt64(substring({META_COLUMN}, 5, 8)) AS offset, "
+    f"reinterpretAsInt32(substring({META_COLUMN}, 13, 4)) AS size"
+)
 # One block -> one part -> an atomic insert (batches are far below these sizes).
 _ATOMIC_INSERT = {
     "max_insert_threads": "1",
@@ -127,9 +133,9 @@ class EventWriter:
         columns = [
             f"{quote_identifier(name)} {ch_type}"
             for name, ch_type in self._columns.items()
-            if name not in _NOT_STAGED
+            if name not in _NOT_STAGED and name not in _FROM_META
         ]
-        columns.append(f"{quote_identifier(FRAME_COLUMN)} {FRAME_COLUMN_TYPE}")
+        columns += [f"{quote_identifier(name)} {ch_type}" for name, ch_type in STAGE_ONLY_COLUMNS]
         self.client.command(f"CREATE TABLE {self.stage} ({', '.join(columns)}) ENGINE = Memory")
 
     # -- write --------------------------------------------------------------------------------
@@ -168,23 +174,22 @@ class EventWriter:
             plan = self._plan(schema_id)
             if plan is None:
                 reason = f"schema id {schema_id} is not an Avro record schema in the registry"
-                undecodable += [Undecodable(p, o, k, v, schema_id, reason) for p, o, k, v in group.records]
+                undecodable += [Undecodable(p, o, k, v, schema_id, reason) for p, o, k, v in group.records()]
                 continue
-            records: Sequence[RawRecord] = group.records
             if excluded:
-                records = [r for r in group.records if (r[0], r[1]) not in excluded]
-                body = staged_body(records)
+                records: Sequence[RawRecord] = [r for r in group.records() if (r[0], r[1]) not in excluded]
+                body, count = staged_body(records), len(records)
             else:
-                body = group.body()
-            if not records:
+                body, count = group.body(), group.count
+            if not count:
                 continue
-            blob = container(plan.staged_schema, body, len(records))
+            blob = container(plan.staged_schema, body, count)
             try:
                 self.client.raw_insert(self.stage, plan.insert_columns, blob, fmt="Avro")
             except (
                 Exception
             ) as exc:  # a store error or a datum ClickHouse cannot parse: told apart by the caller
-                raise _GroupRejected(plan, records, exc) from exc
+                raise _GroupRejected(plan, list(group.records()), exc) from exc
         return undecodable
 
     def _plan(self, schema_id: int) -> ColumnPlan | None:
@@ -244,9 +249,7 @@ class EventWriter:
     def _stage_undecodable(self, records: Sequence[Undecodable]) -> None:
         rows = [
             [
-                u.partition,
-                u.offset,
-                len(u.value or b""),
+                META.pack(u.partition, u.offset, len(u.value or b"")),
                 u.schema_id,
                 "",
                 (u.key or b"").decode("utf-8", "replace"),
@@ -258,7 +261,8 @@ class EventWriter:
         self.client.insert(self.stage, rows, column_names=_UNDECODABLE_COLUMNS)
 
     def _staged_rows(self) -> str:
-        """The stage with each decoded row's schema id and type filled in from its frame."""
+        """The stage as rows of the events table: Kafka coordinates and size from the header,
+        and each decoded row's schema id and type from its frame."""
         plans = [p for p in self._plans.values() if p is not None]
         if plans:
             ids = ", ".join(str(p.schema_id) for p in plans)
@@ -267,9 +271,9 @@ class EventWriter:
         else:
             type_of = "''"
         return (
-            f"(SELECT * EXCEPT {FRAME_COLUMN} REPLACE ("
+            f"(SELECT * EXCEPT ({FRAME_COLUMN}, {META_COLUMN}) REPLACE ("
             f"if(decode_error = '', {_FRAME_SCHEMA_ID}, schema_id) AS schema_id, "
-            f"if(decode_error = '', {type_of}, type) AS type) FROM {self.stage})"
+            f"if(decode_error = '', {type_of}, type) AS type), {_META_FIELDS} FROM {self.stage})"
         )
 
     def _commit_stage(self, token: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import struct
 import threading
 import time
 
@@ -14,7 +15,7 @@ from analytics.migrations import _V1_FIELD_COLUMNS, MIGRATIONS_LIST
 from analytics.tables import ENVELOPE_COLUMNS, SINK_COLUMNS
 from consumers.avro_wire import container, read_zigzag, zigzag
 from consumers.batch import Batch, staged_body
-from consumers.columns import normalize_type, plan_columns
+from consumers.columns import STAGED_FIELDS, normalize_type, plan_columns
 from consumers.core import BackpressureError, SinkConfig, SinkCore, SinkWriteError
 from consumers.event_writer import SinkState, WriteStats
 from runtime.errors import TerminalError
@@ -59,24 +60,39 @@ def test_a_staged_container_decodes_as_metadata_followed_by_the_writer_record() 
     batch = Batch()
     batch.add(3, 1234, b"k", value)
     body = batch.groups[b"\x00\x00\x00\x2a"].body()
-    assert (
-        body == staged_body([(3, 1234, b"k", value)]) == zigzag(3) + zigzag(1234) + zigzag(len(value)) + value
-    )
+    head = struct.pack("<iqi", 3, 1234, len(value))
+    assert body == staged_body([(3, 1234, b"k", value)]) == head + zigzag(1) + b"k" + value
+    assert list(batch.groups[b"\x00\x00\x00\x2a"].records()) == [(3, 1234, b"k", value)]
     rows = list(fastavro.reader(io.BytesIO(container(plan.staged_schema, body, 1))))
     assert rows == [
         {
-            "partition": 3,
-            "offset": 1234,
-            "size": len(value),
+            "_sink_meta": head,
+            "run_id": b"k",  # the Kafka key, not the value's own run_id field
             "_confluent_frame": b"\x00\x00\x00\x00\x2a",
-            "run_id": "r1",
+            "_unstored_0": "r1",
             "record_partition": 7,
             "note": "hi",
             "_unstored_3": {"q": 3},
         }
     ]
-    assert [f.column for f in plan.fields] == ["run_id", "record_partition", "note", None]
+    assert [f.column for f in plan.fields] == [None, "record_partition", "note", None]
     assert "_unstored_3" not in plan.insert_columns and "_confluent_frame" in plan.insert_columns
+    assert plan.insert_columns.count("run_id") == 1
+
+
+@pytest.mark.parametrize("key", [None, b"", b"r" * 63, b"r" * 64, b"r" * 300])
+def test_keys_of_any_length_round_trip_through_the_staged_datum(key: bytes | None) -> None:
+    value = b"\x00\x00\x00\x00\x01v"
+    batch = Batch()
+    batch.add(5, 2**40, key, value)
+    group = batch.groups[b"\x00\x00\x00\x01"]
+    assert group.body() == staged_body([(5, 2**40, key, value)])
+    assert list(group.records()) == [(5, 2**40, key or None, value)]
+    staged = fastavro.parse_schema({"type": "record", "name": "S", "fields": list(STAGED_FIELDS)})
+    reader = io.BytesIO(group.body())
+    decoded = fastavro.schemaless_reader(reader, staged, None)
+    assert decoded == {"_sink_meta": struct.pack("<iqi", 5, 2**40, len(value)), "run_id": key or b""}
+    assert reader.read() == value  # the value follows, untouched
 
 
 def test_columns_reuse_matching_types_and_rename_on_conflict() -> None:
@@ -119,7 +135,8 @@ def test_every_released_event_schema_fits_the_version_1_columns() -> None:
             continue
         plan = plan_columns(1, schema.parsed, existing)
         assert plan.new_columns(existing) == [], name
-        assert all(f.column is not None for f in plan.fields), name
+        # every field has a column, except a run_id field: the run id is the Kafka key
+        assert all(f.column is not None for f in plan.fields if f.field != "run_id"), name
 
 
 def test_migrations_have_unique_increasing_versions() -> None:
@@ -134,7 +151,7 @@ def test_batch_sorts_records_by_schema_id_and_sets_aside_the_undecodable() -> No
     batch.add(1, 5, None, None)
     batch.add(0, 12, b"r1", b"\x00\x00\x00\x00\x07more")
     assert list(batch.groups) == [b"\x00\x00\x00\x07"]
-    assert [r[1] for r in batch.groups[b"\x00\x00\x00\x07"].records] == [10, 12]
+    assert [r[1] for r in batch.groups[b"\x00\x00\x00\x07"].records()] == [10, 12]
     assert [(u.offset, u.reason.split(" ")[0]) for u in batch.undecodable] == [(11, "not"), (5, "empty")]
     assert batch.count == 4
     batch.seal({0: 13, 1: 6})
