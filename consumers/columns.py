@@ -217,11 +217,12 @@ def plan_columns(schema_id: int, writer: dict[str, Any], existing: Mapping[str, 
     for index, field in enumerate(writer.get("fields", [])):
         name = field["name"]
         avro_type = field["type"]
-        if name == KEY_COLUMN:  # filled from the Kafka key (see the module docstring)
-            column, ch_type = None, None
+        column: str | None = None
+        ch_type: str | None = None
+        if name == KEY_COLUMN:
+            pass  # filled from the Kafka key (see the module docstring): read past, not stored
         elif name in ENVELOPE_NAMES:
-            column: str | None = name
-            ch_type: str | None = envelope[name]
+            column, ch_type = name, envelope[name]
         else:
             ch_type = column_type(avro_type, named)
             column = _place(name, ch_type, existing, taken) if ch_type is not None else None
