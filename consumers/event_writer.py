@@ -7,11 +7,13 @@ Order of a write (each step safe to repeat, so a failed write is simply retried)
    lacks (derived migration), and insert the group's staged datums as one Avro container --
    ClickHouse decodes; records it cannot decode are found with fastavro and staged as
    undecodable instead;
-3. one ``INSERT INTO events SELECT ... FROM stage`` with ``insert_deduplication_token``: a
+3. per partition, the watermark after the batch and whether any record can be fenced at all
+   (one aggregate over the stage);
+4. one ``INSERT INTO events SELECT ... FROM stage`` with ``insert_deduplication_token``: a
    single block, hence a single part, hence all-or-nothing; a retry after an ambiguous failure
    is dropped by the token. The schema id and record type of each row are read there from its
-   Confluent frame;
-4. advance the fencing watermarks from the stage; empty it.
+   Confluent frame, the Kafka coordinates from its header;
+5. advance the fencing watermarks; empty the stage.
 
 Resume state is read back from the events table itself (highest offset and watermark per
 partition), because the position lives in the same rows as the data.
@@ -90,6 +92,12 @@ class WriteStats:
     undecodable: int
 
 
+@dataclass(frozen=True)
+class _PartitionMarks:
+    after: int  # the partition's fencing watermark once the batch is in
+    unfenced: bool  # no record of the partition's batch can be fenced (see _partition_marks)
+
+
 class _GroupRejected(Exception):
     """The store refused one schema group's container (kept apart to look for corrupt datums)."""
 
@@ -141,11 +149,12 @@ class EventWriter:
     # -- write --------------------------------------------------------------------------------
     def write(self, batch: Batch, token: str) -> WriteStats:
         """Write ``batch`` atomically; safe to call again with the same batch and token."""
+        plans = self._plans_for([int.from_bytes(sid, "big") for sid in batch.groups])
         excluded: dict[tuple[int, int], Undecodable] = {}
         while True:
             self.client.command(f"TRUNCATE TABLE IF EXISTS {self.stage}")
             try:
-                undecodable = self._stage_batch(batch, excluded)
+                undecodable = self._stage_batch(batch, plans, excluded)
                 break
             except _GroupRejected as rejected:
                 bad = self._find_undecodable(rejected.plan, rejected.records)
@@ -160,24 +169,30 @@ class EventWriter:
                 excluded.update({(u.partition, u.offset): u for u in bad})
         if undecodable:
             self._stage_undecodable(undecodable)
-        self._commit_stage(token)
-        self._advance_watermarks()
+        marks = self._partition_marks()
+        self._commit_stage(token, fencing=any(not m.unfenced for m in marks.values()))
+        for partition, mark in marks.items():  # only once the batch is in
+            self.watermarks[partition] = max(self.watermarks.get(partition, -1), mark.after)
         self.client.command(f"TRUNCATE TABLE IF EXISTS {self.stage}")
         return WriteStats(batch.count, len(undecodable))
 
     def _stage_batch(
-        self, batch: Batch, excluded: Mapping[tuple[int, int], Undecodable]
+        self,
+        batch: Batch,
+        plans: Mapping[int, ColumnPlan | None],
+        excluded: Mapping[tuple[int, int], Undecodable],
     ) -> list[Undecodable]:
         undecodable = list(batch.undecodable) + list(excluded.values())
         for sid_bytes, group in batch.groups.items():
             schema_id = int.from_bytes(sid_bytes, "big")
-            plan = self._plan(schema_id)
+            plan = plans[schema_id]
             if plan is None:
                 reason = f"schema id {schema_id} is not an Avro record schema in the registry"
                 undecodable += [Undecodable(p, o, k, v, schema_id, reason) for p, o, k, v in group.records()]
                 continue
+            records: Sequence[RawRecord] | None = None  # only the rare paths need them
             if excluded:
-                records: Sequence[RawRecord] = [r for r in group.records() if (r[0], r[1]) not in excluded]
+                records = [r for r in group.records() if (r[0], r[1]) not in excluded]
                 body, count = staged_body(records), len(records)
             else:
                 body, count = group.body(), group.count
@@ -186,25 +201,27 @@ class EventWriter:
             blob = container(plan.staged_schema, body, count)
             try:
                 self.client.raw_insert(self.stage, plan.insert_columns, blob, fmt="Avro")
-            except (
-                Exception
-            ) as exc:  # a store error or a datum ClickHouse cannot parse: told apart by the caller
-                raise _GroupRejected(plan, list(group.records()), exc) from exc
+            except Exception as exc:  # a store error or a datum ClickHouse cannot parse: the caller tells
+                raise _GroupRejected(plan, records or list(group.records()), exc) from exc
         return undecodable
 
-    def _plan(self, schema_id: int) -> ColumnPlan | None:
-        if schema_id in self._plans:
-            return self._plans[schema_id]
-        found = self.schemas.get(schema_id)
-        if found is None:
-            self._plans[schema_id] = None
-            return None
-        writer, text = found
-        plan = plan_columns(schema_id, writer, self._columns)
-        self._add_columns(plan.new_columns(self._columns))
-        self.client.insert(
-            WRITER_SCHEMAS,
-            [
+    def _plans_for(self, schema_ids: Sequence[int]) -> dict[int, ColumnPlan | None]:
+        """The column plan of each schema id; the first time an id is seen, its derived migration
+        runs and its writer schema is recorded (one insert for all of a batch's new ids)."""
+        new: dict[int, ColumnPlan | None] = {}
+        rows: list[list[object]] = []
+        for schema_id in schema_ids:
+            if schema_id in self._plans or schema_id in new:
+                continue
+            found = self.schemas.get(schema_id)
+            if found is None:
+                new[schema_id] = None
+                continue
+            writer, text = found
+            plan = plan_columns(schema_id, writer, self._columns)
+            self._add_columns(plan.new_columns(self._columns))
+            new[schema_id] = plan
+            rows.append(
                 [
                     schema_id,
                     plan.record,
@@ -213,11 +230,15 @@ class EventWriter:
                     [f.column or "" for f in plan.fields],
                     text,
                 ]
-            ],
-            column_names=["schema_id", "record", "full_name", "fields", "columns", "definition"],
-        )
-        self._plans[schema_id] = plan
-        return plan
+            )
+        if rows:
+            self.client.insert(
+                WRITER_SCHEMAS,
+                rows,
+                column_names=["schema_id", "record", "full_name", "fields", "columns", "definition"],
+            )
+        self._plans.update(new)
+        return {schema_id: self._plans[schema_id] for schema_id in schema_ids}
 
     def _add_columns(self, columns: Sequence[tuple[str, str]]) -> None:
         """The derived migration: a column for a field first seen in a writer schema."""
@@ -276,38 +297,51 @@ class EventWriter:
             f"if(decode_error = '', {type_of}, type) AS type), {_META_FIELDS} FROM {self.stage})"
         )
 
-    def _commit_stage(self, token: str) -> None:
+    def _partition_marks(self) -> dict[int, _PartitionMarks]:
+        """Per partition of the staged batch: the watermark after it, and whether the fencing
+        window can be skipped.
+
+        It can when the partition's batch holds no claim and its decoded records all carry one
+        epoch, at or above the watermark before the batch: then the running watermark never
+        exceeds that epoch and nothing is fenced. That is every batch of a partition whose
+        worker did not change, so the window (a sort of the batch) runs only after a takeover.
+        """
+        decoded = "decode_error = ''"
+        claim = f"type = '{CLAIM_TYPE}'"
+        rows = self.client.query(
+            f"SELECT partition, max({_WATERMARK_TERM}), countIf({decoded} AND {claim}), "
+            f"minIf(epoch, {decoded} AND NOT {claim}), maxIf(epoch, {decoded} AND NOT {claim}) "
+            f"FROM {self._staged_rows()} GROUP BY partition"
+        ).result_rows
+        marks: dict[int, _PartitionMarks] = {}
+        for partition, after, claims, low, high in rows:
+            p = int(partition)
+            before = self.watermarks.get(p, -1)
+            unfenced = int(claims) == 0 and int(low) == int(high) and int(low) >= before
+            marks[p] = _PartitionMarks(int(after), unfenced)
+        return marks
+
+    def _commit_stage(self, token: str, fencing: bool) -> None:
         staged = [name for name in self._columns if name not in _NOT_STAGED]
         rows = self._staged_rows()
-        # The window runs over five narrow columns and yields the (usually empty) set of fenced
-        # records; windowing the whole wide row would sort every column of the batch.
-        fenced = (
-            f"SELECT partition, offset FROM (SELECT partition, offset, type, epoch, decode_error, "
-            f"max({_WATERMARK_TERM}) OVER (PARTITION BY partition ORDER BY offset "
-            f"ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS mark FROM {rows}) "
-            f"WHERE type != '{CLAIM_TYPE}' AND decode_error = '' "
-            f"AND epoch < greatest({_transform('partition', self.watermarks)}, mark)"
-        )
+        fenced = "toUInt8(0)"
+        if fencing:
+            # The window runs over five narrow columns and yields the (usually empty) set of
+            # fenced records; windowing the whole wide row would sort every column of the batch.
+            fenced = (
+                "toUInt8((partition, offset) IN ("
+                f"SELECT partition, offset FROM (SELECT partition, offset, type, epoch, decode_error, "
+                f"max({_WATERMARK_TERM}) OVER (PARTITION BY partition ORDER BY offset "
+                f"ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS mark FROM {rows}) "
+                f"WHERE type != '{CLAIM_TYPE}' AND decode_error = '' "
+                f"AND epoch < greatest({_transform('partition', self.watermarks)}, mark)))"
+            )
         names = ", ".join(quote_identifier(n) for n in ["topic", "fenced", *staged])
-        select = ", ".join(
-            [
-                quote_string(self.topic),
-                f"toUInt8((partition, offset) IN ({fenced}))",
-                *map(quote_identifier, staged),
-            ]
-        )
+        select = ", ".join([quote_string(self.topic), fenced, *map(quote_identifier, staged)])
         self.client.command(
             f"INSERT INTO {EVENTS} ({names}) SELECT {select} FROM {rows}",
             settings={"insert_deduplication_token": token, **_ATOMIC_INSERT},
         )
-
-    def _advance_watermarks(self) -> None:
-        rows = self.client.query(
-            f"SELECT partition, max({_WATERMARK_TERM}) FROM {self._staged_rows()} GROUP BY partition"
-        ).result_rows
-        for partition, mark in rows:
-            p, m = int(partition), int(mark)
-            self.watermarks[p] = max(self.watermarks.get(p, -1), m)
 
 
 def _transform(column: str, mapping: Mapping[int, int]) -> str:
