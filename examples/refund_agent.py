@@ -16,6 +16,7 @@ the refund is applied but before its result can be recorded.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import signal
@@ -65,28 +66,35 @@ def _first_time(tag: str) -> bool:
     return True
 
 
-def _crash_or_hang(kind: str, where: str) -> None:
+def _hang_seconds(kind: str, where: str) -> float:
+    """Crash here (SIGKILL) or say how long to hang, as the environment asks -- once per world."""
     if os.environ.get(f"REFUND_CRASH_{kind}") == where and _first_time(f"crash-{kind}-{where}"):
         os.kill(os.getpid(), signal.SIGKILL)
     if os.environ.get(f"REFUND_HANG_{kind}") == where and _first_time(f"hang-{kind}-{where}"):
-        time.sleep(float(os.environ.get("REFUND_HANG_SECONDS", "60")))
+        return float(os.environ.get("REFUND_HANG_SECONDS", "60"))
+    return 0.0
 
 
+# The planner and the lookup are async, as real model and HTTP-tool clients are (see
+# runtime.openai_model): they hold no thread while they wait. The effecting tools below are
+# sync and run in the worker's call pool.
 @app.model("planner")
-def planner(messages: list[dict[str, Any]], step: int = 0, **params: Any) -> dict[str, Any]:
+async def planner(messages: list[dict[str, Any]], step: int = 0, **params: Any) -> dict[str, Any]:
     nonce = secrets.token_hex(4)
     db = _db()
     if db is not None:
         db.execute("INSERT INTO model_calls (step, nonce, pid) VALUES (?, ?, ?)", (step, nonce, os.getpid()))
     else:
         _memory_calls.append((step, nonce))
-    _crash_or_hang("AT_STEP", str(step))
+    hang = _hang_seconds("AT_STEP", str(step))
+    if hang:
+        await asyncio.sleep(hang)
     tool = EFFECT_STEPS.get(step, "lookup")
     return {"step": step, "nonce": nonce, "next": tool}
 
 
 @app.tool("lookup")
-def lookup(order: str, step: int) -> dict[str, Any]:
+async def lookup(order: str, step: int) -> dict[str, Any]:
     return {"order": order, "step": step, "status": "delivered"}
 
 
@@ -100,7 +108,7 @@ def _apply_effect(kind: str, key: str, detail: str) -> dict[str, Any]:
     cursor = db.execute(
         "INSERT OR IGNORE INTO effects (idempotency_key, kind, detail) VALUES (?, ?, ?)", (key, kind, detail)
     )
-    _crash_or_hang("IN_EFFECT", kind)
+    time.sleep(_hang_seconds("IN_EFFECT", kind))
     return {"kind": kind, "applied": cursor.rowcount == 1}
 
 

@@ -37,18 +37,25 @@ def load_app(spec: str) -> App:
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
     import socket
+    import threading
 
     from .membership import Membership
 
     # Join the group first: the join runs in librdkafka's threads while the rest is imported.
     worker_id = args.worker_id or socket.gethostname()
     membership = Membership(settings, worker_id, args.session_timeout_ms)
+    from .serde import Serde
+
+    # Then resolve the schema ids in a thread (network waits) while the app is imported.
+    serde = Serde(settings)
+    threading.Thread(target=serde.warm_up, name="agentlog-schema-warm-up", daemon=True).start()
     from .worker import Worker
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
     )
-    Worker(load_app(args.app), settings, worker_id=worker_id, membership=membership).run()
+    app = load_app(args.app)
+    Worker(app, settings, worker_id=worker_id, membership=membership, serde=serde).run()
     return 0
 
 

@@ -45,6 +45,7 @@ def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
         "linger.ms": 0,  # a step waits on its Scheduled ack: do not hold records back
         "partitioner": "murmur2_random",  # the Java client's choice: see runtime.partitioning
         "compression.type": "lz4",
+        "max.in.flight.requests.per.connection": 1,
         **extra,
     }
 
@@ -125,6 +126,38 @@ class EventWriter:
         self._produce(topic, partition, key, value, delivered)
         return future
 
+    def append_batch_async(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        topic: str,
+        partition: int,
+        records: list[tuple[bytes | None, bytes]],
+        watched: set[int],
+    ) -> list[asyncio.Future[int]]:
+        """Append ``records`` to one partition with one ``produce_batch``; a loop future per index
+        in ``watched``. One call queues them together, so they leave in one produce request: a
+        result and the next call's Scheduled record cost one round trip, not two."""
+        futures: list[asyncio.Future[int]] = []
+        messages: list[dict[str, Any]] = []
+        for i, (key, value) in enumerate(records):
+            message: dict[str, Any] = {"key": key, "value": value}
+            if i in watched:
+                future: asyncio.Future[int] = loop.create_future()
+                futures.append(future)
+                message["callback"] = _loop_settler(loop, future, topic, partition)
+            messages.append(message)
+        queued = self.producer.produce_batch(topic, messages, partition=partition)
+        if queued < len(messages):
+            # Only a full local queue refuses part of a batch, and it refuses the tail: queue the
+            # refused ones one by one, in order, as deliveries make room.
+            for message in messages:
+                if "_error" in message:
+                    self._produce(topic, partition, message["key"], message["value"], message.get("callback"))
+                    self.records_written -= 1  # counted below with the rest
+        self.records_written += len(records)
+        self.bytes_written += sum(len(v) + len(k or b"") for k, v in records)
+        return futures
+
     def append_unwatched(
         self, topic: str, partition: int | None, key: bytes | None, value: bytes | None
     ) -> None:
@@ -163,6 +196,19 @@ class EventWriter:
         finally:
             self._running = False
             self._poller.join(timeout=2)
+
+
+def _loop_settler(
+    loop: asyncio.AbstractEventLoop, future: asyncio.Future[int], topic: str, partition: int
+) -> Callable[[KafkaError | None, Message], None]:
+    def delivered(error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            outcome: int | BaseException = WriteError(f"write to {topic}[{partition}] failed: {error}")
+        else:
+            outcome = offset_of(message)
+        loop.call_soon_threadsafe(_settle, future, outcome)
+
+    return delivered
 
 
 def _settle(future: asyncio.Future[int], outcome: int | BaseException) -> None:

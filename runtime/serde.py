@@ -30,6 +30,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from ._registry import (
     AvroDeserializer,
     AvroSerializer,
+    Schema,
     SchemaRegistryClient,
     SchemaRegistryError,
     topic_record_subject_name_strategy,
@@ -147,6 +148,34 @@ class Serde:
                     },
                 )
             return self._serializers[name]
+
+    def warm_up(self) -> int:
+        """Resolve every local schema's id now (one registry lookup each), so the first record of
+        each type is written and read on the fast path. A recovering worker calls this in a thread
+        while it joins its group: otherwise each first record of a type pays a registry round trip
+        on the recovery's critical path. Schemas the registry does not know are left alone -- the
+        first encode then refuses them with the registry's own error. Returns how many resolved."""
+        resolved = 0
+        for name, local in self.catalog.items():
+            if name in self._writers or name not in RECORD_TYPES:
+                continue
+            try:
+                registered = self.client.lookup_schema(
+                    local.subject(self.settings), Schema(local.text, schema_type="AVRO")
+                )
+            except SchemaRegistryError:
+                continue
+            schema_id = registered.schema_id
+            if schema_id is None:
+                continue
+            parsed = parse_schema(local.parsed)
+            # The id was matched to this very schema text, so it is also the writer schema of
+            # records carrying the id.
+            self._readers.setdefault(schema_id, (RECORD_TYPES[name], parsed, parse_schema(local.parsed)))
+            self._names_by_id.setdefault(schema_id, name)
+            self._writers.setdefault(name, (bytes([_MAGIC]) + struct.pack(">I", schema_id), parsed))
+            resolved += 1
+        return resolved
 
     # -- reading ---------------------------------------------------------------------------------
     def record_name(self, data: bytes) -> str:

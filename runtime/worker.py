@@ -93,11 +93,12 @@ class Worker:
         session_timeout_ms: int = 10_000,
         checkpoint_interval_s: float = 2.0,
         membership: Membership | None = None,
+        serde: Serde | None = None,
     ) -> None:
         self.app = app
         self.settings = settings
         self.worker_id = worker_id or socket.gethostname()
-        self.serde = Serde(settings)
+        self.serde = serde or Serde(settings)
         self.writer = EventWriter(settings)
         self.checkpoint_interval_s = checkpoint_interval_s
         self.owned: dict[int, OwnedPartition] = {}
@@ -250,27 +251,36 @@ class Worker:
 
     # ------------------------------------------------------------------------------ writing
     def _append(self, owned: OwnedPartition, events: list[Event]) -> asyncio.Future[int] | None:
-        """Append in order; only the last record (and a RunStarted, for its offset) is watched."""
-        future: asyncio.Future[int] | None = None
-        topic = self.settings.events_topic
-        loop = asyncio.get_running_loop()
-        last = len(events) - 1
+        """Append in order, in one produce batch; only the last record (and a RunStarted, for its
+        offset) is watched -- the idempotent producer's ack of the last vouches for the rest."""
+        if not events:
+            return None
+        records: list[tuple[bytes | None, bytes]] = []
+        watched: set[int] = {len(events) - 1}
         for i, event in enumerate(events):
-            key = event.run_id.encode() if event.run_id else None
             value = self.serde.encode(event)
+            records.append((event.run_id.encode() if event.run_id else None, value))
             size = owned.sizes.get(event.run_id)
             if size is not None:
                 size[0] += 1
                 size[1] += len(value)
-            if i == last or isinstance(event, RunStarted):
-                future = self.writer.append_async(loop, topic, owned.partition, key, value)
-            else:
-                self.writer.append_unwatched(topic, owned.partition, key, value)
+            if isinstance(event, RunStarted):
+                watched.add(i)
+        loop = asyncio.get_running_loop()
+        futures = iter(
+            self.writer.append_batch_async(
+                loop, self.settings.events_topic, owned.partition, records, watched
+            )
+        )
+        by_index = {i: next(futures) for i in sorted(watched)}
+        for i, event in enumerate(events):
             if isinstance(event, (RunStarted, RunRejected)):
-                self._index_run(owned, event.run_id, future if isinstance(event, RunStarted) else None)
-        if future is not None:
-            owned.last_write = future
-            owned.writes_since_checkpoint += len(events)
+                self._index_run(
+                    owned, event.run_id, by_index.get(i) if isinstance(event, RunStarted) else None
+                )
+        future = by_index[len(events) - 1]
+        owned.last_write = future
+        owned.writes_since_checkpoint += len(events)
         return future
 
     def _index_run(self, owned: OwnedPartition, run_id: str, started: asyncio.Future[int] | None) -> None:
