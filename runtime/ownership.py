@@ -17,6 +17,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, TopicPartition
@@ -96,7 +97,12 @@ class OwnershipTail:
                     self._consumer.incremental_assign([tp])
                 else:
                     self._consumer.incremental_unassign([TopicPartition(topic, partition)])
-            if not self._watches or not self._demand.wait(0.2):
+            if not self._watches:
+                # Nothing owned yet (or a standby worker): sleep briefly instead of spinning on the
+                # GIL -- a spinning tail once slowed every partition's rebuild at start-up.
+                time.sleep(0.005)
+                continue
+            if not self._demand.wait(0.2):
                 continue
             progress: dict[int, int] = {}
             fenced: set[int] = set()
