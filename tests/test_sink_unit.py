@@ -13,6 +13,7 @@ import pytest
 
 from analytics.migrations import _V1_FIELD_COLUMNS, MIGRATIONS_LIST
 from analytics.tables import ENVELOPE_COLUMNS, SINK_COLUMNS
+from consumers import rowbinary
 from consumers.avro_wire import container, read_zigzag, zigzag
 from consumers.batch import Batch, staged_body
 from consumers.columns import STAGED_FIELDS, normalize_type, plan_columns
@@ -272,3 +273,11 @@ def test_staged_schema_is_valid_avro_for_every_released_schema() -> None:
     for schema in load_catalog().values():
         plan = plan_columns(1, schema.parsed, {})
         fastavro.parse_schema(json.loads(json.dumps(plan.staged_schema)))
+
+
+@pytest.mark.parametrize(
+    ("value", "encoded"), [(0, b"\x00"), (1, b"\x01"), (127, b"\x7f"), (128, b"\x80\x01"), (300, b"\xac\x02")]
+)
+def test_rowbinary_lengths_are_unsigned_leb128(value: int, encoded: bytes) -> None:
+    assert rowbinary.uleb128(value) == encoded
+    assert rowbinary.string(b"x" * value) == encoded + b"x" * value
