@@ -1,7 +1,7 @@
 """Benchmark of the refund-40 agent on the real services. Prints JSON lines.
 
 L  ms per step, one run at a time, warm worker (median of 5 runs)
-T  steps/s, 200 runs submitted at once to one worker
+T  steps/s, 200 runs submitted at once: to one worker process, then to one per core
 R  s from the restart of a worker killed (SIGKILL) when step 31's model call started, to the
    run's completion -- with the counts that prove it (re-executed model calls, effects, in doubt)
 B  log bytes per step (Avro key+value of the run's records, and on-disk segment bytes)
@@ -130,7 +130,7 @@ def bench_latency_and_bytes(settings: Settings, serde: Serde, client: Client) ->
     )
 
 
-def bench_throughput(settings: Settings, serde: Serde, client: Client, n: int = 200) -> None:
+def bench_throughput(settings: Settings, serde: Serde, client: Client, processes: int, n: int = 200) -> None:
     before = high_watermarks(settings)
     started = time.time()
     runs = [client.submit("refund", {"order": f"bulk-{i}"}) for i in range(n)]
@@ -147,7 +147,7 @@ def bench_throughput(settings: Settings, serde: Serde, client: Client, n: int = 
         value=round(n * STEPS / elapsed),
         runs=n,
         seconds=round(elapsed, 2),
-        worker_processes=int(os.environ.get("BENCH_WORKER_PROCESSES", "1")),
+        worker_processes=processes,
         submit_seconds=round(submitted, 3),
         target=">= 2500",
     )
@@ -233,17 +233,24 @@ def main() -> None:
         emit(**idempotent_latency(settings, floor_topic))
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        processes = int(os.environ.get("BENCH_WORKER_PROCESSES", "1"))
-        workers = [
-            start_worker(settings, f"bench-{i}", workdir / f"worker-{i}.log") for i in range(processes)
-        ]
-        time.sleep(3 + 2 * processes)
+        # L, B and T with one worker process; T again with one process per core (a worker is one
+        # Python process, its loop on one core: a deployment runs one per core).
+        processes = int(os.environ.get("BENCH_WORKER_PROCESSES", str(os.cpu_count() or 1)))
+        workers = [start_worker(settings, "bench-0", workdir / "worker-0.log")]
+        time.sleep(5)
         client = Client(settings)
         try:
             if not only or {"L", "B"} & only:
                 bench_latency_and_bytes(settings, serde, client)
             if not only or "T" in only:
-                bench_throughput(settings, serde, client)
+                bench_throughput(settings, serde, client, 1)
+                if processes > 1:
+                    workers += [
+                        start_worker(settings, f"bench-{i}", workdir / f"worker-{i}.log")
+                        for i in range(1, processes)
+                    ]
+                    time.sleep(3 + 2 * processes)  # the group rebalances the partitions
+                    bench_throughput(settings, serde, client, processes)
         finally:
             for worker in workers:
                 worker.send_signal(signal.SIGTERM)
