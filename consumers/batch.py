@@ -16,8 +16,9 @@ from __future__ import annotations
 import hashlib
 import struct
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from .avro_wire import read_zigzag, zigzag
 
@@ -43,6 +44,20 @@ def staged_head(partition: int, offset: int, key: bytes | None, size: int) -> by
 def staged_body(records: Iterable[RawRecord]) -> bytes:
     """The staged datums of ``records``, back to back."""
     return b"".join(part for p, o, k, v in records for part in (staged_head(p, o, k, len(v)), v))
+
+
+class KafkaMessage(Protocol):
+    """What ``Batch.fill`` reads of a consumed record (confluent-kafka's ``Message``)."""
+
+    def error(self) -> object | None: ...
+
+    def partition(self) -> int | None: ...
+
+    def offset(self) -> int | None: ...
+
+    def key(self) -> bytes | None: ...
+
+    def value(self) -> bytes | None: ...
 
 
 @dataclass
@@ -80,6 +95,15 @@ class Undecodable:
     reason: str
 
 
+def _unframed(partition: int, offset: int, key: bytes | None, value: bytes | None) -> Undecodable:
+    reason = (
+        "empty value (tombstone)"
+        if not value
+        else "not Confluent wire format (magic byte 0 and a schema id expected)"
+    )
+    return Undecodable(partition, offset, key, value, -1, reason)
+
+
 @dataclass
 class Batch:
     """Records accepted since the last hand-off."""
@@ -111,12 +135,62 @@ class Batch:
                 group.parts += (staged_head(partition, offset, key, size), value)
         else:
             self.size += len(value) if value else 0
-            reason = (
-                "empty value (tombstone)"
-                if not value
-                else "not Confluent wire format (magic byte 0 and a schema id expected)"
-            )
-            self.undecodable.append(Undecodable(partition, offset, key, value, -1, reason))
+            self.undecodable.append(_unframed(partition, offset, key, value))
+
+    def fill(
+        self,
+        messages: Sequence[KafkaMessage],
+        start: int,
+        next_offsets: dict[int, int],
+        max_rows: int,
+        max_bytes: int,
+    ) -> tuple[int, int]:
+        """``add`` for ``messages[start:]`` in one loop, until the batch is full or a message
+        carries an error; return (index of the first message not taken, records skipped).
+
+        The same work as ``SinkCore.add`` + ``add`` per record, inlined: a consumed record costs
+        one Python loop iteration instead of two calls, which is most of the consuming thread's
+        time. Records below ``next_offsets`` (already stored) are skipped; ``next_offsets`` is
+        advanced past every record taken.
+        """
+        first, groups, undecodable = self.first, self.groups, self.undecodable
+        count, size, skipped = self.count, self.size, 0
+        index, end = start, len(messages)
+        try:
+            while index < end and count < max_rows and size < max_bytes:
+                message = messages[index]
+                if message.error() is not None:
+                    break
+                index += 1
+                partition: int = message.partition()  # type: ignore[assignment]  # set when no error
+                offset: int = message.offset()  # type: ignore[assignment]
+                if offset < next_offsets.get(partition, 0):
+                    skipped += 1
+                    continue
+                next_offsets[partition] = offset + 1
+                if partition not in first:
+                    first[partition] = offset
+                count += 1
+                key, value = message.key(), message.value()
+                if value is not None and len(value) > 5 and value[0] == 0:
+                    length = len(value)
+                    size += length
+                    group = groups.get(value[1:5])
+                    if group is None:
+                        group = groups[value[1:5]] = Group()
+                    if not key:
+                        group.parts += (_META_AND_SHORT_KEY(partition, offset, length, 0), value)
+                    elif len(key) < _SHORT_KEY:
+                        head = _META_AND_SHORT_KEY(partition, offset, length, len(key) << 1) + key
+                        group.parts += (head, value)
+                    else:
+                        group.parts += (staged_head(partition, offset, key, length), value)
+                else:
+                    size += len(value) if value else 0
+                    undecodable.append(_unframed(partition, offset, key, value))
+        finally:
+            self.count, self.size = count, size
+        return index, skipped
 
     def seal(self, next_offsets: dict[int, int]) -> None:
         """Fix the last offset per partition (the records accepted up to now)."""

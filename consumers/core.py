@@ -27,12 +27,13 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from runtime.errors import AgentlogError, TerminalError
 
-from .batch import Batch
+from .batch import Batch, KafkaMessage
 from .event_writer import SinkState, WriteStats
 
 log = logging.getLogger("agentlog.sink")
@@ -161,6 +162,20 @@ class SinkCore:
         batch.add(partition, offset, key, value)
         if batch.count >= self._max_rows or batch.size >= self._max_bytes:
             self.hand_off()
+
+    def add_messages(self, messages: Sequence[KafkaMessage]) -> int:
+        """``add`` every message of a poll up to the first that carries an error; return its
+        index (``len(messages)`` if none does). The confluent-kafka driver's hot path."""
+        index, end = 0, len(messages)
+        while index < end:
+            batch = self._batch
+            index, skipped = batch.fill(messages, index, self._next, self._max_rows, self._max_bytes)
+            self.stats.skipped += skipped
+            if batch.count >= self._max_rows or batch.size >= self._max_bytes:
+                self.hand_off()
+            elif index < end:
+                break  # stopped at a message with an error
+        return index
 
     def raise_if_failed(self) -> None:
         """Raise the writer's error, if it has stopped."""

@@ -61,17 +61,16 @@ def run_direct(settings: Settings, core: SinkCore, stop: threading.Event, topic:
         ]
         consumer.assign(assignment)
         log.info("sink reading %s from %s", topic, {tp.partition: tp.offset for tp in assignment})
-        add = core.add
         while not stop.is_set():
             messages = consumer.consume(num_messages=POLL_BATCH, timeout=0.2)
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        continue
+            while messages:
+                taken = core.add_messages(messages)  # stops at a message carrying an error
+                if taken == len(messages):
+                    break
+                error = messages[taken].error()
+                if error is None or error.code() != KafkaError._PARTITION_EOF:
                     raise KafkaException(error)
-                # A message without an error always has its partition and offset.
-                add(message.partition(), message.offset(), message.key(), message.value())  # type: ignore[arg-type]
+                messages = messages[taken + 1 :]
             core.maybe_flush()
         core.close()
     except BaseException:

@@ -281,3 +281,74 @@ def test_staged_schema_is_valid_avro_for_every_released_schema() -> None:
 def test_rowbinary_lengths_are_unsigned_leb128(value: int, encoded: bytes) -> None:
     assert rowbinary.uleb128(value) == encoded
     assert rowbinary.string(b"x" * value) == encoded + b"x" * value
+
+
+class _Message:
+    """The five accessors of confluent-kafka's Message that ``Batch.fill`` reads."""
+
+    def __init__(
+        self, partition: int, offset: int, key: bytes | None, value: bytes | None, err: str = ""
+    ) -> None:
+        self._record = (partition, offset, key, value)
+        self._error = err or None
+
+    def error(self) -> str | None:
+        return self._error
+
+    def partition(self) -> int:
+        return self._record[0]
+
+    def offset(self) -> int:
+        return self._record[1]
+
+    def key(self) -> bytes | None:
+        return self._record[2]
+
+    def value(self) -> bytes | None:
+        return self._record[3]
+
+
+def test_fill_files_records_exactly_as_add_does() -> None:
+    records = [
+        (0, 10, b"r1", b"\x00\x00\x00\x00\x07payload"),
+        (0, 11, b"r1", b"not avro"),
+        (1, 5, None, None),
+        (1, 6, b"k" * 70, b"\x00\x00\x00\x00\x08other"),
+        (0, 12, b"", b"\x00\x00\x00\x00\x07more"),
+    ]
+    one_by_one = Batch()
+    for record in records:
+        one_by_one.add(*record)
+    filled = Batch()
+    next_offsets: dict[int, int] = {}
+    assert filled.fill([_Message(*r) for r in records], 0, next_offsets, 100, 10**6) == (5, 0)
+    assert next_offsets == {0: 13, 1: 7}
+    assert (filled.count, filled.size, filled.first) == (one_by_one.count, one_by_one.size, one_by_one.first)
+    assert {s: g.parts for s, g in filled.groups.items()} == {
+        s: g.parts for s, g in one_by_one.groups.items()
+    }
+    assert filled.undecodable == one_by_one.undecodable
+
+
+def test_fill_skips_stored_records_and_stops_when_full_or_at_an_error() -> None:
+    value = b"\x00\x00\x00\x00\x01v"
+    messages = [_Message(0, o, b"r", value) for o in range(10)]
+    batch = Batch()
+    next_offsets = {0: 3}
+    assert batch.fill(messages, 0, next_offsets, 4, 10**6) == (7, 3)  # 3 skipped, 4 taken: full
+    assert (batch.count, batch.first, next_offsets) == (4, {0: 3}, {0: 7})
+    with_error = [*messages[7:8], _Message(0, 0, None, None, err="eof"), *messages[8:]]
+    rest = Batch()
+    assert rest.fill(with_error, 0, next_offsets, 100, 10**6) == (1, 0)  # stops at the error
+    assert rest.fill(with_error, 2, next_offsets, 100, 10**6) == (4, 0)
+    assert [r[1] for r in rest.groups[b"\x00\x00\x00\x01"].records()] == [7, 8, 9]
+
+
+def test_add_messages_hands_off_full_batches() -> None:
+    writer = _FailingWriter(0, OSError())
+    core = SinkCore(writer, "t", SinkConfig(batch_rows=4))
+    core.start()
+    value = b"\x00\x00\x00\x00\x01v"
+    assert core.add_messages([_Message(0, o, b"r", value) for o in range(10)]) == 10
+    core.close()
+    assert (writer.writes, core.stats.rows_written, core.durable_offsets()) == (3, 10, {0: 10})
