@@ -44,10 +44,16 @@ def _add_sink(subparsers: Subparsers) -> None:
         help="Kafka consumer: direct (confluent-kafka, the fast path, default) or faust (faust-streaming)",
     )
     parser.add_argument(
-        "--batch-rows", type=int, default=50_000, help="rows per ClickHouse insert (default 50000)"
+        "--batch-rows",
+        type=int,
+        default=200_000,
+        help="most rows per ClickHouse insert, reached while the sink is behind (default 200000)",
     )
     parser.add_argument(
-        "--flush-interval", type=float, default=0.5, help="seconds before a partial batch is written"
+        "--flush-interval",
+        type=float,
+        default=0.5,
+        help="seconds before a partial batch is written, when the writer is idle",
     )
     parser.set_defaults(func=_sink)
 

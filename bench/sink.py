@@ -344,7 +344,7 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=12)
     parser.add_argument("--paths", default="direct,faust,core", help="comma-separated: direct, faust, core")
     parser.add_argument("--faust-events", type=int, default=200_000, help="events the faust path is timed on")
-    parser.add_argument("--batch-rows", type=int, default=50_000)
+    parser.add_argument("--batch-rows", type=int, default=SinkConfig().batch_rows)
     parser.add_argument("--keep", action="store_true", help="keep the chDB stores")
     parser.add_argument("--no-audit", action="store_true", help="skip the audit latency measurements")
     args = parser.parse_args()

@@ -65,8 +65,13 @@ class BatchWriter(Protocol):
 class SinkConfig:
     """Batching, retry and backpressure knobs; validated on construction."""
 
-    batch_rows: int = 50_000
-    batch_bytes: int = 32 * 1024 * 1024
+    # Upper bounds, reached only while the sink is behind (see ``due``). Large batches are what
+    # makes catching up fast: each batch pays a fixed price (its inserts, its part, and the
+    # merges that part later costs) -- on a 2-vCPU machine 200k-row batches sank ~1.5x the
+    # events per second of 50k-row ones. Memory: up to three batches (one being written, one
+    # waiting, one filling), each under batch_bytes of values.
+    batch_rows: int = 200_000
+    batch_bytes: int = 64 * 1024 * 1024
     flush_interval: float = 0.5
     max_pending: int = 1
     backpressure_timeout: float = 120.0

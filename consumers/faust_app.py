@@ -82,6 +82,12 @@ def _broker_urls(bootstrap: str) -> str:
     return ";".join(f"kafka://{server.strip()}" for server in bootstrap.split(",") if server.strip())
 
 
+def _batch_rows(config: SinkConfig) -> int:
+    """faust's own batches: capped, since its stream buffer holds that many heavy Event objects
+    (and at faust's few thousand events per second, a larger batch never fills anyway)."""
+    return min(config.batch_rows, 50_000)
+
+
 def build_app(
     settings: Settings,
     core: SinkCore,
@@ -104,7 +110,7 @@ def build_app(
         # waiting out the session of the one that was killed.
         consumer_group_instance_id=group,
         broker_session_timeout=20.0,
-        stream_buffer_maxsize=max(4096, config.batch_rows),
+        stream_buffer_maxsize=max(4096, _batch_rows(config)),
         broker_max_poll_records=10_000,
         key_serializer="raw",
         value_serializer="raw",
@@ -121,7 +127,7 @@ def build_app(
     @app.agent(channel, name="agentlog-sink")
     async def sink(stream: Any) -> None:
         loop = asyncio.get_running_loop()
-        async for events in stream.take_events(config.batch_rows, within=config.flush_interval):
+        async for events in stream.take_events(_batch_rows(config), within=config.flush_interval):
             records = [
                 (e.message.partition, e.message.offset, e.message.key, e.message.value) for e in events
             ]
