@@ -21,7 +21,9 @@ def env_for(settings: Settings, **extra: str) -> dict[str, str]:
     return environment(settings, str(ROOT), **extra)
 
 
-def start_worker(settings: Settings, worker_id: str, log: Path, **env: str) -> subprocess.Popen[bytes]:
+def start_worker(
+    settings: Settings, worker_id: str, log: Path, *args: str, **env: str
+) -> subprocess.Popen[bytes]:
     wrapper = os.environ.get("BENCH_WORKER_WRAPPER", "").split()  # e.g. "py-spy record -o prof.svg --"
     return subprocess.Popen(
         [
@@ -34,6 +36,7 @@ def start_worker(settings: Settings, worker_id: str, log: Path, **env: str) -> s
             "examples.refund_agent:app",
             "--worker-id",
             worker_id,
+            *args,
         ],
         cwd=ROOT,
         env=env_for(settings, **env),

@@ -37,6 +37,7 @@ _ENV = {k: v for k, v in os.environ.items() if k.startswith("REFUND_")}
 # A fresh nonce per call shows a re-executed call; it needs no cryptographic randomness (and a
 # getrandom() syscall per call cost 40 us here). Seeded from os.urandom: differs per process.
 _nonces = random.Random()
+os.register_at_fork(after_in_child=_nonces.seed)  # a worker forked by `--respawn` draws its own
 
 
 def _db() -> sqlite3.Connection | None:

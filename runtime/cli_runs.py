@@ -15,6 +15,7 @@ from .errors import AgentlogError
 
 if TYPE_CHECKING:
     from .client import Client
+    from .membership import Membership
 
 
 def _client(settings: Settings, identity: str = "client") -> Client:
@@ -37,16 +38,24 @@ def load_app(spec: str) -> App:
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
     import socket
-    import threading
 
+    worker_id = args.worker_id or socket.gethostname()
+    if args.respawn:
+        return _supervised_worker(args, settings, worker_id)
     from .membership import Membership
 
     # Join the group first: the join runs in librdkafka's threads while the rest is imported.
-    worker_id = args.worker_id or socket.gethostname()
     membership = Membership(settings, worker_id, args.session_timeout_ms)
+    _serve(args, settings, worker_id, membership)
+    return 0
+
+
+def _serve(args: argparse.Namespace, settings: Settings, worker_id: str, membership: Membership) -> None:
+    import threading
+
     from .serde import Serde
 
-    # Then resolve the schema ids in a thread (network waits) while the app is imported.
+    # Resolve the schema ids in a thread (network waits) while the app is imported.
     serde = Serde(settings)
     threading.Thread(target=serde.warm_up, name="agentlog-schema-warm-up", daemon=True).start()
     from .worker import Worker
@@ -56,7 +65,26 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     )
     app = load_app(args.app)
     Worker(app, settings, worker_id=worker_id, membership=membership, serde=serde).run()
-    return 0
+
+
+def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: str) -> int:
+    """Import everything once, then fork the worker -- again at once if it dies (see
+    runtime.supervisor): a respawned worker starts with its modules loaded."""
+    from . import serde as _serde  # noqa: F401  -- imported before the fork, on purpose
+    from . import worker as _worker_module  # noqa: F401
+    from .membership import Membership
+    from .supervisor import supervise
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
+    )
+    load_app(args.app)
+
+    def child() -> int:
+        _serve(args, settings, worker_id, Membership(settings, worker_id, args.session_timeout_ms))
+        return 0
+
+    return supervise(child)
 
 
 def _submit(args: argparse.Namespace, settings: Settings) -> int:
@@ -153,6 +181,11 @@ def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     worker.add_argument("--app", required=True, help="module:attribute of the App")
     worker.add_argument("--worker-id", help="stable identity (static group membership); default: host name")
     worker.add_argument("--session-timeout-ms", type=int, default=10_000)
+    worker.add_argument(
+        "--respawn",
+        action="store_true",
+        help="run the worker in a forked child and fork a new one at once if it dies",
+    )
     worker.set_defaults(func=_worker)
 
     submit = subparsers.add_parser("submit", help="submit a run")

@@ -65,7 +65,9 @@ def deployment_env(settings: Settings, **extra: str) -> dict[str, str]:
 class WorkerProcess:
     """`agentlog worker` as a real subprocess; its log is kept for assertions."""
 
-    def __init__(self, settings: Settings, app: str, worker_id: str, log_path: Path, **env: str) -> None:
+    def __init__(
+        self, settings: Settings, app: str, worker_id: str, log_path: Path, *args: str, **env: str
+    ) -> None:
         self.log_path = log_path
         self.worker_id = worker_id
         self._log = open(log_path, "ab")  # noqa: SIM115 - lives as long as the process
@@ -82,6 +84,7 @@ class WorkerProcess:
                 worker_id,
                 "--session-timeout-ms",
                 env.pop("SESSION_TIMEOUT_MS", "6000"),
+                *args,
             ],
             cwd=ROOT,
             env=deployment_env(settings, **env),

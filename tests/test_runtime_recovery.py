@@ -217,3 +217,47 @@ def test_recovery_decodes_the_active_run_not_the_partition(
     client.signal(active, "go", {"ok": 1})
     assert client.result(active, timeout=30) == {"ok": 1}
     client.close()
+
+
+def started_pids(worker: WorkerProcess) -> list[int]:
+    return [
+        json.loads(line.split(" INFO ", 1)[1])["pid"]
+        for line in worker.log().splitlines()
+        if '"worker_started"' in line
+    ]
+
+
+def test_respawn_forks_a_new_worker_when_the_worker_is_killed(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    db_path = tmp_path / "world.db"
+    db = world(db_path)
+    env = {"REFUND_WORLD_DB": str(db_path), "REFUND_HANG_AT_STEP": "31"}
+    supervisor = WorkerProcess(deployment, REFUND_APP, "w1", tmp_path / "w1.log", "--respawn", **env)
+    workers.append(supervisor)
+    supervisor.wait_ready(deployment.partitions)
+    client = Client(deployment)
+    run_id = client.submit("refund", {"order": "48211"})
+    client.flush()
+    wait_until(lambda: model_calls_at(db, 31) == 1, 60, "step 31's model call to start")
+    [child] = started_pids(supervisor)
+    assert child != supervisor.proc.pid  # the worker runs in a forked child
+    os.kill(child, signal.SIGKILL)
+
+    result = client.result(run_id, timeout=60)
+    assert supervisor.proc.poll() is None  # the supervisor lived on ...
+    respawned = started_pids(supervisor)
+    assert len(respawned) == 2 and respawned[1] not in (child, supervisor.proc.pid)  # ... and forked anew
+    calls = dict(db.execute("SELECT step, COUNT(*) FROM model_calls GROUP BY step").fetchall())
+    assert [step for step in range(1, 31) if calls[step] != 1] == [] and calls[31] == 2
+    assert db.execute("SELECT COUNT(*) FROM effects").fetchone()[0] == 3
+    assert len(set(result["nonces"])) == 40  # the forked worker draws its own nonces
+    assert client.status(run_id)["in_doubt"] == [
+        {"kind": "model", "position": 61, "idempotency_key": None, "name": "planner"}
+    ]
+
+    supervisor.proc.send_signal(signal.SIGTERM)  # forwarded: the worker stops, then the supervisor
+    assert supervisor.proc.wait(timeout=30) == 0
+    with pytest.raises(ProcessLookupError):
+        os.kill(respawned[1], 0)
+    client.close()
