@@ -16,6 +16,7 @@ from .errors import AgentlogError
 if TYPE_CHECKING:
     from .client import Client
     from .membership import Membership
+    from .serde import Serde
 
 
 def _client(settings: Settings, identity: str = "client") -> Client:
@@ -50,14 +51,21 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace, settings: Settings, worker_id: str, membership: Membership) -> None:
+def _serve(
+    args: argparse.Namespace,
+    settings: Settings,
+    worker_id: str,
+    membership: Membership,
+    serde: Serde | None = None,
+) -> None:
     import threading
 
     from .serde import Serde
 
-    # Resolve the schema ids in a thread (network waits) while the app is imported.
-    serde = Serde(settings)
-    threading.Thread(target=serde.warm_up, name="agentlog-schema-warm-up", daemon=True).start()
+    if serde is None:
+        # Resolve the schema ids in a thread (network waits) while the app is imported.
+        serde = Serde(settings)
+        threading.Thread(target=serde.warm_up, name="agentlog-schema-warm-up", daemon=True).start()
     from .worker import Worker
 
     logging.basicConfig(
@@ -69,19 +77,26 @@ def _serve(args: argparse.Namespace, settings: Settings, worker_id: str, members
 
 def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: str) -> int:
     """Import everything once, then fork the worker -- again at once if it dies (see
-    runtime.supervisor): a respawned worker starts with its modules loaded."""
-    from . import serde as _serde  # noqa: F401  -- imported before the fork, on purpose
-    from . import worker as _worker_module  # noqa: F401
+    runtime.supervisor): a respawned worker starts with its modules loaded and its schema ids
+    resolved."""
+    from . import worker as _worker_module  # noqa: F401  -- imported before the fork, on purpose
     from .membership import Membership
+    from .serde import Serde, registry_client
     from .supervisor import supervise
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
     )
     load_app(args.app)
+    # The Serde's own registry client is built (no connection yet) and inherited; the ids are
+    # resolved through a throwaway client, closed before any fork.
+    serde = Serde(settings)
+    with registry_client(settings) as scout:
+        serde.warm_up(scout)
 
     def child() -> int:
-        _serve(args, settings, worker_id, Membership(settings, worker_id, args.session_timeout_ms))
+        membership = Membership(settings, worker_id, args.session_timeout_ms)
+        _serve(args, settings, worker_id, membership, serde)
         return 0
 
     return supervise(child)

@@ -149,18 +149,22 @@ class Serde:
                 )
             return self._serializers[name]
 
-    def warm_up(self) -> int:
+    def warm_up(self, client: SchemaRegistryClient | None = None) -> int:
         """Resolve every local schema's id now (one registry lookup each), so the first record of
         each type is written and read on the fast path. A recovering worker calls this in a thread
         while it joins its group: otherwise each first record of a type pays a registry round trip
         on the recovery's critical path. Schemas the registry does not know are left alone -- the
-        first encode then refuses them with the registry's own error. Returns how many resolved."""
+        first encode then refuses them with the registry's own error. Returns how many resolved.
+
+        ``client``: ask through another client than this Serde's own (a supervisor warms a Serde
+        up before forking workers, and no child may inherit an open connection)."""
+        registry = client or self.client
         resolved = 0
         for name, local in self.catalog.items():
             if name in self._writers or name not in RECORD_TYPES:
                 continue
             try:
-                registered = self.client.lookup_schema(
+                registered = registry.lookup_schema(
                     local.subject(self.settings), Schema(local.text, schema_type="AVRO")
                 )
             except SchemaRegistryError:
