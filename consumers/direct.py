@@ -16,6 +16,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from runtime.config import Settings
 
 from .core import SinkCore
+from .gctune import bulk_collection
 
 log = logging.getLogger("agentlog.sink.direct")
 
@@ -61,20 +62,25 @@ def run_direct(settings: Settings, core: SinkCore, stop: threading.Event, topic:
         ]
         consumer.assign(assignment)
         log.info("sink reading %s from %s", topic, {tp.partition: tp.offset for tp in assignment})
-        while not stop.is_set():
-            messages = consumer.consume(num_messages=POLL_BATCH, timeout=0.2)
-            while messages:
-                taken = core.add_messages(messages)  # stops at a message carrying an error
-                if taken == len(messages):
-                    break
-                error = messages[taken].error()
-                if error is None or error.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(error)
-                messages = messages[taken + 1 :]
-            core.maybe_flush()
+        with bulk_collection():
+            _consume(consumer, core, stop)
         core.close()
     except BaseException:
         core.close(flush=False)
         raise
     finally:
         consumer.close()
+
+
+def _consume(consumer: Consumer, core: SinkCore, stop: threading.Event) -> None:
+    while not stop.is_set():
+        messages = consumer.consume(num_messages=POLL_BATCH, timeout=0.2)
+        while messages:
+            taken = core.add_messages(messages)  # stops at a message carrying an error
+            if taken == len(messages):
+                break
+            error = messages[taken].error()
+            if error is None or error.code() != KafkaError._PARTITION_EOF:
+                raise KafkaException(error)
+            messages = messages[taken + 1 :]
+        core.maybe_flush()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import struct
@@ -13,7 +14,7 @@ import pytest
 
 from analytics.migrations import _V1_FIELD_COLUMNS, MIGRATIONS_LIST
 from analytics.tables import ENVELOPE_COLUMNS, SINK_COLUMNS
-from consumers import rowbinary
+from consumers import gctune, rowbinary
 from consumers.avro_wire import container, read_zigzag, zigzag
 from consumers.batch import Batch, staged_body
 from consumers.columns import STAGED_FIELDS, normalize_type, plan_columns
@@ -352,3 +353,13 @@ def test_add_messages_hands_off_full_batches() -> None:
     assert core.add_messages([_Message(0, o, b"r", value) for o in range(10)]) == 10
     core.close()
     assert (writer.writes, core.stats.rows_written, core.durable_offsets()) == (3, 10, {0: 10})
+
+
+def test_bulk_collection_nests_and_restores_the_collector() -> None:
+    before = gc.get_threshold()
+    with gctune.bulk_collection():
+        assert gc.get_threshold()[0] == gctune.BULK_THRESHOLD and gc.get_freeze_count() > 0
+        with gctune.bulk_collection():
+            pass
+        assert gc.get_threshold()[0] == gctune.BULK_THRESHOLD  # the inner exit keeps the outer's
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
