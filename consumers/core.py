@@ -2,7 +2,8 @@
 
 A driver (``consumers.direct`` with confluent-kafka, ``consumers.faust_app`` with faust) asks
 ``start()`` where each partition stands, seeks there, and feeds every record it reads to
-``add()``; it calls ``maybe_flush()`` when idle and ``close()`` when stopping.
+``add()`` (or a poll's worth to ``add_messages()``); it calls ``maybe_flush()`` between polls
+and ``close()`` when stopping.
 
 Checkpoint order, the same for every driver:
 
@@ -10,10 +11,11 @@ Checkpoint order, the same for every driver:
    rows themselves, so it can never disagree with what was written;
 2. ``add`` drops any record below the next offset (a driver that rewinds -- faust seeks to its
    own commits at times -- cannot create a duplicate), then appends to the open batch;
-3. a full or old batch is sealed and handed to one writer thread: at most ``max_pending`` sealed
-   batches wait behind the one being written, and a hand-off that finds the queue full waits up
-   to ``backpressure_timeout`` and then raises ``BackpressureError``: memory stays bounded, and a
-   store that stopped accepting writes stops the sink instead of hanging it;
+3. a full batch, or one older than ``flush_interval`` while the writer is idle, is sealed and
+   handed to one writer thread: at most ``max_pending`` sealed batches wait behind the one
+   being written, and a hand-off that finds the queue full waits up to ``backpressure_timeout``
+   and then raises ``BackpressureError``: memory stays bounded, and a store that stopped
+   accepting writes stops the sink instead of hanging it;
 4. the writer writes each batch atomically with a deduplication token derived from its offsets,
    retrying transient failures with backoff; a batch that still fails stops the sink
    (``SinkWriteError``), and a restart resumes from step 1.
@@ -67,7 +69,7 @@ class SinkConfig:
 
     # Upper bounds, reached only while the sink is behind (see ``due``). Large batches are what
     # makes catching up fast: each batch pays a fixed price (its inserts, its part, and the
-    # merges that part later costs) -- on a 2-vCPU machine 200k-row batches sank ~1.5x the
+    # merges that part later costs) -- on a 2-vCPU machine 200k-row batches sank ~1.4x the
     # events per second of 50k-row ones. Memory: up to three batches (one being written, one
     # waiting, one filling), each under batch_bytes of values.
     batch_rows: int = 200_000
