@@ -97,7 +97,7 @@ class Serde:
         schema_dir: Path = DEFAULT_SCHEMA_DIR,
     ) -> None:
         self.settings = settings
-        self.client = client or registry_client(settings)
+        self._client = client
         self.catalog: dict[str, LocalSchema] = load_catalog(schema_dir)
         self._serializers: dict[str, AvroSerializer] = {}
         self._deserializers: dict[str, AvroDeserializer] = {}
@@ -105,6 +105,19 @@ class Serde:
         self._writers: dict[str, tuple[bytes, Any]] = {}  # record name -> (magic + schema id, parsed schema)
         self._readers: dict[int, tuple[type[Record], Any, Any]] = {}  # schema id -> (class, writer, reader)
         self._lock = threading.Lock()
+        self._client_lock = threading.Lock()  # apart: the serializer makers read .client under _lock
+
+    @property
+    def client(self) -> SchemaRegistryClient:
+        """The registry client, built on first use: building one loads the CA store (30-70 ms),
+        which a recovering worker does in its warm-up thread rather than on its start-up path."""
+        client = self._client
+        if client is None:
+            with self._client_lock:
+                if self._client is None:
+                    self._client = registry_client(self.settings)
+                client = self._client
+        return client
 
     # -- writing ---------------------------------------------------------------------------------
     def topic_of(self, record: Record) -> str:
