@@ -73,12 +73,18 @@ def _first_time(tag: str) -> bool:
 
 
 def _hang_seconds(kind: str, where: str) -> float:
-    """Crash here (SIGKILL) or say how long to hang, as the environment asks -- once per world."""
-    if _ENV.get(f"REFUND_CRASH_{kind}") == where and _first_time(f"crash-{kind}-{where}"):
-        os.kill(os.getpid(), signal.SIGKILL)
+    """How long to hang here, as the environment asks -- once per world. Called *before* the
+    call leaves its trace in the world: a test kills the worker as soon as it sees that trace,
+    and the marker must already say "done" so the successor does not hang again."""
     if _ENV.get(f"REFUND_HANG_{kind}") == where and _first_time(f"hang-{kind}-{where}"):
         return float(_ENV.get("REFUND_HANG_SECONDS", "60"))
     return 0.0
+
+
+def _crash_here(kind: str, where: str) -> None:
+    """SIGKILL this worker, as the environment asks -- once per world (after the trace)."""
+    if _ENV.get(f"REFUND_CRASH_{kind}") == where and _first_time(f"crash-{kind}-{where}"):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 # The planner and the lookup are async, as real model and HTTP-tool clients are (see
@@ -87,12 +93,13 @@ def _hang_seconds(kind: str, where: str) -> float:
 @app.model("planner")
 async def planner(messages: list[dict[str, Any]], step: int = 0, **params: Any) -> dict[str, Any]:
     nonce = f"{_nonces.getrandbits(32):08x}"
+    hang = _hang_seconds("AT_STEP", str(step))
     db = _db()
     if db is not None:
         db.execute("INSERT INTO model_calls (step, nonce, pid) VALUES (?, ?, ?)", (step, nonce, os.getpid()))
     else:
         _memory_calls.append((step, nonce))
-    hang = _hang_seconds("AT_STEP", str(step))
+    _crash_here("AT_STEP", str(step))
     if hang:
         await asyncio.sleep(hang)
     tool = EFFECT_STEPS.get(step, "lookup")
@@ -108,13 +115,15 @@ def _apply_effect(kind: str, key: str, detail: str) -> dict[str, Any]:
     db = _db()
     if db is None:
         return {"kind": kind, "applied": True}
+    hang = _hang_seconds("IN_EFFECT", kind)
     db.execute(
         "INSERT INTO effect_attempts (kind, idempotency_key, pid) VALUES (?, ?, ?)", (kind, key, os.getpid())
     )
     cursor = db.execute(
         "INSERT OR IGNORE INTO effects (idempotency_key, kind, detail) VALUES (?, ?, ?)", (key, kind, detail)
     )
-    time.sleep(_hang_seconds("IN_EFFECT", kind))
+    _crash_here("IN_EFFECT", kind)
+    time.sleep(hang)
     return {"kind": kind, "applied": cursor.rowcount == 1}
 
 
