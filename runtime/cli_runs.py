@@ -41,6 +41,9 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     import socket
 
     worker_id = args.worker_id or socket.gethostname()
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
+    )
     if args.respawn:
         return _supervised_worker(args, settings, worker_id)
     from .membership import Membership
@@ -68,9 +71,6 @@ def _serve(
         threading.Thread(target=serde.warm_up, name="agentlog-schema-warm-up", daemon=True).start()
     from .worker import Worker
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
-    )
     app = load_app(args.app)
     Worker(app, settings, worker_id=worker_id, membership=membership, serde=serde).run()
 
@@ -84,9 +84,6 @@ def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: 
     from .serde import Serde, registry_client
     from .supervisor import supervise
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
-    )
     load_app(args.app)
     # The Serde's own registry client is built (no connection yet) and inherited; the ids are
     # resolved through a throwaway client, closed before any fork.

@@ -104,28 +104,6 @@ class EventWriter:
         self._produce(topic, partition, key, value, delivered)
         return future
 
-    def append_async(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        topic: str,
-        partition: int | None,
-        key: bytes | None,
-        value: bytes | None,
-    ) -> asyncio.Future[int]:
-        """Like ``append``, with the loop's own future: one ``call_soon_threadsafe`` per ack,
-        no concurrent Future (a Condition and a lock each) to chain."""
-        future: asyncio.Future[int] = loop.create_future()
-
-        def delivered(error: KafkaError | None, message: Message) -> None:
-            if error is not None:
-                outcome: int | BaseException = WriteError(f"write to {topic}[{partition}] failed: {error}")
-            else:
-                outcome = offset_of(message)
-            loop.call_soon_threadsafe(_settle, future, outcome)
-
-        self._produce(topic, partition, key, value, delivered)
-        return future
-
     def append_batch_async(
         self,
         loop: asyncio.AbstractEventLoop,
@@ -133,29 +111,28 @@ class EventWriter:
         partition: int,
         records: list[tuple[bytes | None, bytes]],
         watched: set[int],
-    ) -> list[asyncio.Future[int]]:
-        """Append ``records`` to one partition with one ``produce_batch``; a loop future per index
-        in ``watched``. One call queues them together, so they leave in one produce request: a
-        result and the next call's Scheduled record cost one round trip, not two."""
-        futures: list[asyncio.Future[int]] = []
+    ) -> dict[int, asyncio.Future[int]]:
+        """Append ``records`` to one partition with one ``produce_batch``; a loop future (resolved
+        with one ``call_soon_threadsafe`` per ack) for each index in ``watched``. One call queues
+        them together, so they leave in one produce request: a result and the next call's
+        Scheduled record cost one round trip, not two."""
+        futures: dict[int, asyncio.Future[int]] = {}
         messages: list[dict[str, Any]] = []
         for i, (key, value) in enumerate(records):
             message: dict[str, Any] = {"key": key, "value": value}
             if i in watched:
-                future: asyncio.Future[int] = loop.create_future()
-                futures.append(future)
-                message["callback"] = _loop_settler(loop, future, topic, partition)
+                futures[i] = loop.create_future()
+                message["callback"] = _loop_settler(loop, futures[i], topic, partition)
             messages.append(message)
-        queued = self.producer.produce_batch(topic, messages, partition=partition)
-        if queued < len(messages):
-            # Only a full local queue refuses part of a batch, and it refuses the tail: queue the
-            # refused ones one by one, in order, as deliveries make room.
-            for message in messages:
-                if "_error" in message:
-                    self._produce(topic, partition, message["key"], message["value"], message.get("callback"))
-                    self.records_written -= 1  # counted below with the rest
-        self.records_written += len(records)
-        self.bytes_written += sum(len(v) + len(k or b"") for k, v in records)
+        self.producer.produce_batch(topic, messages, partition=partition)
+        for message in messages:
+            if "_error" in message:
+                # Only a full local queue refuses part of a batch, and it refuses the tail:
+                # queue the refused ones one by one, in order, as deliveries make room.
+                self._produce(topic, partition, message["key"], message["value"], message.get("callback"))
+            else:
+                self.records_written += 1
+                self.bytes_written += len(message["value"]) + len(message["key"] or b"")
         return futures
 
     def append_unwatched(

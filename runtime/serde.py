@@ -187,8 +187,8 @@ class Serde:
                 continue
             parsed = parse_schema(local.parsed)
             # The id was matched to this very schema text, so it is also the writer schema of
-            # records carrying the id.
-            self._readers.setdefault(schema_id, (RECORD_TYPES[name], parsed, parse_schema(local.parsed)))
+            # records carrying the id: one parsed schema serves as writer and reader.
+            self._readers.setdefault(schema_id, (RECORD_TYPES[name], parsed, parsed))
             self._names_by_id.setdefault(schema_id, name)
             self._writers.setdefault(name, (bytes([_MAGIC]) + struct.pack(">I", schema_id), parsed))
             resolved += 1

@@ -277,18 +277,12 @@ class Worker:
                 size[1] += len(value)
             if isinstance(event, RunStarted):
                 watched.add(i)
-        loop = asyncio.get_running_loop()
-        futures = iter(
-            self.writer.append_batch_async(
-                loop, self.settings.events_topic, owned.partition, records, watched
-            )
+        by_index = self.writer.append_batch_async(
+            asyncio.get_running_loop(), self.settings.events_topic, owned.partition, records, watched
         )
-        by_index = {i: next(futures) for i in sorted(watched)}
         for i, event in enumerate(events):
             if isinstance(event, (RunStarted, RunRejected)):
-                self._index_run(
-                    owned, event.run_id, by_index.get(i) if isinstance(event, RunStarted) else None
-                )
+                self._index_run(owned, event.run_id, by_index.get(i))  # watched: RunStarted only
         future = by_index[len(events) - 1]
         owned.last_write = future
         owned.writes_since_checkpoint += len(events)

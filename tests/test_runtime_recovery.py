@@ -51,15 +51,23 @@ def model_calls_at(db: sqlite3.Connection, step: int) -> int:
     return int(db.execute("SELECT COUNT(*) FROM model_calls WHERE step = ?", (step,)).fetchone()[0])
 
 
+def refund_worker(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path, *args: str, **hang: str
+) -> tuple[sqlite3.Connection, dict[str, str], WorkerProcess]:
+    """The refund agent's world, and a ready worker (``args``: extra CLI flags) that hangs where
+    ``hang`` says (e.g. ``REFUND_HANG_AT_STEP="31"``); returns the world, the env and the worker."""
+    db_path = tmp_path / "world.db"
+    env = {"REFUND_WORLD_DB": str(db_path), **hang}
+    worker = WorkerProcess(deployment, REFUND_APP, "w1", tmp_path / "w1.log", *args, **env)
+    workers.append(worker)
+    worker.wait_ready(deployment.partitions)
+    return world(db_path), env, worker
+
+
 def test_refund40_killed_when_step_31_model_call_starts(
     deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
 ) -> None:
-    db_path = tmp_path / "world.db"
-    db = world(db_path)
-    env = {"REFUND_WORLD_DB": str(db_path), "REFUND_HANG_AT_STEP": "31"}
-    first = WorkerProcess(deployment, REFUND_APP, "w1", tmp_path / "w1.log", **env)
-    workers.append(first)
-    first.wait_ready(deployment.partitions)
+    db, env, first = refund_worker(deployment, workers, tmp_path, REFUND_HANG_AT_STEP="31")
     client = Client(deployment)
     run_id = client.submit("refund", {"order": "48211"})
     client.flush()
@@ -103,12 +111,7 @@ def test_refund40_killed_when_step_31_model_call_starts(
 def test_kill_inside_an_effect_applies_it_once(
     deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
 ) -> None:
-    db_path = tmp_path / "world.db"
-    db = world(db_path)
-    env = {"REFUND_WORLD_DB": str(db_path), "REFUND_HANG_IN_EFFECT": "refund"}
-    first = WorkerProcess(deployment, REFUND_APP, "w1", tmp_path / "w1.log", **env)
-    workers.append(first)
-    first.wait_ready(deployment.partitions)
+    db, env, first = refund_worker(deployment, workers, tmp_path, REFUND_HANG_IN_EFFECT="refund")
     client = Client(deployment)
     run_id = client.submit("refund", {"order": "48211", "steps": 25})
     client.flush()
@@ -230,12 +233,7 @@ def started_pids(worker: WorkerProcess) -> list[int]:
 def test_respawn_forks_a_new_worker_when_the_worker_is_killed(
     deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
 ) -> None:
-    db_path = tmp_path / "world.db"
-    db = world(db_path)
-    env = {"REFUND_WORLD_DB": str(db_path), "REFUND_HANG_AT_STEP": "31"}
-    supervisor = WorkerProcess(deployment, REFUND_APP, "w1", tmp_path / "w1.log", "--respawn", **env)
-    workers.append(supervisor)
-    supervisor.wait_ready(deployment.partitions)
+    db, _, supervisor = refund_worker(deployment, workers, tmp_path, "--respawn", REFUND_HANG_AT_STEP="31")
     client = Client(deployment)
     run_id = client.submit("refund", {"order": "48211"})
     client.flush()
