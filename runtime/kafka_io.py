@@ -110,19 +110,18 @@ class EventWriter:
         topic: str,
         partition: int,
         records: list[tuple[bytes | None, bytes]],
-        watched: set[int],
-    ) -> dict[int, asyncio.Future[int]]:
-        """Append ``records`` to one partition with one ``produce_batch``; a loop future (resolved
-        with one ``call_soon_threadsafe`` per ack) for each index in ``watched``. One call queues
-        them together, so they leave in one produce request: a result and the next call's
-        Scheduled record cost one round trip, not two."""
-        futures: dict[int, asyncio.Future[int]] = {}
+        watched: dict[int, asyncio.Future[int]],
+    ) -> None:
+        """Append ``records`` to one partition with one ``produce_batch``; each future in
+        ``watched`` (by record index) is resolved in ``loop`` with its record's offset, one
+        ``call_soon_threadsafe`` per ack. One call queues them together, so they leave in one
+        produce request: a result and the next call's Scheduled record cost one round trip."""
         messages: list[dict[str, Any]] = []
         for i, (key, value) in enumerate(records):
             message: dict[str, Any] = {"key": key, "value": value}
-            if i in watched:
-                futures[i] = loop.create_future()
-                message["callback"] = _loop_settler(loop, futures[i], topic, partition)
+            future = watched.get(i)
+            if future is not None:
+                message["callback"] = _loop_settler(loop, future, topic, partition)
             messages.append(message)
         self.producer.produce_batch(topic, messages, partition=partition)
         for message in messages:
@@ -133,7 +132,6 @@ class EventWriter:
             else:
                 self.records_written += 1
                 self.bytes_written += len(message["value"]) + len(message["key"] or b"")
-        return futures
 
     def append_unwatched(
         self, topic: str, partition: int | None, key: bytes | None, value: bytes | None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -79,6 +80,11 @@ class OwnedPartition:
     writes_since_checkpoint: int = 0
     warned: set[str] = field(default_factory=set)
     checkpoint_running: bool = False
+    # Records appended during this turn of the event loop, sent together at its end (_send).
+    pending: list[tuple[bytes | None, bytes]] = field(default_factory=list)
+    pending_watched: dict[int, asyncio.Future[int]] = field(default_factory=dict)
+    pending_last: asyncio.Future[int] | None = None
+    pending_runs: list[str] = field(default_factory=list)  # started or rejected: to index
 
 
 class Worker:
@@ -102,6 +108,7 @@ class Worker:
         self.writer = EventWriter(settings)
         self.checkpoint_interval_s = checkpoint_interval_s
         self.owned: dict[int, OwnedPartition] = {}
+        self._dirty: list[OwnedPartition] = []  # partitions with records queued this loop turn
         self._stopping = False
         self._last_checkpoint_round = time.monotonic()
         self._tail: OwnershipTail | None = None  # these two need the running loop: made in serve()
@@ -165,6 +172,7 @@ class Worker:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        self._send()  # results recorded before the stop are not left unsent
         self.writer.close()
         if self._tail is not None:
             self._tail.close()
@@ -262,39 +270,68 @@ class Worker:
 
     # ------------------------------------------------------------------------------ writing
     def _append(self, owned: OwnedPartition, events: list[Event]) -> asyncio.Future[int] | None:
-        """Append in order, in one produce batch; only the last record (and a RunStarted, for its
-        offset) is watched -- the idempotent producer's ack of the last vouches for the rest."""
+        """Queue events for the partition; the future resolves with the offset of the last record
+        queued in this turn of the event loop, once acknowledged.
+
+        Every append of one turn (many runs' results and next calls) leaves in one produce batch,
+        sent when the turn ends (``_send``): no timer, so a lone step waits no longer, and under
+        load one delivery callback and one loop wake-up serve dozens of records. Only the batch's
+        last record (and a RunStarted, for its offset) is watched -- the idempotent producer's
+        ack of the last vouches for the rest."""
         if not events:
             return None
-        records: list[tuple[bytes | None, bytes]] = []
-        watched: set[int] = {len(events) - 1}
-        for i, event in enumerate(events):
+        pending = owned.pending
+        for event in events:
             value = self.serde.encode(event)
-            records.append((event.run_id.encode() if event.run_id else None, value))
-            size = owned.sizes.get(event.run_id)
+            run_id = event.run_id
+            if isinstance(event, RunStarted):
+                started = asyncio.get_running_loop().create_future()
+                started.add_done_callback(functools.partial(_remember_first, owned, run_id))
+                owned.pending_watched[len(pending)] = started
+            if isinstance(event, (RunStarted, RunRejected)):
+                owned.known_runs.add(run_id)
+                owned.pending_runs.append(run_id)
+            pending.append((run_id.encode() if run_id else None, value))
+            size = owned.sizes.get(run_id)
             if size is not None:
                 size[0] += 1
                 size[1] += len(value)
-            if isinstance(event, RunStarted):
-                watched.add(i)
-        by_index = self.writer.append_batch_async(
-            asyncio.get_running_loop(), self.settings.events_topic, owned.partition, records, watched
-        )
-        for i, event in enumerate(events):
-            if isinstance(event, (RunStarted, RunRejected)):
-                self._index_run(owned, event.run_id, by_index.get(i))  # watched: RunStarted only
-        future = by_index[len(events) - 1]
+        future = owned.pending_last
+        if future is None:
+            loop = asyncio.get_running_loop()
+            future = owned.pending_last = loop.create_future()
+            if not self._dirty:
+                loop.call_soon(self._send)
+            self._dirty.append(owned)
         owned.last_write = future
         owned.writes_since_checkpoint += len(events)
         return future
 
-    def _index_run(self, owned: OwnedPartition, run_id: str, started: asyncio.Future[int] | None) -> None:
-        owned.known_runs.add(run_id)
-        self.writer.append_unwatched(
-            self.settings.checkpoints_topic, owned.partition, RUN_KEY_PREFIX + run_id.encode(), b"1"
-        )
-        if started is not None:
-            started.add_done_callback(lambda f: _remember_first(owned, run_id, f))
+    def _send(self) -> None:
+        """End of the loop turn: one produce batch per partition with queued records."""
+        dirty, self._dirty = self._dirty, []
+        loop = asyncio.get_running_loop()
+        for owned in dirty:
+            records, watched, last = owned.pending, owned.pending_watched, owned.pending_last
+            runs = owned.pending_runs
+            owned.pending, owned.pending_watched, owned.pending_last = [], {}, None
+            owned.pending_runs = []
+            assert last is not None
+            if owned.lost:  # its successor fences these anyway; nobody waits for them
+                last.cancel()
+                continue
+            previous = watched.get(len(records) - 1)
+            if previous is not None:  # a RunStarted is last: resolve both from its ack
+                previous.add_done_callback(functools.partial(_copy_outcome, last))
+            else:
+                watched[len(records) - 1] = last
+            self.writer.append_batch_async(
+                loop, self.settings.events_topic, owned.partition, records, watched
+            )
+            for run_id in runs:  # the run index, for idempotent submission after a rebuild
+                self.writer.append_unwatched(
+                    self.settings.checkpoints_topic, owned.partition, RUN_KEY_PREFIX + run_id.encode(), b"1"
+                )
 
     def _flush(self, owned: OwnedPartition, machine: RunMachine) -> None:
         """Append what the machine emitted; start the commands that became ready."""
@@ -560,6 +597,17 @@ class Worker:
             )
         finally:
             owned.checkpoint_running = False
+
+
+def _copy_outcome(target: asyncio.Future[int], source: asyncio.Future[int]) -> None:
+    if target.done():
+        return
+    if source.cancelled():
+        target.cancel()
+    elif source.exception() is not None:
+        target.set_exception(source.exception())  # type: ignore[arg-type]
+    else:
+        target.set_result(source.result())
 
 
 def _remember_first(owned: OwnedPartition, run_id: str, future: asyncio.Future[int]) -> None:
