@@ -61,14 +61,12 @@ def _serve(
     membership: Membership,
     serde: Serde | None = None,
 ) -> None:
-    import threading
-
     from .serde import Serde
 
     if serde is None:
         # Resolve the schema ids in a thread (network waits) while the app is imported.
         serde = Serde(settings)
-        threading.Thread(target=serde.warm_up, name="agentlog-schema-warm-up", daemon=True).start()
+        serde.warm_up_in_background()
     from .worker import Worker
 
     app = load_app(args.app)
@@ -79,17 +77,16 @@ def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: 
     """Import everything once, then fork the worker -- again at once if it dies (see
     runtime.supervisor): a respawned worker starts with its modules loaded and its schema ids
     resolved."""
-    from . import worker as _worker_module  # noqa: F401  -- imported before the fork, on purpose
+    from . import _registry  # noqa: F401  -- imported before the fork, on purpose
+    from . import worker as _worker_module  # noqa: F401
     from .membership import Membership
-    from .serde import Serde, registry_client
+    from .serde import Serde
     from .supervisor import supervise
 
     load_app(args.app)
-    # The Serde's own registry client is built (no connection yet) and inherited; the ids are
-    # resolved through a throwaway client, closed before any fork.
+    # The ids are resolved over a connection closed before any fork (Serde.warm_up).
     serde = Serde(settings)
-    with registry_client(settings) as scout:
-        serde.warm_up(scout)
+    serde.warm_up()
 
     def child() -> int:
         membership = Membership(settings, worker_id, args.session_timeout_ms)

@@ -57,7 +57,11 @@ def reader_config(settings: Settings, **extra: Any) -> dict[str, Any]:
         "enable.auto.commit": False,
         "enable.partition.eof": True,
         "isolation.level": "read_committed",
-        "fetch.wait.max.ms": 10,
+        # Reads here stop at an end known beforehand, so a fetch held at the end for more data
+        # is never useful -- and it holds up the connection: the broker answers one request per
+        # connection at a time, so the next partition's offset query waited behind it (10 ms
+        # per partition of a worker's rebuild at 10 ms).
+        "fetch.wait.max.ms": 1,
         **extra,
     }
 

@@ -22,23 +22,21 @@ import json
 import struct
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka.serialization import MessageField, SerializationContext
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from ._registry import (
-    AvroDeserializer,
-    AvroSerializer,
-    Schema,
-    SchemaRegistryClient,
-    SchemaRegistryError,
-    topic_record_subject_name_strategy,
-)
 from .config import Settings
 from .errors import AgentlogError
 from .events import RECORD_TYPES, Record
+from .registry_lookup import LookupUnavailable, lookup_ids
 from .schemas import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
+
+# The registry client is imported where it is first used, not here: the import costs ~250 ms
+# (see runtime.registry_lookup), and a recovering worker does not need it to start.
+if TYPE_CHECKING:
+    from ._registry import AvroDeserializer, AvroSerializer, SchemaRegistryClient
 
 _MAGIC = 0
 
@@ -52,6 +50,8 @@ class DecodeError(AgentlogError):
 
 
 def registry_client(settings: Settings) -> SchemaRegistryClient:
+    from ._registry import SchemaRegistryClient
+
     return SchemaRegistryClient({"url": settings.schema_registry_url})
 
 
@@ -106,6 +106,7 @@ class Serde:
         self._readers: dict[int, tuple[type[Record], Any, Any]] = {}  # schema id -> (class, writer, reader)
         self._lock = threading.Lock()
         self._client_lock = threading.Lock()  # apart: the serializer makers read .client under _lock
+        self._warming: threading.Thread | None = None
 
     @property
     def client(self) -> SchemaRegistryClient:
@@ -139,6 +140,8 @@ class Serde:
         return out.getvalue()
 
     def _encode_first(self, record: Record) -> bytes:
+        if self._await_warm_up() and record.type in self._writers:
+            return self.encode(record)
         name = record.type
         serializer = self._serializers.get(name) or self._serializer(name)
         schema = self.catalog[name]
@@ -149,6 +152,8 @@ class Serde:
         return data
 
     def _serializer(self, name: str) -> AvroSerializer:
+        from ._registry import AvroSerializer, topic_record_subject_name_strategy
+
         with self._lock:
             if name not in self._serializers:
                 self._serializers[name] = AvroSerializer(
@@ -162,6 +167,21 @@ class Serde:
                 )
             return self._serializers[name]
 
+    def warm_up_in_background(self) -> None:
+        """``warm_up`` in a thread (a recovering worker's network waits overlap its imports). A
+        first record of a type waits for it rather than taking the slow path: that path imports
+        the registry client, which costs more than the whole warm-up."""
+        self._warming = threading.Thread(target=self.warm_up, name="agentlog-schema-warm-up", daemon=True)
+        self._warming.start()
+
+    def _await_warm_up(self) -> bool:
+        """Wait for a background warm-up still running; True if there was one."""
+        warming = self._warming
+        if warming is None or warming is threading.current_thread():
+            return False
+        warming.join()
+        return True
+
     def warm_up(self, client: SchemaRegistryClient | None = None) -> int:
         """Resolve every local schema's id now (one registry lookup each), so the first record of
         each type is written and read on the fast path. A recovering worker calls this in a thread
@@ -169,20 +189,28 @@ class Serde:
         on the recovery's critical path. Schemas the registry does not know are left alone -- the
         first encode then refuses them with the registry's own error. Returns how many resolved.
 
-        ``client``: ask through another client than this Serde's own (a supervisor warms a Serde
+        Without ``client`` the lookups go over plain HTTP (runtime.registry_lookup), so a worker
+        starts without importing the registry client; if that cannot ask the registry, the
+        client does. The connection is closed before this returns (a supervisor warms a Serde
         up before forking workers, and no child may inherit an open connection)."""
-        registry = client or self.client
-        resolved = 0
-        for name, local in self.catalog.items():
-            if name in self._writers or name not in RECORD_TYPES:
-                continue
+        wanted = {
+            name: local
+            for name, local in self.catalog.items()
+            if name not in self._writers and name in RECORD_TYPES
+        }
+        subjects = {name: local.subject(self.settings) for name, local in wanted.items()}
+        if client is None:
             try:
-                registered = registry.lookup_schema(
-                    local.subject(self.settings), Schema(local.text, schema_type="AVRO")
+                ids = lookup_ids(
+                    self.settings.schema_registry_url, ((subjects[n], wanted[n].text) for n in wanted)
                 )
-            except SchemaRegistryError:
-                continue
-            schema_id = registered.schema_id
+            except LookupUnavailable:
+                ids = self._lookup_with_client(self.client, wanted, subjects)
+        else:
+            ids = self._lookup_with_client(client, wanted, subjects)
+        resolved = 0
+        for name, local in wanted.items():
+            schema_id = ids.get(subjects[name])
             if schema_id is None:
                 continue
             parsed = parse_schema(local.parsed)
@@ -194,12 +222,30 @@ class Serde:
             resolved += 1
         return resolved
 
+    @staticmethod
+    def _lookup_with_client(
+        client: SchemaRegistryClient, wanted: dict[str, LocalSchema], subjects: dict[str, str]
+    ) -> dict[str, int]:
+        from ._registry import Schema, SchemaRegistryError
+
+        ids: dict[str, int] = {}
+        for name, local in wanted.items():
+            try:
+                registered = client.lookup_schema(subjects[name], Schema(local.text, schema_type="AVRO"))
+            except SchemaRegistryError:
+                continue
+            if registered.schema_id is not None:
+                ids[subjects[name]] = registered.schema_id
+        return ids
+
     # -- reading ---------------------------------------------------------------------------------
     def record_name(self, data: bytes) -> str:
         """The record name of the writer schema of ``data`` (asks the registry once per id)."""
         schema_id = schema_id_of(data)
         name = self._names_by_id.get(schema_id)
         if name is None:
+            from ._registry import SchemaRegistryError
+
             try:
                 writer = self.client.get_schema(schema_id)
             except SchemaRegistryError as error:
@@ -231,6 +277,9 @@ class Serde:
         return self._decode_first(data, key, topic)
 
     def _decode_first(self, data: bytes, key: bytes | None, topic: str | None) -> Record:
+        framed = len(data) > 5 and data[0] == _MAGIC
+        if self._await_warm_up() and framed and int.from_bytes(data[1:5], "big") in self._readers:
+            return self.decode(data, key, topic)
         name = self.record_name(data)
         cls = RECORD_TYPES.get(name)
         if cls is None or name not in self.catalog:
@@ -253,6 +302,8 @@ class Serde:
         return _record_from_dict(cls, values, key)
 
     def _deserializer(self, name: str) -> AvroDeserializer:
+        from ._registry import AvroDeserializer
+
         with self._lock:
             if name not in self._deserializers:
                 self._deserializers[name] = AvroDeserializer(self.client, self.catalog[name].text)

@@ -80,6 +80,20 @@ def test_environment_and_overrides_set_values(monkeypatch: pytest.MonkeyPatch) -
         load_settings(partitions=0)
 
 
+def test_environment_values_are_typed_and_a_mapping_is_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("agentlog_model_timeout_s", "2.5")  # the name in any case, as before
+    monkeypatch.setenv("AGENTLOG_KAFKA", '{"security.protocol": "SSL"}')
+    settings = load_settings()
+    assert settings.model_timeout_s == 2.5
+    assert settings.kafka == {"security.protocol": "SSL"}
+    monkeypatch.setenv("AGENTLOG_KAFKA", "security.protocol=SSL")
+    with pytest.raises(ConfigError, match="AGENTLOG_KAFKA must be a JSON object"):
+        load_settings()
+    monkeypatch.setenv("AGENTLOG_KAFKA", '{"enable.idempotence": "false"}')
+    with pytest.raises(ConfigError, match=r"enable\.idempotence"):
+        load_settings()
+
+
 def test_only_security_settings_pass_through_to_librdkafka() -> None:
     settings = load_settings(kafka={"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"})
     assert settings.kafka_common()["sasl.mechanism"] == "PLAIN"

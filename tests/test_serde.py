@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.schema_registry import Schema
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -143,3 +144,39 @@ def test_incompatible_change_is_refused_naming_the_field(
     out = capsys.readouterr().out
     assert "refused" in out and f"field '{field}'" in out
     assert cli_main(["schemas", "check"]) == 0  # the registry still holds only the good versions
+
+
+def test_warm_up_over_plain_http_finds_the_ids_the_registry_client_finds(deployment: Settings) -> None:
+    """A cold worker resolves its schema ids without importing the registry client (its import
+    is a quarter of a recovery); the ids must be exactly the client's."""
+    import subprocess
+    import sys
+
+    from runtime.registry_lookup import lookup_ids
+    from runtime.serde import registry_client
+
+    catalog = load_catalog(DEFAULT_SCHEMA_DIR)
+    wanted = [(schema.subject(deployment), schema.text) for schema in catalog.values()]
+    by_http = lookup_ids(deployment.schema_registry_url, [*wanted, ("no-such-subject", '"string"')])
+    client = registry_client(deployment)
+    by_client = {
+        subject: client.lookup_schema(subject, Schema(text, schema_type="AVRO")).schema_id
+        for subject, text in wanted
+    }
+    assert by_http == by_client  # every registered schema, and nothing for the unknown subject
+
+    probe = (
+        "import sys; from runtime.config import load_settings; from runtime.serde import Serde; "
+        f"s = Serde(load_settings(schema_registry_url={deployment.schema_registry_url!r}, "
+        f"commands_topic={deployment.commands_topic!r}, events_topic={deployment.events_topic!r})); "
+        "n = s.warm_up(); print(n, len(s.catalog), 'runtime._registry' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parent.parent,
+    )
+    resolved, total, imported = done.stdout.split()
+    assert resolved == total and imported == "False", done.stdout + done.stderr
