@@ -160,12 +160,17 @@ class Worker:
                     # A record nobody watched was lost: what follows it cannot be trusted. Stop;
                     # a restarted worker rebuilds from what the log really holds.
                     raise WorkerError(f"stopping: {self.writer.failure}")
-                await asyncio.sleep(0 if messages else 0.002)
+                # Poll again soon while runs are live; an idle worker looks for commands every
+                # 10 ms (at 2 ms it used 5% of a core doing nothing).
+                await asyncio.sleep(0 if messages else 0.002 if self._live_runs() else 0.01)
         finally:
             await self._shutdown()
 
     def stop(self) -> None:
         self._stopping = True
+
+    def _live_runs(self) -> bool:
+        return any(owned.runs for owned in self.owned.values())
 
     async def _shutdown(self) -> None:
         tasks = [t for owned in self.owned.values() for t in owned.tasks]
