@@ -22,6 +22,8 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import orjson
+
 from .app import App
 from .canonical import args_hash, canonical_json, idempotency_key, sha256_hex
 from .context import Context, ContinueAsNew
@@ -49,7 +51,6 @@ from .events import (
 )
 from .futures import DurableFuture, GatherFuture
 from .input_shape import coerce_input
-from .serde import field_names
 
 E = TypeVar("E", bound=Event)
 RECORD_TYPES = (ModelCallScheduled, ToolCallScheduled, TimerScheduled, PatchRecorded)
@@ -249,7 +250,7 @@ class RunMachine:
             command = self._command_for(event.position, event)
             if command is None:
                 return
-            command.future.set_result(json.loads(event.result))
+            command.future.set_result(orjson.loads(event.result))  # written by canonical_json
             if event.in_doubt and self.replaying:  # live re-executions were listed by finish_replay
                 self.in_doubt.append(InDoubt(command.kind, command.name, command.position, command.key))
         elif isinstance(event, (ModelCallFailed, ToolCallFailed)):
@@ -551,18 +552,16 @@ class RunMachine:
         )
 
 
+_set = object.__setattr__
+
+
 def with_envelope(event: E, run_id: str, seq: int, occurred_at: int, worker: str, epoch: int) -> E:
-    """A copy of ``event`` with its envelope set. ``dataclasses.replace`` does the same at 5x the
-    cost (it re-runs ``__init__``); this runs four times per step, so it is spelt out."""
-    stamped = object.__new__(type(event))
-    for name in field_names(type(event)):
-        object.__setattr__(stamped, name, getattr(event, name))
-    for name, value in (
-        ("run_id", run_id),
-        ("seq", seq),
-        ("occurred_at", occurred_at),
-        ("worker", worker),
-        ("epoch", epoch),
-    ):
-        object.__setattr__(stamped, name, value)
-    return stamped
+    """``event`` with its envelope set, in place: every event stamped here was built a moment
+    before for this purpose and is seen by nothing else yet. A copy (``dataclasses.replace``, or
+    field by field) cost a tenth of a live step's CPU; this runs four times per step."""
+    _set(event, "run_id", run_id)
+    _set(event, "seq", seq)
+    _set(event, "occurred_at", occurred_at)
+    _set(event, "worker", worker)
+    _set(event, "epoch", epoch)
+    return event
