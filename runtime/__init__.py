@@ -19,6 +19,7 @@ _EXPORTS = {
     "Client": ".client",
     "ConfigError": ".config",
     "Context": ".context",
+    "DecisionOutOfBounds": ".machine",
     "NonDeterminismError": ".machine",
     "Replayer": ".replayer",
     "RetryPolicy": ".app",
@@ -35,6 +36,7 @@ __all__ = [
     "Client",
     "ConfigError",
     "Context",
+    "DecisionOutOfBounds",
     "NonDeterminismError",
     "Replayer",
     "RetryPolicy",
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
     from .config import ConfigError, Settings, load_settings
     from .context import Context
     from .errors import AgentlogError, RetryableError, TerminalError
-    from .machine import CallFailed, NonDeterminismError
+    from .machine import CallFailed, DecisionOutOfBounds, NonDeterminismError
     from .replayer import Replayer
 
 

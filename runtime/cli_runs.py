@@ -131,6 +131,8 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
         print(
             f"in doubt  {entry['kind']} {entry['name']!r} at position {entry['position']} key={entry['idempotency_key']}"
         )
+    for entry in status["redecided"]:
+        print(f"redecided at position {entry['position']}: {entry['reason']}")
     return 0 if status["status"] != "unknown" else 1
 
 

@@ -23,6 +23,7 @@ from .events import (
     ModelCallCompleted,
     ModelCallFailed,
     ModelCallScheduled,
+    Redecided,
     RunCancelled,
     RunCompleted,
     RunContinuedAsNew,
@@ -217,9 +218,20 @@ def summarize(run_id: str, logged: list[LoggedEvent]) -> dict[str, Any]:
     reason: str | None = None
     scheduled_keys: dict[int, str | None] = {}
     in_doubt: list[dict[str, Any]] = []
+    redecided: list[dict[str, Any]] = []
     for item in logged:
         event = item.event
-        if isinstance(event, RunStarted):
+        if isinstance(event, Redecided):
+            redecided.append(
+                {
+                    "position": event.position,
+                    "original": json.loads(event.original),
+                    "replacement": json.loads(event.replacement),
+                    "check": json.loads(event.check),
+                    "reason": event.reason,
+                }
+            )
+        elif isinstance(event, RunStarted):
             status, workflow = "running", event.workflow
         elif isinstance(event, ToolCallScheduled):
             scheduled_keys[event.position] = event.idempotency_key
@@ -260,6 +272,7 @@ def summarize(run_id: str, logged: list[LoggedEvent]) -> dict[str, Any]:
         "events": len(logged),
         "bytes": sum(e.size for e in logged),
         "in_doubt": in_doubt,
+        "redecided": redecided,
         "result": result,
         "reason": reason,
     }

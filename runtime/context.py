@@ -5,10 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import random as _random
 import uuid as _uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from .canonical import NAMESPACE, sha256_hex
+from .canonical import NAMESPACE, canonical_json, sha256_hex
+from .errors import AgentlogError
 from .futures import DurableFuture, GatherFuture
 
 if TYPE_CHECKING:
@@ -75,6 +76,66 @@ class Context:
             children.append(call)
         return GatherFuture(children)
 
+    async def redecide(
+        self,
+        decision: Any,
+        /,
+        *,
+        check: str,
+        model: str,
+        messages: list[dict[str, Any]],
+        check_args: dict[str, Any] | None = None,
+        within: Callable[[Any], bool] | None = None,
+        prompt_version: str | None = None,
+        **params: Any,
+    ) -> Any:
+        """A re-decide point: keep ``decision`` while it is still valid; ask ``model`` again only
+        if it is not.
+
+        Put it where a recorded decision is about to be acted on and the world may have moved
+        since (a wait, a crash and a late recovery). ``check`` names a registered read-only tool,
+        called as ``check(decision=..., **check_args)``; it returns a bool or ``{"valid": bool,
+        "reason": str}``. It is a lookup, recorded like any tool call, never a model call. Only
+        when it says invalid is ``model`` asked again (``messages`` plus a note naming the stale
+        decision and why), and a ``Redecided`` event records the original, the check and the
+        replacement. ``within`` bounds the new plan (same goal, budget and tools): a replacement
+        it refuses raises ``DecisionOutOfBounds`` -- the run is parked unless the code catches it.
+        Replay serves the recorded check and replacement, so the run stays one story.
+        """
+        spec = self._machine.app.tools.get(check)
+        if spec is None or spec.effect:
+            known = sorted(name for name, tool in self._machine.app.tools.items() if not tool.effect)
+            raise AgentlogError(
+                f"re-decide check {check!r} must be a registered read-only tool (known: {known})"
+            )
+        args = dict(check_args or {})
+        verdict = await self.tool(check, decision=decision, **args)
+        valid, reason = _verdict(verdict)
+        if valid:
+            return decision
+        note = {
+            "role": "user",
+            "content": (
+                f"Your earlier decision {canonical_json(decision)} is no longer valid: {reason}. "
+                "Decide again, for the same goal, within the same budget and tools."
+            ),
+        }
+        asked = self.model(model, messages=[*messages, note], prompt_version=prompt_version, **params)
+        replacement = await asked
+        in_bounds = within is None or bool(within(replacement))
+        self._machine.note_redecided(
+            asked.position,
+            original=decision,
+            check={"tool": check, "args": args, "verdict": verdict},
+            replacement=replacement,
+            reason=reason if in_bounds else f"{reason}; the replacement leaves its bound: escalated",
+        )
+        if not in_bounds:
+            from .machine import DecisionOutOfBounds
+
+            raise DecisionOutOfBounds(asked.position, canonical_json(replacement))
+        return replacement
+
     def patched(self, change_id: str) -> bool:
         """True on runs that take the new code path; in-flight runs recorded before it keep the old."""
         return self._machine.patched(change_id)
@@ -95,3 +156,10 @@ class Context:
     def continue_as_new(self, input: Any) -> None:
         """End this run and carry ``input`` into a fresh run of the same workflow."""
         raise ContinueAsNew(input)
+
+
+def _verdict(answer: Any) -> tuple[bool, str]:
+    """A check's answer: a bool, or ``{"valid": bool, "reason": str}``."""
+    if isinstance(answer, dict) and "valid" in answer:
+        return bool(answer["valid"]), str(answer.get("reason") or "the check said it is no longer valid")
+    return bool(answer), "the check said it is no longer valid"

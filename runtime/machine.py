@@ -80,6 +80,16 @@ class NonDeterminismError(AgentlogError):
         self.run_id, self.position, self.expected, self.issued = run_id, position, expected, issued
 
 
+class DecisionOutOfBounds(AgentlogError):
+    """A re-decided plan left the bound its re-decide point set (``within``). Raised into workflow
+    code, which may catch it and escalate its own way; uncaught, the run is parked for an
+    operator -- never carried on with the out-of-bounds plan."""
+
+    def __init__(self, position: int, replacement: str) -> None:
+        super().__init__(f"re-decided plan at position {position} leaves its bound: {replacement}")
+        self.position, self.replacement = position, replacement
+
+
 @dataclass
 class Command:
     """One thing workflow code asked for, at its position."""
@@ -180,6 +190,8 @@ class RunMachine:
         self._blocked_on: DurableFuture | GatherFuture | None = None
         self._pending_terminal: Event | None = None
         self._history_records = {e.position: e for e in history if isinstance(e, RECORD_TYPES)}
+        self._redecided_in_history = {e.position for e in history if isinstance(e, Redecided)}
+        self._after_replay: list[Event] = []  # emitted during replay: stamped once history is done
         self.replaying = bool(history)
         self._ctx = Context(self)
         self._coro: Coroutine[Any, Any, Any] = spec.fn(
@@ -201,6 +213,9 @@ class RunMachine:
     def finish_replay(self) -> None:
         """History is exhausted: go live. Unrecorded commands get records; in-flight calls re-run."""
         self.replaying = False
+        for event in self._after_replay:
+            self._emit(event)
+        self._after_replay = []
         if not self.active:
             return
         for position, record in sorted(self._history_records.items()):
@@ -464,6 +479,9 @@ class RunMachine:
                     )
                 )
                 return
+            except DecisionOutOfBounds as error:  # not a failure: an operator decides
+                self._finish(RunParked(run_id=self.run_id, reason=str(error), position=error.position))
+                return
             except Exception as error:  # the workflow raised: the run fails with its error
                 self._finish(RunFailed(run_id=self.run_id, error_type=type(error).__name__, error=str(error)))
                 return
@@ -519,6 +537,26 @@ class RunMachine:
         parked = RunParked(run_id=self.run_id, reason=reason, position=self._position)
         self._emit(parked)
         self._terminate(parked)
+
+    def note_redecided(self, position: int, original: Any, check: Any, replacement: Any, reason: str) -> None:
+        """Record a re-decide point's divergence -- once: a replay that reaches it again finds
+        the record in history. During replay it waits for the end of history (its seq must
+        follow the recorded events')."""
+        if position in self._redecided_in_history:
+            return
+        self._redecided_in_history.add(position)
+        event = Redecided(
+            run_id=self.run_id,
+            position=position,
+            original=canonical_json(original),
+            check=canonical_json(check),
+            replacement=canonical_json(replacement),
+            reason=reason,
+        )
+        if self.replaying:
+            self._after_replay.append(event)
+        else:
+            self._emit(event)
 
     # ----------------------------------------------------------------------------- divergence
     def _diverge(self, position: int, expected: str, issued: str) -> None:

@@ -5,6 +5,7 @@ Scripted stand-ins for models and tools live here, in tests/, never in runtime/.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -112,3 +113,46 @@ def charge(account: str, cents: int, note: str, *, idempotency_key: str) -> str:
 async def pausing(ctx: Context, request: dict[str, Any]) -> Any:
     decision = await ctx.model("stall", messages=[{"role": "user", "content": "charge?"}])
     return await ctx.tool("charge", account=request["account"], cents=1999, note=decision)
+
+
+# A re-decide point. The "world" is a file the test edits: which orders are still open.
+def _open_orders() -> set[str]:
+    path = Path(os.environ["TEST_COUNTER_DIR"]) / "open-orders.json"
+    return set(json.loads(path.read_text())) if path.exists() else set()
+
+
+@app.model("triage")
+def triage(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
+    n = _count("triage")
+    stale = any("no longer valid" in str(m.get("content")) for m in messages)
+    return {"action": "hold" if stale else "refund", "amount": 0 if stale else 41.6, "call": n}
+
+
+@app.tool("order_open")
+def order_open(decision: dict[str, Any], order: str) -> dict[str, Any]:
+    is_open = order in _open_orders()
+    return {"valid": is_open, "reason": "" if is_open else f"order {order} was closed meanwhile"}
+
+
+@app.tool("issue_refund", effect=True, key_args=("order", "amount"))
+def issue_refund(order: str, amount: float, *, idempotency_key: str) -> dict[str, Any]:
+    _count("issue_refund")
+    return {"refunded": amount}
+
+
+@app.workflow("stale_refund")
+async def stale_refund(ctx: Context, request: dict[str, Any]) -> Any:
+    goal = [{"role": "user", "content": f"refund order {request['order']} if it is still open"}]
+    decision = await ctx.model("triage", messages=goal)
+    await ctx.sleep(request["wait"])  # a supplier's answer, a human's approval: the world moves
+    decision = await ctx.redecide(
+        decision,
+        check="order_open",
+        check_args={"order": request["order"]},
+        model="triage",
+        messages=goal,
+        within=lambda d: d["action"] in ("refund", "hold") and d["amount"] <= 41.6,
+    )
+    if decision["action"] == "refund":
+        await ctx.tool("issue_refund", order=request["order"], amount=decision["amount"])
+    return decision

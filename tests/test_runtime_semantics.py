@@ -247,3 +247,35 @@ def test_a_run_at_its_history_limit_is_parked_with_the_reason(
     assert client.status(big)["events"] == 13  # the 12 that reached the limit, then RunParked
     assert '"history_size_warning"' in workers[0].log()
     client.close()
+
+
+def test_a_decision_gone_stale_while_the_worker_was_dead_is_re_decided_not_acted_on(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    """The planner decides to refund, the run waits, the worker is SIGKILLed; meanwhile the order
+    closes. The restarted worker's re-decide point checks the recorded decision against the world
+    as it is now, asks the model again, records why -- and refunds nothing."""
+    (tmp_path / "open-orders.json").write_text(json.dumps(["48211"]))
+    first = start_worker(deployment, workers, tmp_path)
+    client = Client(deployment)
+    run_id = client.submit("stale_refund", {"order": "48211", "wait": 3})
+    client.flush()
+    deadline = time.monotonic() + 30
+    while "TimerScheduled" not in [e["type"] for e in client.history(run_id)]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    os.kill(first.proc.pid, signal.SIGKILL)  # dies while the run waits
+    first.proc.wait()
+    (tmp_path / "open-orders.json").write_text("[]")  # the world moved while nobody watched
+    start_worker(deployment, workers, tmp_path)
+    result = client.result(run_id, timeout=30)
+    assert result["action"] == "hold" and result["call"] == 2
+    assert not (tmp_path / "issue_refund").exists()  # the stale refund never went out
+    status = client.status(run_id)
+    (redecided,) = status["redecided"]
+    assert redecided["original"]["action"] == "refund" and redecided["replacement"]["action"] == "hold"
+    assert redecided["reason"] == "order 48211 was closed meanwhile"
+    assert redecided["check"]["verdict"] == {"valid": False, "reason": "order 48211 was closed meanwhile"}
+    types = [e["type"] for e in client.history(run_id)]
+    assert types.count("Redecided") == 1 and types.count("ModelCallScheduled") == 2
+    client.close()
