@@ -239,6 +239,16 @@ FROM {DATABASE}.runs"""
 # wide, which is what scans want.
 _COMPACT_INSERT_PARTS = f"ALTER TABLE {EVENTS} MODIFY SETTING min_bytes_for_wide_part = 268435456"
 
+# Fields added to RunStarted for `agentlog reset` (a derived migration would add them as well,
+# on the first such record; shipping them keeps the store's shape independent of what was seen).
+_V5_FIELD_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("reset_position", "Nullable(Int32)"),
+    ("key_root", "Nullable(String)"),
+)
+_RESET_COLUMNS = f"ALTER TABLE {EVENTS} " + ", ".join(
+    f"ADD COLUMN IF NOT EXISTS {quote_identifier(name)} {ch_type}" for name, ch_type in _V5_FIELD_COLUMNS
+)
+
 MIGRATIONS_LIST: tuple[Migration, ...] = (
     Migration(1, "events table", (f"CREATE DATABASE IF NOT EXISTS {DATABASE}", _EVENTS_TABLE)),
     Migration(2, "writer schemas table", (_WRITER_SCHEMAS_TABLE,)),
@@ -248,6 +258,7 @@ MIGRATIONS_LIST: tuple[Migration, ...] = (
         (_RUNS_VIEW, _MODEL_CALLS_VIEW, _TOOL_CALLS_VIEW, _DIVERGENCES_VIEW, _HISTORY_SIZE_VIEW),
     ),
     Migration(4, "compact insert parts", (_COMPACT_INSERT_PARTS,)),
+    Migration(5, "reset columns", (_RESET_COLUMNS,)),
 )
 
 _LEDGER = f"""CREATE TABLE IF NOT EXISTS {MIGRATIONS} (

@@ -118,6 +118,23 @@ def _submit(args: argparse.Namespace, settings: Settings) -> int:
         return 0
 
 
+def _reset(args: argparse.Namespace, settings: Settings) -> int:
+    from .client import RunError
+
+    with _client(settings, "cli") as client:
+        new = client.reset(args.run, args.to, new_run_id=args.run_id)
+        client.flush()
+        if not args.wait:
+            print(new)
+            return 0
+        try:
+            print(json.dumps(client.result(new, timeout=args.timeout)))
+        except RunError as error:
+            print(f"agentlog: {error}", file=sys.stderr)
+            return 1
+        return 0
+
+
 def _status(args: argparse.Namespace, settings: Settings) -> int:
     status = _client(settings).status(args.run)
     if args.json:
@@ -130,6 +147,10 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
     for entry in status["in_doubt"]:
         print(
             f"in doubt  {entry['kind']} {entry['name']!r} at position {entry['position']} key={entry['idempotency_key']}"
+        )
+    if status["reset_from"]:
+        print(
+            f"reset     from {status['reset_from']['run_id']} at position {status['reset_from']['position']}"
         )
     for entry in status["redecided"]:
         print(f"redecided at position {entry['position']}: {entry['reason']}")
@@ -231,6 +252,16 @@ def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     subparsers.add_parser("demo", help="the refund agent, killed at step 31 and recovered").set_defaults(
         func=_demo
     )
+
+    reset = subparsers.add_parser(
+        "reset", help="a new run from a run's history before a position (the original is cancelled)"
+    )
+    reset.add_argument("run")
+    reset.add_argument("--to", type=int, required=True, help="first position to execute again (1-based)")
+    reset.add_argument("--run-id", help="the new run's id (default: a fresh one)")
+    reset.add_argument("--wait", action="store_true", help="wait and print the new run's result as JSON")
+    reset.add_argument("--timeout", type=float, default=60.0)
+    reset.set_defaults(func=_reset)
 
     cancel = subparsers.add_parser("cancel", help="cancel a run")
     cancel.add_argument("run")

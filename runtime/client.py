@@ -40,6 +40,7 @@ from .events import (
 from .fencing import FenceFilter
 from .kafka_io import EventWriter, read_partition, reader_config
 from .partitioning import partition_for
+from .reset import SeedError, cut, encode_seed
 from .serde import Serde, record_to_dict
 
 STATUS_BY_TERMINAL: dict[type[Event], str] = {
@@ -71,6 +72,9 @@ def new_run_id() -> str:
     """20 lowercase base32 characters: 100 random bits (more than 24 hex characters carried) in
     fewer bytes -- the id is the Kafka key of every record of the run."""
     return base64.b32encode(secrets.token_bytes(15)).decode("ascii")[:20].lower()
+
+
+_fresh_run_id = new_run_id  # Client.reset's parameter of that name hides the function
 
 
 class Client:
@@ -105,6 +109,43 @@ class Client:
         text = raw_input if raw_input is not None else canonical_json(input)
         self._send(RunSubmitted(run_id=run_id, workflow=workflow, input=text))
         return run_id
+
+    def reset(self, run_id: str, position: int, new_run_id: str | None = None) -> str:
+        """A new run from ``run_id``'s recorded history before ``position`` (runtime.reset): no
+        call before it runs again, everything from it runs with the current code, and effects it
+        repeats keep their idempotency keys. A still-running original is cancelled first.
+        Returns the new run's id (produced at once, like ``submit``)."""
+        logged = list(self.events(run_id))
+        started = next((e.event for e in logged if isinstance(e.event, RunStarted)), None)
+        if started is None:
+            raise AgentlogError(f"run {run_id} has no RunStarted in the log: nothing to reset")
+        try:
+            seed = encode_seed(cut([e.event for e in logged], position))
+        except SeedError as error:
+            raise AgentlogError(str(error)) from error
+        if len(seed) > _SEED_LIMIT:
+            raise AgentlogError(
+                f"run {run_id} before position {position} is {len(seed)} bytes of history, over the "
+                f"{_SEED_LIMIT}-byte limit of one submission: reset to an earlier position"
+            )
+        if summarize(run_id, logged)["status"] == "running":
+            self.cancel(run_id, reason=f"reset to position {position}")
+        new = new_run_id or _fresh_run_id()
+        partition = self.partition(new)
+        if partition not in self._floor:
+            self._floor[partition] = self._end_offset(partition)
+        self._send(
+            RunSubmitted(
+                run_id=new,
+                workflow=started.workflow,
+                input=started.input,
+                reset_from=run_id,
+                reset_position=position,
+                key_root=started.key_root or run_id,
+                seed=seed,
+            )
+        )
+        return new
 
     def signal(self, run_id: str, name: str, payload: Any) -> None:
         self._send(SignalSent(run_id=run_id, name=name, payload=canonical_json(payload)))
@@ -210,6 +251,10 @@ class Client:
             time.sleep(0.05)
 
 
+# A submission is one Kafka record (1 MB by default); the seed leaves room for the rest.
+_SEED_LIMIT = 900_000
+
+
 def summarize(run_id: str, logged: list[LoggedEvent]) -> dict[str, Any]:
     """The keys of ``agentlog status --json``, computed from the run's events."""
     status = "unknown"
@@ -219,6 +264,7 @@ def summarize(run_id: str, logged: list[LoggedEvent]) -> dict[str, Any]:
     scheduled_keys: dict[int, str | None] = {}
     in_doubt: list[dict[str, Any]] = []
     redecided: list[dict[str, Any]] = []
+    reset_from: dict[str, Any] | None = None
     for item in logged:
         event = item.event
         if isinstance(event, Redecided):
@@ -233,6 +279,8 @@ def summarize(run_id: str, logged: list[LoggedEvent]) -> dict[str, Any]:
             )
         elif isinstance(event, RunStarted):
             status, workflow = "running", event.workflow
+            if event.reset_position:
+                reset_from = {"run_id": event.parent_run_id, "position": event.reset_position}
         elif isinstance(event, ToolCallScheduled):
             scheduled_keys[event.position] = event.idempotency_key
         elif isinstance(event, (ModelCallScheduled,)):
@@ -273,6 +321,7 @@ def summarize(run_id: str, logged: list[LoggedEvent]) -> dict[str, Any]:
         "bytes": sum(e.size for e in logged),
         "in_doubt": in_doubt,
         "redecided": redecided,
+        "reset_from": reset_from,
         "result": result,
         "reason": reason,
     }

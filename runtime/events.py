@@ -183,6 +183,8 @@ class RunStarted(Event):
     input: str
     command_offset: int
     parent_run_id: str | None = None
+    reset_position: int = 0
+    key_root: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -191,6 +193,10 @@ class RunSubmitted(Command):
 
     workflow: str
     input: str
+    reset_from: str | None = None
+    reset_position: int = 0
+    key_root: str | None = None
+    seed: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -172,6 +172,9 @@ class RunMachine:
             raise AgentlogError(f"workflow {started.workflow!r} is not registered")
         self.app = app
         self.run_id = started.run_id
+        # A reset run derives its effect keys from the original run: an effect it repeats keeps
+        # its key, so the service it calls applies it once.
+        self.key_root = started.key_root or started.run_id
         self.workflow = started.workflow
         self.stamp = stamp
         self.seq = started.seq
@@ -352,7 +355,7 @@ class RunMachine:
             key_args = args if spec.key_args is None else {k: args.get(k) for k in spec.key_args}
             identity = f"{name}/{sha256_hex(canonical_json(key_args))}"
             command.effect = True
-            command.key = idempotency_key(self.run_id, name, key_args, self._identical[identity])
+            command.key = idempotency_key(self.key_root, name, key_args, self._identical[identity])
             self._identical[identity] += 1
         return self._issue(command)
 

@@ -45,10 +45,11 @@ from .events import (
 )
 from .input_shape import shape_error
 from .kafka_io import EventWriter, offset_of, reader_config
-from .machine import Command, RunMachine, Stamp
+from .machine import Command, RunMachine, Stamp, with_envelope
 from .membership import Membership
 from .ownership import OwnershipTail
 from .rebuild import RUN_KEY_PREFIX, checkpoint_key, claim, rebuild
+from .reset import SeedError, decode_seed
 from .serde import DecodeError, Serde
 
 log = logging.getLogger("agentlog.worker")
@@ -512,6 +513,13 @@ class Worker:
                 offset,
             )
             return
+        copies: list[Event] = []
+        if command.reset_from is not None:
+            try:
+                copies = decode_seed(command.seed or "[]", command.reset_position)
+            except SeedError as error:
+                self._reject(owned, command.run_id, command.workflow, str(error), command.input, offset)
+                return
         started = RunStarted(
             run_id=command.run_id,
             seq=1,
@@ -521,12 +529,23 @@ class Worker:
             workflow=command.workflow,
             input=command.input,
             command_offset=offset,
+            parent_run_id=command.reset_from,
+            reset_position=command.reset_position,
+            key_root=command.key_root,
         )
-        machine = RunMachine(self.app, started, owned.stamp)
+        # A reset's copied events keep their original times (ctx.now() replays as it ran).
+        copies = [
+            with_envelope(e, command.run_id, seq, e.occurred_at, self.worker_id, owned.epoch)
+            for seq, e in enumerate(copies, start=2)
+        ]
+        machine = RunMachine(self.app, started, owned.stamp, history=[started, *copies] if copies else ())
         owned.runs[command.run_id] = machine
         owned.sizes[command.run_id] = [0, 0]
-        self._append(owned, [started])
+        self._append(owned, [started, *copies])
         machine.begin()
+        if copies:
+            machine.replay(copies)
+            machine.finish_replay()
         self._flush(owned, machine)
 
     def _reject(

@@ -137,6 +137,8 @@ def order_open(decision: dict[str, Any], order: str) -> dict[str, Any]:
 @app.tool("issue_refund", effect=True, key_args=("order", "amount"))
 def issue_refund(order: str, amount: float, *, idempotency_key: str) -> dict[str, Any]:
     _count("issue_refund")
+    with (Path(os.environ["TEST_COUNTER_DIR"]) / "refund-keys").open("a") as keys:
+        keys.write(idempotency_key + "\n")  # what the payment service would deduplicate on
     return {"refunded": amount}
 
 

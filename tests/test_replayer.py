@@ -55,6 +55,7 @@ def test_public_api_is_pinned() -> None:
         "Client",
         "ConfigError",
         "Context",
+        "DecisionOutOfBounds",
         "NonDeterminismError",
         "Replayer",
         "RetryPolicy",

@@ -279,3 +279,34 @@ def test_a_decision_gone_stale_while_the_worker_was_dead_is_re_decided_not_acted
     types = [e["type"] for e in client.history(run_id)]
     assert types.count("Redecided") == 1 and types.count("ModelCallScheduled") == 2
     client.close()
+
+
+def test_reset_copies_the_history_before_the_position_and_repeats_effects_with_their_keys(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    """`agentlog reset RUN --to 3`: the model's decision (1) and the wait (2) are copied, not
+    redone; the check (3) and the refund (4) run again -- the refund with its original key."""
+    (tmp_path / "open-orders.json").write_text(json.dumps(["48211"]))
+    start_worker(deployment, workers, tmp_path)
+    client = Client(deployment)
+    original = client.submit("stale_refund", {"order": "48211", "wait": 0})
+    assert client.result(original, timeout=30)["action"] == "refund"
+    done = agentlog(deployment, "reset", original, "--to", "3", "--run-id", f"{original}-again", "--wait")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"action": "refund", "amount": 41.6, "call": 1}  # the copied decision
+    assert (tmp_path / "triage").read_text() == "1"  # the model was not asked again
+    keys = (tmp_path / "refund-keys").read_text().split()
+    assert len(keys) == 2 and keys[0] == keys[1]  # the service sees one refund, offered twice
+    status = client.status(f"{original}-again")
+    assert status["status"] == "completed"
+    assert status["reset_from"] == {"run_id": original, "position": 3}
+    copied = [e for e in client.history(f"{original}-again") if e["type"] != "RunStarted"][:4]
+    assert [(e["type"], e["position"]) for e in copied] == [
+        ("ModelCallScheduled", 1),
+        ("ModelCallCompleted", 1),
+        ("TimerScheduled", 2),
+        ("TimerFired", 2),
+    ]
+    missing = agentlog(deployment, "reset", "no-such-run", "--to", "1")
+    assert missing.returncode != 0 and "no-such-run has no RunStarted" in missing.stderr
+    client.close()
