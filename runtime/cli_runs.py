@@ -97,8 +97,6 @@ def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: 
 
 
 def _submit(args: argparse.Namespace, settings: Settings) -> int:
-    from .client import RunError
-
     with _client(settings, "cli") as client:
         try:
             value: Any = json.loads(args.input)
@@ -106,33 +104,28 @@ def _submit(args: argparse.Namespace, settings: Settings) -> int:
         except json.JSONDecodeError:
             value, raw = None, args.input  # the worker rejects it, visibly, with the reason
         run_id = client.submit(args.workflow, value, run_id=args.run_id, raw_input=raw)
-        client.flush()
-        if not args.wait:
-            print(run_id)
-            return 0
-        try:
-            print(json.dumps(client.result(run_id, timeout=args.timeout)))
-        except RunError as error:
-            print(f"agentlog: {error}", file=sys.stderr)
-            return 1
+        return _print_run(client, run_id, args)
+
+
+def _print_run(client: Client, run_id: str, args: argparse.Namespace) -> int:
+    """The run id; with ``--wait``, the result as JSON, or the reason (exit 1) if it did not complete."""
+    from .client import RunError
+
+    client.flush()
+    if not args.wait:
+        print(run_id)
         return 0
+    try:
+        print(json.dumps(client.result(run_id, timeout=args.timeout)))
+    except RunError as error:
+        print(f"agentlog: {error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _reset(args: argparse.Namespace, settings: Settings) -> int:
-    from .client import RunError
-
     with _client(settings, "cli") as client:
-        new = client.reset(args.run, args.to, new_run_id=args.run_id)
-        client.flush()
-        if not args.wait:
-            print(new)
-            return 0
-        try:
-            print(json.dumps(client.result(new, timeout=args.timeout)))
-        except RunError as error:
-            print(f"agentlog: {error}", file=sys.stderr)
-            return 1
-        return 0
+        return _print_run(client, client.reset(args.run, args.to, new_run_id=args.run_id), args)
 
 
 def _status(args: argparse.Namespace, settings: Settings) -> int:

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from machine_driver import drive
 
 from runtime.app import App
 from runtime.context import Context
@@ -76,21 +77,8 @@ def started(run_id: str = "r1") -> RunStarted:
 def live_run(app: App, crash_after: int | None = None) -> list[Event]:
     """Run the workflow live, answering every call; stop after `crash_after` results."""
     machine = RunMachine(app, started(), Stamp(Clock(), "w1", 0))
-    history: list[Event] = [started()]
     machine.begin()
-    answered = 0
-    while machine.active:
-        events, ready = machine.drain()
-        history += events
-        if not ready:
-            break
-        for command in ready:
-            if crash_after is not None and answered >= crash_after:
-                return history
-            machine.record(result_for(command))
-            answered += 1
-    history += machine.drain()[0]
-    return history
+    return drive(machine, result_for, [started()], crash_after)
 
 
 def result_for(command: Command) -> Event:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from machine_driver import drive
 
 from runtime.app import App
 from runtime.context import Context
@@ -105,31 +106,12 @@ def result_event(command: Command, value: Any) -> Event:
     return cls(run_id="r1", position=command.position, result=json.dumps(value))
 
 
-def drive(
-    machine: RunMachine, answer: Answer, history: list[Event], stop_after: int | None = None
-) -> list[Event]:
-    """Answer what the machine asks until it ends (or ``stop_after`` answers: a crash)."""
-    answered = 0
-    while machine.active:
-        events, ready = machine.drain()
-        history += events
-        if not ready:
-            break
-        for command in ready:
-            if stop_after is not None and answered >= stop_after:
-                return history
-            machine.record(result_event(command, answer(command)))
-            answered += 1
-    history += machine.drain()[0]
-    return history
-
-
 def live(
     answer: Answer, workflow: str = "wf", stop_after: int | None = None
 ) -> tuple[RunMachine, list[Event]]:
     machine = RunMachine(make_app(), started(workflow), Stamp(itertools.count(1000).__next__, "w1", 0))
     machine.begin()
-    return machine, drive(machine, answer, [started(workflow)], stop_after)
+    return machine, drive(machine, lambda c: result_event(c, answer(c)), [started(workflow)], stop_after)
 
 
 def recovered(history: list[Event], answer: Answer) -> tuple[RunMachine, list[Event]]:
@@ -140,7 +122,7 @@ def recovered(history: list[Event], answer: Answer) -> tuple[RunMachine, list[Ev
     machine.begin()
     machine.replay(history)
     machine.finish_replay()
-    return machine, drive(machine, answer, list(history))
+    return machine, drive(machine, lambda c: result_event(c, answer(c)), list(history))
 
 
 ORIGINAL = {"action": "refund", "amount": 41.60}

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from machine_driver import drive
 
 from runtime.app import App
 from runtime.context import Context
@@ -70,13 +71,7 @@ def answer(command: Command) -> Event:
 def original_run() -> list[Event]:
     machine = RunMachine(make_app(), started("r1"), Stamp(itertools.count(100).__next__, "w1", 0))
     machine.begin()
-    history: list[Event] = [started("r1")]
-    while machine.active:
-        events, ready = machine.drain()
-        history += events
-        for command in ready:
-            machine.record(answer(command))
-    return history + machine.drain()[0]
+    return drive(machine, answer, [started("r1")])
 
 
 def reset_run(history: list[Event], position: int, key_root: str | None) -> RunMachine:

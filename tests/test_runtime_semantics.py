@@ -36,6 +36,16 @@ def start_worker(
     return worker
 
 
+def wait_for_event(client: Client, run_id: str, event_type: str, count: int = 1, timeout: float = 30) -> None:
+    """Until the run's history holds ``count`` events of ``event_type``."""
+    deadline = time.monotonic() + timeout
+    while [e["type"] for e in client.history(run_id)].count(event_type) < count:
+        assert time.monotonic() < deadline, (
+            f"no {count} x {event_type} within {timeout}s: {client.history(run_id)}"
+        )
+        time.sleep(0.1)
+
+
 def test_nondeterminism_by_arguments_at_step_1_parks_the_run(
     deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
 ) -> None:
@@ -43,10 +53,7 @@ def test_nondeterminism_by_arguments_at_step_1_parks_the_run(
     client = Client(deployment)
     run_id = client.submit("divergent", {"order": "48211"})
     client.flush()
-    deadline = time.monotonic() + 30
-    while "ToolCallCompleted" not in [e["type"] for e in client.history(run_id)]:
-        assert time.monotonic() < deadline, "step 1 never completed"
-        time.sleep(0.1)
+    wait_for_event(client, run_id, "ToolCallCompleted")
     os.kill(first.proc.pid, signal.SIGKILL)
     first.proc.wait()
     start_worker(deployment, workers, tmp_path, DIVERGE_STEP="2")  # the code changed under an in-flight run
@@ -68,19 +75,11 @@ def test_timer_and_signal_survive_a_worker_restart(
     client = Client(deployment)
     run_id = client.submit("sleepy", {"sleep": 3})
     client.flush()
-    deadline = time.monotonic() + 30
-    while "TimerScheduled" not in [e["type"] for e in client.history(run_id)]:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_for_event(client, run_id, "TimerScheduled")
     os.kill(first.proc.pid, signal.SIGKILL)  # dies while the timer runs
     first.proc.wait()
     start_worker(deployment, workers, tmp_path)
-    deadline = time.monotonic() + 30
-    while [e["type"] for e in client.history(run_id)].count(
-        "TimerScheduled"
-    ) < 2:  # the signal wait's timeout
-        assert time.monotonic() < deadline, client.history(run_id)
-        time.sleep(0.1)
+    wait_for_event(client, run_id, "TimerScheduled", count=2)  # the signal wait's timeout
     client.signal(run_id, "approval", {"ok": True})
     assert client.result(run_id, timeout=30) == {"approval": {"ok": True}, "slept_s": True}
     types = [e["type"] for e in client.history(run_id)]
@@ -260,10 +259,7 @@ def test_a_decision_gone_stale_while_the_worker_was_dead_is_re_decided_not_acted
     client = Client(deployment)
     run_id = client.submit("stale_refund", {"order": "48211", "wait": 3})
     client.flush()
-    deadline = time.monotonic() + 30
-    while "TimerScheduled" not in [e["type"] for e in client.history(run_id)]:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_for_event(client, run_id, "TimerScheduled")
     os.kill(first.proc.pid, signal.SIGKILL)  # dies while the run waits
     first.proc.wait()
     (tmp_path / "open-orders.json").write_text("[]")  # the world moved while nobody watched
