@@ -1,7 +1,8 @@
 """Benchmark of the refund-40 agent on the real services. Prints JSON lines.
 
 L  ms per step, one run at a time, warm worker (median of 5 runs)
-T  steps/s, 200 runs submitted at once: to one worker process, then to one per core
+T  steps/s, 200 runs submitted at once: to one worker process, then to one per core (each
+   measurement after 24 warm-up runs: a fresh process's first steps pay for first use)
 R  s from the restart of a worker killed (SIGKILL) when step 31's model call started, to the
    run's completion -- with the counts that prove it (re-executed model calls, effects, in doubt)
 B  log bytes per step (Avro key+value of the run's records, and on-disk segment bytes)
@@ -128,6 +129,16 @@ def bench_latency_and_bytes(settings: Settings, serde: Serde, client: Client) ->
         on_disk_segment_bytes_per_step=round(segment_bytes(settings) / (STEPS * (len(runs) + 1)), 1),
         target="<= 400",
     )
+
+
+def warm_up(settings: Settings, client: Client, n: int = 24) -> None:
+    """A few runs through freshly started worker processes before T: their first steps pay for
+    first-use imports and code paths (and, on a broker started a minute ago, its JIT)."""
+    before = high_watermarks(settings)
+    for i in range(n):
+        client.submit("refund", {"order": f"warm-{i}"})
+    client.flush()
+    wait_quiet(settings, before + n * 160)
 
 
 def bench_throughput(settings: Settings, serde: Serde, client: Client, processes: int, n: int = 200) -> None:
@@ -262,6 +273,7 @@ def main() -> None:
             if not only or {"L", "B"} & only:
                 bench_latency_and_bytes(settings, serde, client)
             if not only or "T" in only:
+                warm_up(settings, client)
                 bench_throughput(settings, serde, client, 1)
                 if processes > 1:
                     workers += [
@@ -269,6 +281,7 @@ def main() -> None:
                         for i in range(1, processes)
                     ]
                     time.sleep(3 + 2 * processes)  # the group rebalances the partitions
+                    warm_up(settings, client)
                     bench_throughput(settings, serde, client, processes)
         finally:
             for worker in workers:
