@@ -249,6 +249,16 @@ _RESET_COLUMNS = f"ALTER TABLE {EVENTS} " + ", ".join(
     f"ADD COLUMN IF NOT EXISTS {quote_identifier(name)} {ch_type}" for name, ch_type in _V5_FIELD_COLUMNS
 )
 
+# Fields of a result stored out of line (ModelCallCompleted, ToolCallCompleted).
+_V6_FIELD_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("result_offset", "Nullable(Int64)"),
+    ("result_sha256", "Nullable(String)"),
+    ("result_size", "Nullable(Int32)"),
+)
+_PAYLOAD_COLUMNS = f"ALTER TABLE {EVENTS} " + ", ".join(
+    f"ADD COLUMN IF NOT EXISTS {quote_identifier(name)} {ch_type}" for name, ch_type in _V6_FIELD_COLUMNS
+)
+
 MIGRATIONS_LIST: tuple[Migration, ...] = (
     Migration(1, "events table", (f"CREATE DATABASE IF NOT EXISTS {DATABASE}", _EVENTS_TABLE)),
     Migration(2, "writer schemas table", (_WRITER_SCHEMAS_TABLE,)),
@@ -259,6 +269,7 @@ MIGRATIONS_LIST: tuple[Migration, ...] = (
     ),
     Migration(4, "compact insert parts", (_COMPACT_INSERT_PARTS,)),
     Migration(5, "reset columns", (_RESET_COLUMNS,)),
+    Migration(6, "out-of-line result columns", (_PAYLOAD_COLUMNS,)),
 )
 
 _LEDGER = f"""CREATE TABLE IF NOT EXISTS {MIGRATIONS} (

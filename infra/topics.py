@@ -1,7 +1,8 @@
 """The topics agentlog needs, created idempotently on the local broker.
 
 Commands and events have the same partition count (run R lives in partition p of both);
-events are kept forever; checkpoints are compacted.
+events, and the large results they reference (payloads), are kept forever; checkpoints are
+compacted.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def wanted(settings: Settings) -> list[TopicSpec]:
         TopicSpec(settings.commands_topic, n, {}),
         TopicSpec(settings.events_topic, n, {"retention.ms": "-1"}),
         TopicSpec(settings.checkpoints_topic, n, {"cleanup.policy": "compact"}),
+        # Results stored out of line: referenced by offset from the events, so kept as long.
+        TopicSpec(settings.payloads_topic, n, {"retention.ms": "-1"}),
     ]
 
 

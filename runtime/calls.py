@@ -70,7 +70,9 @@ def retry_policy(app: App, command: Command) -> RetryPolicy:
     return _target(app, command)[2]
 
 
-def completed(command: Command, result: Any, attempt: int, started: float) -> Event:
+def completed(
+    command: Command, result: Any, attempt: int, started: float
+) -> ModelCallCompleted | ToolCallCompleted:
     latency = int((time.perf_counter() - started) * 1_000_000)
     text = canonical_json(result)
     if command.kind == "model":

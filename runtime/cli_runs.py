@@ -151,7 +151,7 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _history(args: argparse.Namespace, settings: Settings) -> int:
-    events = _client(settings).history(args.run)
+    events = _client(settings).history(args.run, payloads=getattr(args, "payloads", False))
     if args.json:
         print(json.dumps(events))
         return 0
@@ -184,7 +184,7 @@ def _replay_check(args: argparse.Namespace, settings: Settings) -> int:
 
     replayer = Replayer(app=load_app(args.app), raise_on_replay_failure=False)
     histories = [load_history(Path(f)) for f in args.file]
-    histories += [history_from_json(_client(settings).history(run)) for run in args.runs]
+    histories += [history_from_json(_client(settings).history(run, payloads=True)) for run in args.runs]
     failed = 0
     for history in histories:
         result = replayer.replay(history)
@@ -228,6 +228,10 @@ def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         sub = subparsers.add_parser(name, help=text)
         sub.add_argument("run")
         sub.add_argument("--json", action="store_true")
+        if name == "history":
+            sub.add_argument(
+                "--payloads", action="store_true", help="show results stored out of line, read back"
+            )
         sub.set_defaults(func=func)
 
     signal = subparsers.add_parser("signal", help="send a signal to a run")

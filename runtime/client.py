@@ -40,6 +40,7 @@ from .events import (
 from .fencing import FenceFilter
 from .kafka_io import EventWriter, read_partition, reader_config
 from .partitioning import partition_for
+from .payloads import PayloadMissing, inlined, read_back
 from .reset import SeedError, cut, encode_seed
 from .serde import Serde, record_to_dict
 
@@ -120,7 +121,7 @@ class Client:
         if started is None:
             raise AgentlogError(f"run {run_id} has no RunStarted in the log: nothing to reset")
         try:
-            seed = encode_seed(cut([e.event for e in logged], position))
+            seed = encode_seed(cut(self.with_payloads(run_id, [e.event for e in logged]), position))
         except SeedError as error:
             raise AgentlogError(str(error)) from error
         if len(seed) > _SEED_LIMIT:
@@ -213,19 +214,31 @@ class Client:
                 continue
             yield LoggedEvent(record.offset, len(record.value), event)
 
-    def history(self, run_id: str) -> list[dict[str, Any]]:
-        """As ``agentlog history --json``: each event's fields plus ``type``, ``partition`` and ``offset``."""
+    def history(self, run_id: str, *, payloads: bool = False) -> list[dict[str, Any]]:
+        """As ``agentlog history --json``: each event's fields plus ``type``, ``partition`` and
+        ``offset``. ``payloads``: results stored out of line are read back and shown inline."""
         partition = self.partition(run_id)
+        logged = list(self.events(run_id))
+        events = [e.event for e in logged]
+        if payloads:
+            events = self.with_payloads(run_id, events)
         return [
             {
-                "seq": e.event.seq,
-                "type": e.event.type,
-                **record_to_dict(e.event),
+                "seq": event.seq,
+                "type": event.type,
+                **record_to_dict(event),
                 "partition": partition,
                 "offset": e.offset,
             }
-            for e in self.events(run_id)
+            for e, event in zip(logged, events, strict=True)
         ]
+
+    def with_payloads(self, run_id: str, events: list[Event]) -> list[Event]:
+        """``events`` with their out-of-line results read back (checked) and carried inline."""
+        try:
+            return inlined(events, read_back(self.settings, self.partition(run_id), events))
+        except PayloadMissing as error:
+            raise AgentlogError(f"run {run_id}: {error}") from error
 
     def status(self, run_id: str) -> dict[str, Any]:
         return summarize(run_id, list(self.events(run_id)))

@@ -44,6 +44,10 @@ class Settings(BaseModel):
     commands_topic: str = "agentlog.commands"
     events_topic: str = "agentlog.events"
     checkpoints_topic: str = "agentlog.checkpoints"
+    # Call results larger than this many bytes are stored out of line, in payloads_topic; the
+    # event keeps the offset, the size and a sha256 (DESIGN "Out of line").
+    payloads_topic: str = "agentlog.payloads"
+    payload_inline_limit: int = Field(default=16_384, ge=0)
     partitions: int = Field(default=12, ge=1, le=10_000)
     worker_group: str = "agentlog-workers"  # consumer group of the workers on the commands topic
     # Ports of the locally started services (``agentlog infra``).

@@ -61,6 +61,9 @@ class ModelCallCompleted(Event):
     attempt: int = 1
     latency_us: int = 0
     in_doubt: bool = False
+    result_offset: int | None = None
+    result_sha256: str | None = None
+    result_size: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -242,6 +245,9 @@ class ToolCallCompleted(Event):
     attempt: int = 1
     latency_us: int = 0
     in_doubt: bool = False
+    result_offset: int | None = None
+    result_sha256: str | None = None
+    result_size: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

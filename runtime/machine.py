@@ -16,6 +16,7 @@ command only once its record is durable.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter, deque
 from collections.abc import Callable, Coroutine, Sequence
@@ -251,11 +252,16 @@ class RunMachine:
         return events, ready
 
     # ----------------------------------------------------------------------------- events in
-    def record(self, event: E) -> E:
-        """Live: stamp an inbound event (a result, a timer, a signal), apply it, queue it to append."""
+    def record(self, event: E, result_text: str | None = None) -> E:
+        """Live: stamp an inbound event (a result, a timer, a signal), apply it, queue it to append.
+        ``result_text``: the result of a ``...Completed`` event that points at it stored out of
+        line (runtime.payloads) -- the log gets the pointer, the workflow the value."""
         stamped = self._stamp(event)
         self.outbox.append(stamped)
-        self.apply(stamped)
+        applied: Event = stamped
+        if result_text is not None and isinstance(stamped, (ModelCallCompleted, ToolCallCompleted)):
+            applied = dataclasses.replace(stamped, result=result_text, result_offset=None)
+        self.apply(applied)
         return stamped
 
     def apply(self, event: Event) -> None:
@@ -265,6 +271,12 @@ class RunMachine:
             return
         self.now_ms = event.occurred_at
         if isinstance(event, (ModelCallCompleted, ToolCallCompleted)):
+            if event.result_offset is not None:
+                raise AgentlogError(
+                    f"run {self.run_id}: the result at position {event.position} is stored out of line "
+                    f"(payloads offset {event.result_offset}) and was not read back; a saved history "
+                    "needs `agentlog history --json --payloads`"
+                )
             command = self._command_for(event.position, event)
             if command is None:
                 return

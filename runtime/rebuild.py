@@ -34,6 +34,7 @@ from .events import (
 )
 from .fencing import FenceFilter
 from .kafka_io import EventWriter, read_partition
+from .payloads import PayloadMissing, inlined, is_outlined, read_back
 from .serde import DecodeError, Serde
 
 log = logging.getLogger("agentlog.rebuild")
@@ -60,6 +61,7 @@ class RebuiltPartition:
     fenced: int = 0
     checkpoint: PartitionCheckpoint | None = None
     undecodable: list[int] = field(default_factory=list)
+    unloadable: dict[str, str] = field(default_factory=dict)  # run id -> why its payloads are lost
 
 
 def claim(settings: Settings, serde: Serde, writer: EventWriter, partition: int, worker: str) -> Future[int]:
@@ -150,8 +152,13 @@ def rebuild(
         if isinstance(event, (*TERMINAL_TYPES, RunParked)):
             terminal.add(run_id)
     result.fenced = fence.fenced_count
-    for run_id, events in events_by_run.items():
-        if run_id in terminal or not events or not isinstance(events[0], RunStarted):
+    for run_id, logged in events_by_run.items():
+        if run_id in terminal or not logged or not isinstance(logged[0], RunStarted):
             continue
-        result.active[run_id] = events
+        result.active[run_id] = logged
+        if any(is_outlined(e) for e in logged):  # replay hands the workflow the stored results
+            try:
+                result.active[run_id] = inlined(logged, read_back(settings, partition, logged, reader))
+            except PayloadMissing as error:
+                result.unloadable[run_id] = str(error)
     return result

@@ -44,10 +44,11 @@ from .events import (
     TimerFired,
 )
 from .input_shape import shape_error
-from .kafka_io import EventWriter, offset_of, reader_config
+from .kafka_io import EventWriter, WriteError, offset_of, reader_config
 from .machine import Command, RunMachine, Stamp, with_envelope
 from .membership import Membership
 from .ownership import OwnershipTail
+from .payloads import outlined
 from .rebuild import RUN_KEY_PREFIX, checkpoint_key, claim, rebuild
 from .reset import SeedError, decode_seed
 from .serde import DecodeError, Serde
@@ -224,6 +225,8 @@ class Worker:
             owned.first_offsets[run_id] = rebuilt.first_offsets[run_id]
             owned.sizes[run_id] = rebuilt.sizes.get(run_id, [0, 0])
             try:
+                if run_id in rebuilt.unloadable:
+                    raise WorkerError(rebuilt.unloadable[run_id])
                 machine = RunMachine(self.app, started_event, stamp, history=events)
             except Exception as error:
                 self._park_unrunnable(owned, events[-1], error)
@@ -419,9 +422,32 @@ class Worker:
                 continue
             if owned.lost or not machine.active:
                 return
-            machine.record(outcome)
+            text: str | None = None
+            if len(outcome.result) > self.settings.payload_inline_limit:  # chars <= bytes: cheap first
+                data = outcome.result.encode()
+                if len(data) > self.settings.payload_inline_limit:
+                    offset = await self._store_payload(owned, machine.run_id, data)
+                    if offset is None or owned.lost or not machine.active:
+                        return
+                    text, outcome = outcome.result, outlined(outcome, offset, data)
+            machine.record(outcome, result_text=text)
             self._flush(owned, machine)
             return
+
+    async def _store_payload(self, owned: OwnedPartition, run_id: str, data: bytes) -> int | None:
+        """Append a large result to the payloads topic (the run's partition); its offset once
+        acknowledged -- before the event that points at it is appended. None if it was not
+        acknowledged: the worker then stops (Worker.serve), and the call is in doubt on restart."""
+        loop = asyncio.get_running_loop()
+        stored: asyncio.Future[int] = loop.create_future()
+        self.writer.append_batch_async(
+            loop, self.settings.payloads_topic, owned.partition, [(run_id.encode(), data)], {0: stored}
+        )
+        try:
+            return await stored
+        except WriteError as error:
+            self.writer.failure = self.writer.failure or str(error)
+            return None
 
     async def _wait_timer(self, owned: OwnedPartition, machine: RunMachine, command: Command) -> None:
         # An asyncio sleep: a run waiting days for a timer or a signal holds no thread.

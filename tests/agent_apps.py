@@ -158,3 +158,17 @@ async def stale_refund(ctx: Context, request: dict[str, Any]) -> Any:
     if decision["action"] == "refund":
         await ctx.tool("issue_refund", order=request["order"], amount=decision["amount"])
     return decision
+
+
+@app.tool("big_report")
+def big_report(order: str) -> dict[str, Any]:
+    """A result far over the inline limit (a long model completion, a scraped page)."""
+    n = _count("big_report")
+    return {"order": order, "call": n, "text": f"line {n} of the report. " * 2_000}
+
+
+@app.workflow("report")
+async def report(ctx: Context, request: dict[str, Any]) -> Any:
+    found = await ctx.tool("big_report", order=request["order"])
+    await ctx.sleep(request["wait"])
+    return {"call": found["call"], "chars": len(found["text"]), "head": found["text"][:24]}

@@ -306,3 +306,35 @@ def test_reset_copies_the_history_before_the_position_and_repeats_effects_with_t
     missing = agentlog(deployment, "reset", "no-such-run", "--to", "1")
     assert missing.returncode != 0 and "no-such-run has no RunStarted" in missing.stderr
     client.close()
+
+
+def test_a_large_result_is_stored_out_of_line_and_served_on_replay(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    """A 44 KB tool result goes to the payloads topic; the event keeps offset, size and sha256.
+    A worker killed after it is recorded is replaced, and the replay serves the stored result
+    (checked against its sha256) instead of calling the tool again."""
+    first = start_worker(deployment, workers, tmp_path)
+    client = Client(deployment)
+    run_id = client.submit("report", {"order": "48211", "wait": 2})
+    client.flush()
+    wait_for_event(client, run_id, "TimerScheduled")
+    os.kill(first.proc.pid, signal.SIGKILL)
+    first.proc.wait()
+    start_worker(deployment, workers, tmp_path)
+    assert client.result(run_id, timeout=30) == {
+        "call": 1,
+        "chars": 44_000,
+        "head": "line 1 of the report. li",
+    }
+    assert (tmp_path / "big_report").read_text() == "1"  # served from the log, not called again
+    (stored,) = [e for e in client.history(run_id) if e["type"] == "ToolCallCompleted"]
+    assert stored["result"] == "" and stored["result_size"] > 44_000 and len(stored["result_sha256"]) == 64
+    assert isinstance(stored["result_offset"], int)
+    assert client.status(run_id)["bytes"] < 2_000  # the history stays small
+    (read_back,) = [e for e in client.history(run_id, payloads=True) if e["type"] == "ToolCallCompleted"]
+    assert json.loads(read_back["result"])["text"].startswith("line 1 of the report.")
+    again = client.reset(run_id, 2)  # a reset copies the stored result, read back, and replays it
+    assert client.result(again, timeout=30)["call"] == 1
+    assert (tmp_path / "big_report").read_text() == "1"
+    client.close()

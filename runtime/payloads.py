@@ -1,0 +1,86 @@
+"""Call results stored out of line (DESIGN "Out of line, size, versions").
+
+A model completion of tens of kilobytes, recorded inline forty times, makes a run's history
+large: slow to rebuild, quick to reach the history limit, heavy in the audit store. A result
+larger than ``Settings.payload_inline_limit`` is appended to the payloads topic -- in the run's
+partition, acknowledged before the event that points at it -- and the ``...Completed`` event
+keeps its offset, size and sha256 instead of the text. Replay reads back what it needs with
+one range read per partition and checks each sha256; the workflow sees the same value either way.
+The payloads topic is a Kafka topic kept forever, like the events: the log stays the one source
+of truth (an object store would be a second one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Iterable
+
+from confluent_kafka import Consumer
+
+from .config import Settings
+from .events import Event, ModelCallCompleted, ToolCallCompleted
+from .kafka_io import read_partition
+
+Completed = ModelCallCompleted | ToolCallCompleted
+
+
+class PayloadMissing(Exception):
+    """An out-of-line result could not be read back intact; the message says which."""
+
+
+def sha256_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def outlined(event: Completed, offset: int, data: bytes) -> Completed:
+    """``event`` pointing at its result stored at ``offset`` instead of carrying it."""
+    return dataclasses.replace(
+        event, result="", result_offset=offset, result_sha256=sha256_of(data), result_size=len(data)
+    )
+
+
+def is_outlined(event: Event) -> bool:
+    return isinstance(event, (ModelCallCompleted, ToolCallCompleted)) and event.result_offset is not None
+
+
+def inline(event: Completed, text: str) -> Completed:
+    """The same event carrying its result again (what replay hands the workflow)."""
+    return dataclasses.replace(event, result=text, result_offset=None, result_sha256=None, result_size=0)
+
+
+def read_back(
+    settings: Settings, partition: int, events: Iterable[Event], consumer: Consumer | None = None
+) -> dict[int, str]:
+    """The out-of-line results ``events`` point at, by offset: one range read of the payloads
+    partition, each checked against its sha256. Raises PayloadMissing naming the first lost one."""
+    wanted = {
+        e.result_offset: e.result_sha256
+        for e in events
+        if isinstance(e, (ModelCallCompleted, ToolCallCompleted)) and e.result_offset is not None
+    }
+    if not wanted:
+        return {}
+    found: dict[int, str] = {}
+    start, end = min(wanted), max(wanted) + 1
+    for record in read_partition(settings, settings.payloads_topic, partition, start, end, consumer=consumer):
+        digest = wanted.get(record.offset)
+        if digest is not None and record.value is not None and sha256_of(record.value) == digest:
+            found[record.offset] = record.value.decode("utf-8")
+    for offset in sorted(wanted):
+        if offset not in found:
+            raise PayloadMissing(
+                f"the result stored out of line at {settings.payloads_topic}[{partition}]@{offset} "
+                "is missing or does not match its sha256"
+            )
+    return found
+
+
+def inlined(events: list[Event], results: dict[int, str]) -> list[Event]:
+    """``events`` with every out-of-line result carried again (``results`` from ``read_back``)."""
+    return [
+        inline(e, results[e.result_offset])
+        if isinstance(e, (ModelCallCompleted, ToolCallCompleted)) and e.result_offset is not None
+        else e
+        for e in events
+    ]
