@@ -125,7 +125,7 @@ def _print_run(client: Client, run_id: str, args: argparse.Namespace) -> int:
 
 def _reset(args: argparse.Namespace, settings: Settings) -> int:
     with _client(settings, "cli") as client:
-        return _print_run(client, client.reset(args.run, args.to, new_run_id=args.run_id), args)
+        return _print_run(client, client.reset(args.run, args.to, new_id=args.run_id), args)
 
 
 def _status(args: argparse.Namespace, settings: Settings) -> int:
@@ -151,7 +151,7 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _history(args: argparse.Namespace, settings: Settings) -> int:
-    events = _client(settings).history(args.run, payloads=getattr(args, "payloads", False))
+    events = _client(settings).history(args.run, payloads=args.payloads)
     if args.json:
         print(json.dumps(events))
         return 0

@@ -75,9 +75,6 @@ def new_run_id() -> str:
     return base64.b32encode(secrets.token_bytes(15)).decode("ascii")[:20].lower()
 
 
-_fresh_run_id = new_run_id  # Client.reset's parameter of that name hides the function
-
-
 class Client:
     """Submit runs, signal and cancel them, read their status, history and result."""
 
@@ -104,14 +101,12 @@ class Client:
     ) -> str:
         """Produce one RunSubmitted record; returns the run id at once (no round trip)."""
         run_id = run_id or new_run_id()
-        partition = self.partition(run_id)
-        if partition not in self._floor:
-            self._floor[partition] = self._end_offset(partition)
+        self._note_floor(run_id)
         text = raw_input if raw_input is not None else canonical_json(input)
         self._send(RunSubmitted(run_id=run_id, workflow=workflow, input=text))
         return run_id
 
-    def reset(self, run_id: str, position: int, new_run_id: str | None = None) -> str:
+    def reset(self, run_id: str, position: int, new_id: str | None = None) -> str:
         """A new run from ``run_id``'s recorded history before ``position`` (runtime.reset): no
         call before it runs again, everything from it runs with the current code, and effects it
         repeats keep their idempotency keys. A still-running original is cancelled first.
@@ -131,10 +126,8 @@ class Client:
             )
         if summarize(run_id, logged)["status"] == "running":
             self.cancel(run_id, reason=f"reset to position {position}")
-        new = new_run_id or _fresh_run_id()
-        partition = self.partition(new)
-        if partition not in self._floor:
-            self._floor[partition] = self._end_offset(partition)
+        new = new_id or new_run_id()
+        self._note_floor(new)
         self._send(
             RunSubmitted(
                 run_id=new,
@@ -147,6 +140,13 @@ class Client:
             )
         )
         return new
+
+    def _note_floor(self, run_id: str) -> None:
+        """Remember the partition's end before the first submission to it: ``result`` reads a
+        run's events from there instead of the partition's start."""
+        partition = self.partition(run_id)
+        if partition not in self._floor:
+            self._floor[partition] = self._end_offset(partition)
 
     def signal(self, run_id: str, name: str, payload: Any) -> None:
         self._send(SignalSent(run_id=run_id, name=name, payload=canonical_json(payload)))

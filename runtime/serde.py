@@ -182,32 +182,30 @@ class Serde:
         warming.join()
         return True
 
-    def warm_up(self, client: SchemaRegistryClient | None = None) -> int:
+    def warm_up(self) -> int:
         """Resolve every local schema's id now (one registry lookup each), so the first record of
         each type is written and read on the fast path. A recovering worker calls this in a thread
         while it joins its group: otherwise each first record of a type pays a registry round trip
         on the recovery's critical path. Schemas the registry does not know are left alone -- the
         first encode then refuses them with the registry's own error. Returns how many resolved.
 
-        Without ``client`` the lookups go over plain HTTP (runtime.registry_lookup), so a worker
-        starts without importing the registry client; if that cannot ask the registry, the
-        client does. The connection is closed before this returns (a supervisor warms a Serde
-        up before forking workers, and no child may inherit an open connection)."""
+        The lookups go over plain HTTP (runtime.registry_lookup), so a worker starts without
+        importing the registry client; where that cannot ask (credentials in the URL, say), a
+        throwaway client does. Either connection is closed before this returns (a supervisor
+        warms a Serde up before forking workers, and no child may inherit an open connection)."""
         wanted = {
             name: local
             for name, local in self.catalog.items()
             if name not in self._writers and name in RECORD_TYPES
         }
         subjects = {name: local.subject(self.settings) for name, local in wanted.items()}
-        if client is None:
-            try:
-                ids = lookup_ids(
-                    self.settings.schema_registry_url, ((subjects[n], wanted[n].text) for n in wanted)
-                )
-            except LookupUnavailable:
-                ids = self._lookup_with_client(self.client, wanted, subjects)
-        else:
-            ids = self._lookup_with_client(client, wanted, subjects)
+        try:
+            ids = lookup_ids(
+                self.settings.schema_registry_url, ((subjects[n], wanted[n].text) for n in wanted)
+            )
+        except LookupUnavailable:
+            with registry_client(self.settings) as scout:
+                ids = self._lookup_with_client(scout, wanted, subjects)
         resolved = 0
         for name, local in wanted.items():
             schema_id = ids.get(subjects[name])

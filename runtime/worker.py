@@ -84,7 +84,7 @@ class OwnedPartition:
     checkpoint_running: bool = False
     # Records appended during this turn of the event loop, sent together at its end (_send).
     pending: list[tuple[bytes | None, bytes]] = field(default_factory=list)
-    pending_watched: dict[int, asyncio.Future[int]] = field(default_factory=dict)
+    pending_started: dict[int, str] = field(default_factory=dict)  # index -> run id: its first offset
     pending_last: asyncio.Future[int] | None = None
     pending_runs: list[str] = field(default_factory=list)  # started or rejected: to index
 
@@ -294,9 +294,7 @@ class Worker:
             value = self.serde.encode(event)
             run_id = event.run_id
             if isinstance(event, RunStarted):
-                started = asyncio.get_running_loop().create_future()
-                started.add_done_callback(functools.partial(_remember_first, owned, run_id))
-                owned.pending_watched[len(pending)] = started
+                owned.pending_started[len(pending)] = run_id
             if isinstance(event, (RunStarted, RunRejected)):
                 owned.known_runs.add(run_id)
                 owned.pending_runs.append(run_id)
@@ -321,19 +319,21 @@ class Worker:
         dirty, self._dirty = self._dirty, []
         loop = asyncio.get_running_loop()
         for owned in dirty:
-            records, watched, last = owned.pending, owned.pending_watched, owned.pending_last
-            runs = owned.pending_runs
-            owned.pending, owned.pending_watched, owned.pending_last = [], {}, None
-            owned.pending_runs = []
+            records, started, last, runs = (
+                owned.pending,
+                owned.pending_started,
+                owned.pending_last,
+                owned.pending_runs,
+            )
+            owned.pending, owned.pending_started, owned.pending_last, owned.pending_runs = [], {}, None, []
             assert last is not None
             if owned.lost:  # its successor fences these anyway; nobody waits for them
                 last.cancel()
                 continue
-            previous = watched.get(len(records) - 1)
-            if previous is not None:  # a RunStarted is last: resolve both from its ack
-                previous.add_done_callback(functools.partial(_copy_outcome, last))
-            else:
-                watched[len(records) - 1] = last
+            watched = {len(records) - 1: last}
+            for index, run_id in started.items():  # a RunStarted's offset starts its run's rebuild
+                ack = watched.get(index) or watched.setdefault(index, loop.create_future())
+                ack.add_done_callback(functools.partial(_remember_first, owned, run_id))
             self.writer.append_batch_async(
                 loop, self.settings.events_topic, owned.partition, records, watched
             )
@@ -647,17 +647,6 @@ class Worker:
             )
         finally:
             owned.checkpoint_running = False
-
-
-def _copy_outcome(target: asyncio.Future[int], source: asyncio.Future[int]) -> None:
-    if target.done():
-        return
-    if source.cancelled():
-        target.cancel()
-    elif source.exception() is not None:
-        target.set_exception(source.exception())  # type: ignore[arg-type]
-    else:
-        target.set_result(source.result())
 
 
 def _remember_first(owned: OwnedPartition, run_id: str, future: asyncio.Future[int]) -> None:
