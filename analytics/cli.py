@@ -1,7 +1,7 @@
 """``agentlog sink`` and ``agentlog audit ...``: thin handlers over ``consumers.runner`` and ``analytics.audit``.
 
 Handlers take the parsed arguments and the validated Settings and return an exit code; errors
-of the agentlog taxonomy propagate to ``runtime.cli``, which prints them and exits non-zero.
+of the agentlog taxonomy propagate to ``runtime.cli.main``, which prints them and exits non-zero.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ SINK_COLUMNS: tuple[tuple[str, str], ...] = (
     ("ingested_at", "DateTime64(3, 'UTC') DEFAULT now64(3)"),
 )
 
-# The envelope of every record (runtime.events.Record); same names as the Avro fields.
+# The envelope of every record (runtime.log.events.Record); same names as the Avro fields.
 ENVELOPE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("run_id", "String"),
     ("seq", "Int64"),

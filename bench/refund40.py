@@ -40,9 +40,9 @@ from kafka_floor import (
 from infra.kafka import data_dir
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.events import RunCompleted, RunStarted
-from runtime.kafka_io import read_partition, reader_config
-from runtime.serde import Serde
+from runtime.log.events import RunCompleted, RunStarted
+from runtime.log.kafka import read_partition, reader_config
+from runtime.log.serde import Serde
 
 STEPS = 40
 

@@ -44,9 +44,9 @@ from consumers.direct import run_direct  # noqa: E402
 from consumers.event_writer import EventWriter  # noqa: E402
 from consumers.registry import WriterSchemas  # noqa: E402
 from infra.deployment import scratch_deployment  # noqa: E402
-from runtime import events as ev  # noqa: E402
 from runtime.config import Settings, load_settings  # noqa: E402
-from runtime.serde import Serde, registry_client  # noqa: E402
+from runtime.log import events as ev  # noqa: E402
+from runtime.log.serde import Serde, registry_client  # noqa: E402
 
 RUN_WIDTH = 8
 KEY_TEMPLATE = "00000000-0000-5000-8000-0000000000"  # + 2 digits: one key per tool call, fixed length

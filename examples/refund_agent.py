@@ -88,7 +88,7 @@ def _crash_here(kind: str, where: str) -> None:
 
 
 # The planner and the lookup are async, as real model and HTTP-tool clients are (see
-# runtime.openai_model): they hold no thread while they wait. The effecting tools below are
+# runtime.models.openai): they hold no thread while they wait. The effecting tools below are
 # sync and run in the worker's call pool.
 @app.model("planner")
 async def planner(messages: list[dict[str, Any]], step: int = 0, **params: Any) -> dict[str, Any]:

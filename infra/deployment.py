@@ -11,7 +11,7 @@ import uuid
 
 from infra.topics import ensure_topics
 from runtime.config import ENV_PREFIX, Settings
-from runtime.registry_ops import SchemaAdmin
+from runtime.log.registry_admin import SchemaAdmin
 
 
 def scratch_deployment(base: Settings, partitions: int = 3, prefix: str = "t") -> Settings:

@@ -1,7 +1,7 @@
 """agentlog: a durable runtime for AI-agent runs whose source of truth is a Kafka log.
 
 The public names are imported on first use (PEP 562): ``agentlog worker`` must join its
-consumer group before paying for the registry client's imports (see runtime.membership).
+consumer group before paying for the registry client's imports (see runtime.worker.membership).
 """
 
 from __future__ import annotations
@@ -13,21 +13,21 @@ from typing import TYPE_CHECKING, Any
 _logging.getLogger("httpx").setLevel(_logging.WARNING)
 
 _EXPORTS = {
-    "AgentlogError": ".errors",
-    "App": ".app",
-    "CallFailed": ".machine",
-    "Client": ".client",
-    "ConfigError": ".config",
-    "Context": ".context",
-    "DecisionOutOfBounds": ".machine",
-    "NonDeterminismError": ".machine",
-    "Replayer": ".replayer",
-    "RetryPolicy": ".app",
-    "RetryableError": ".errors",
-    "RunError": ".client",
-    "Settings": ".config",
-    "TerminalError": ".errors",
-    "load_settings": ".config",
+    "AgentlogError": "runtime.errors",
+    "App": "runtime.workflow.app",
+    "CallFailed": "runtime.workflow.machine",
+    "Client": "runtime.client",
+    "ConfigError": "runtime.config",
+    "Context": "runtime.workflow.context",
+    "DecisionOutOfBounds": "runtime.workflow.machine",
+    "NonDeterminismError": "runtime.workflow.machine",
+    "Replayer": "runtime.replay.replayer",
+    "RetryPolicy": "runtime.workflow.app",
+    "RetryableError": "runtime.errors",
+    "RunError": "runtime.client",
+    "Settings": "runtime.config",
+    "TerminalError": "runtime.errors",
+    "load_settings": "runtime.config",
 }
 __all__ = [
     "AgentlogError",
@@ -48,19 +48,19 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .app import App, RetryPolicy
-    from .client import Client, RunError
-    from .config import ConfigError, Settings, load_settings
-    from .context import Context
-    from .errors import AgentlogError, RetryableError, TerminalError
-    from .machine import CallFailed, DecisionOutOfBounds, NonDeterminismError
-    from .replayer import Replayer
+    from runtime.client import Client, RunError
+    from runtime.config import ConfigError, Settings, load_settings
+    from runtime.errors import AgentlogError, RetryableError, TerminalError
+    from runtime.replay.replayer import Replayer
+    from runtime.workflow.app import App, RetryPolicy
+    from runtime.workflow.context import Context
+    from runtime.workflow.machine import CallFailed, DecisionOutOfBounds, NonDeterminismError
 
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -13,10 +13,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from .canonical import canonical_json
-from .config import Settings, load_settings
-from .errors import AgentlogError
-from .events import (
+from runtime.config import Settings, load_settings
+from runtime.errors import AgentlogError
+from runtime.log.events import (
     CancelRequested,
     Command,
     Event,
@@ -37,12 +36,13 @@ from .events import (
     ToolCallFailed,
     ToolCallScheduled,
 )
-from .fencing import FenceFilter
-from .kafka_io import EventWriter, read_partition, reader_config
-from .partitioning import partition_for
-from .payloads import PayloadMissing, inlined, read_back
-from .reset import SeedError, cut, encode_seed
-from .serde import Serde, record_to_dict
+from runtime.log.fencing import FenceFilter
+from runtime.log.kafka import EventWriter, read_partition, reader_config
+from runtime.log.partitioning import partition_for
+from runtime.log.payloads import PayloadMissing, inlined, read_back
+from runtime.log.serde import Serde, record_to_dict
+from runtime.replay.reset import SeedError, cut, encode_seed
+from runtime.workflow.canonical import canonical_json
 
 STATUS_BY_TERMINAL: dict[type[Event], str] = {
     RunCompleted: "completed",
@@ -107,7 +107,7 @@ class Client:
         return run_id
 
     def reset(self, run_id: str, position: int, new_id: str | None = None) -> str:
-        """A new run from ``run_id``'s recorded history before ``position`` (runtime.reset): no
+        """A new run from ``run_id``'s recorded history before ``position`` (runtime.replay.reset): no
         call before it runs again, everything from it runs with the current code, and effects it
         repeats keep their idempotency keys. A still-running original is cancelled first.
         Returns the new run's id (produced at once, like ``submit``)."""

@@ -56,7 +56,7 @@ class Settings(BaseModel):
     registry_port: int = 8081
     postgres_port: int = 15432
     kafka: dict[str, str] = Field(default_factory=dict)
-    # The OpenAI-compatible model endpoint used by runtime.openai_model.OpenAIChatModel.from_settings.
+    # The OpenAI-compatible model endpoint used by runtime.models.openai.OpenAIChatModel.from_settings.
     model_base_url: str = "https://api.openai.com/v1"
     model_api_key: SecretStr = SecretStr("")
     model_name: str = "gpt-4o-mini"

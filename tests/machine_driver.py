@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from runtime.events import Event
-from runtime.machine import Command, RunMachine
+from runtime.log.events import Event
+from runtime.workflow.machine import Command, RunMachine
 
 
 def drive(

@@ -30,8 +30,8 @@ from test_sink_support import (
 )
 
 from analytics.store import Endpoint, StoreLock, parse_dsn
-from runtime import events as ev
 from runtime.config import Settings
+from runtime.log import events as ev
 
 pytestmark = pytest.mark.integration
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from runtime.app import App, RetryPolicy
-from runtime.call_pool import CallPool
-from runtime.calls import attempt_once
-from runtime.futures import DurableFuture
-from runtime.machine import Command
+from runtime.worker.call_pool import CallPool
+from runtime.worker.calls import attempt_once
+from runtime.workflow.app import App, RetryPolicy
+from runtime.workflow.futures import DurableFuture
+from runtime.workflow.machine import Command
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from runtime.cli import build_parser
+from runtime.cli.main import build_parser
 from runtime.config import Settings, load_settings
 
 pytestmark = pytest.mark.unit

@@ -8,13 +8,13 @@ import uuid
 
 import pytest
 
-from runtime.canonical import args_hash, canonical_json, idempotency_key
-from runtime.compat import breaking_fields, field_changes
 from runtime.config import ConfigError, load_settings
-from runtime.events import COMMAND_TYPES, EVENT_TYPES, RECORD_TYPES
-from runtime.input_shape import shape_error
-from runtime.partitioning import murmur2, partition_for
-from runtime.schemas import DEFAULT_SCHEMA_DIR, load_catalog
+from runtime.log.catalog import DEFAULT_SCHEMA_DIR, load_catalog
+from runtime.log.events import COMMAND_TYPES, EVENT_TYPES, RECORD_TYPES
+from runtime.log.partitioning import murmur2, partition_for
+from runtime.log.schema_diff import breaking_fields, field_changes
+from runtime.workflow.canonical import args_hash, canonical_json, idempotency_key
+from runtime.workflow.input_shape import shape_error
 
 pytestmark = pytest.mark.unit
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from runtime.app import App, RetryPolicy
 from runtime.config import load_settings
-from runtime.openai_model import ModelHTTPError, ModelRequestError, OpenAIChatModel
+from runtime.models.openai import ModelHTTPError, ModelRequestError, OpenAIChatModel
+from runtime.workflow.app import App, RetryPolicy
 
 pytestmark = pytest.mark.unit
 received: list[dict[str, Any]] = []

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from runtime.app import App
-from runtime.context import Context
 from runtime.errors import AgentlogError
-from runtime.events import RunStarted, ToolCallCompleted
-from runtime.machine import RunMachine, Stamp
-from runtime.payloads import inline, inlined, is_outlined, outlined, sha256_of
+from runtime.log.events import RunStarted, ToolCallCompleted
+from runtime.log.payloads import inline, inlined, is_outlined, outlined, sha256_of
+from runtime.workflow.app import App
+from runtime.workflow.context import Context
+from runtime.workflow.machine import RunMachine, Stamp
 
 pytestmark = pytest.mark.unit
 

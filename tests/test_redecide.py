@@ -10,9 +10,7 @@ from typing import Any
 import pytest
 from machine_driver import drive
 
-from runtime.app import App
-from runtime.context import Context
-from runtime.events import (
+from runtime.log.events import (
     Event,
     ModelCallCompleted,
     ModelCallScheduled,
@@ -25,7 +23,9 @@ from runtime.events import (
     ToolCallCompleted,
     ToolCallScheduled,
 )
-from runtime.machine import Command, RunMachine, Stamp
+from runtime.workflow.app import App
+from runtime.workflow.context import Context
+from runtime.workflow.machine import Command, RunMachine, Stamp
 
 pytestmark = pytest.mark.unit
 

@@ -9,8 +9,9 @@ import pytest
 from agent_apps import app
 
 import runtime
-from runtime.machine import NonDeterminismError
-from runtime.replayer import Replayer, load_history
+import runtime.log.events
+from runtime.replay.replayer import Replayer, load_history
+from runtime.workflow.machine import NonDeterminismError
 
 pytestmark = pytest.mark.unit
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -41,8 +42,8 @@ def test_a_history_the_code_stops_short_of_is_a_divergence() -> None:
     assert error.value.position == 3
 
 
-def load_history_from(items: list[dict[str, object]]) -> list[runtime.events.Event]:
-    from runtime.replayer import history_from_json
+def load_history_from(items: list[dict[str, object]]) -> list[runtime.log.events.Event]:
+    from runtime.replay.replayer import history_from_json
 
     return history_from_json(items)
 

@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 from machine_driver import drive
 
-from runtime.app import App
-from runtime.context import Context
-from runtime.events import (
+from runtime.log.events import (
     Event,
     ModelCallCompleted,
     ModelCallScheduled,
@@ -20,8 +18,10 @@ from runtime.events import (
     ToolCallCompleted,
     ToolCallScheduled,
 )
-from runtime.machine import Command, RunMachine, Stamp
-from runtime.reset import SeedError, cut, decode_seed, encode_seed
+from runtime.replay.reset import SeedError, cut, decode_seed, encode_seed
+from runtime.workflow.app import App
+from runtime.workflow.context import Context
+from runtime.workflow.machine import Command, RunMachine, Stamp
 
 pytestmark = pytest.mark.unit
 

@@ -19,9 +19,9 @@ from conftest import WorkerProcess
 
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.events import EpochClaimed
-from runtime.kafka_io import read_partition
-from runtime.serde import Serde
+from runtime.log.events import EpochClaimed
+from runtime.log.kafka import read_partition
+from runtime.log.serde import Serde
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 REFUND_APP = "examples.refund_agent:app"

@@ -14,13 +14,13 @@ from confluent_kafka.schema_registry import Schema
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from runtime.cli import main as cli_main
+from runtime.cli.main import main as cli_main
 from runtime.config import Settings
-from runtime.events import RECORD_TYPES, Record
-from runtime.kafka_io import reader_config
-from runtime.registry_ops import SchemaAdmin
-from runtime.schemas import DEFAULT_SCHEMA_DIR, load_catalog
-from runtime.serde import Serde, record_to_dict
+from runtime.log.catalog import DEFAULT_SCHEMA_DIR, load_catalog
+from runtime.log.events import RECORD_TYPES, Record
+from runtime.log.kafka import reader_config
+from runtime.log.registry_admin import SchemaAdmin
+from runtime.log.serde import Serde, record_to_dict
 
 pytestmark = pytest.mark.integration
 
@@ -152,8 +152,8 @@ def test_warm_up_over_plain_http_finds_the_ids_the_registry_client_finds(deploym
     import subprocess
     import sys
 
-    from runtime.registry_lookup import lookup_ids
-    from runtime.serde import registry_client
+    from runtime.log.registry_lookup import lookup_ids
+    from runtime.log.serde import registry_client
 
     catalog = load_catalog(DEFAULT_SCHEMA_DIR)
     wanted = [(schema.subject(deployment), schema.text) for schema in catalog.values()]
@@ -166,10 +166,10 @@ def test_warm_up_over_plain_http_finds_the_ids_the_registry_client_finds(deploym
     assert by_http == by_client  # every registered schema, and nothing for the unknown subject
 
     probe = (
-        "import sys; from runtime.config import load_settings; from runtime.serde import Serde; "
+        "import sys; from runtime.config import load_settings; from runtime.log.serde import Serde; "
         f"s = Serde(load_settings(schema_registry_url={deployment.schema_registry_url!r}, "
         f"commands_topic={deployment.commands_topic!r}, events_topic={deployment.events_topic!r})); "
-        "n = s.warm_up(); print(n, len(s.catalog), 'runtime._registry' in sys.modules)"
+        "n = s.warm_up(); print(n, len(s.catalog), 'runtime.log.registry_client' in sys.modules)"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe],

@@ -1,4 +1,4 @@
-"""The sink's fencing verdicts equal runtime.fencing.FenceFilter's, whatever the batching and restarts.
+"""The sink's fencing verdicts equal runtime.log.fencing.FenceFilter's, whatever the batching and restarts.
 
 The sink computes the rule in SQL over each batch, carrying the watermark between batches in
 memory and across restarts through the store; this test holds it to the reference implementation
@@ -17,10 +17,10 @@ from analytics.store import open_client, parse_dsn
 from consumers.batch import Batch
 from consumers.event_writer import EventWriter
 from consumers.registry import WriterSchemas
-from runtime import events as ev
 from runtime.config import Settings
-from runtime.fencing import FenceFilter
-from runtime.serde import Serde, registry_client
+from runtime.log import events as ev
+from runtime.log.fencing import FenceFilter
+from runtime.log.serde import Serde, registry_client
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,7 @@ from consumers.batch import Batch
 from consumers.event_writer import EventWriter
 from consumers.registry import WriterSchemas
 from runtime.config import Settings
-from runtime.serde import registry_client
+from runtime.log.serde import registry_client
 
 pytestmark = pytest.mark.integration
 

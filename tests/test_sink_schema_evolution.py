@@ -14,10 +14,10 @@ from test_sink_support import EventLog, InProcessSink, RunWriter, make_deploymen
 
 from analytics import audit
 from analytics.store import connect
-from runtime import events as ev
 from runtime.config import Settings
-from runtime.schemas import load_catalog
-from runtime.serde import record_to_dict, registry_client
+from runtime.log import events as ev
+from runtime.log.catalog import load_catalog
+from runtime.log.serde import record_to_dict, registry_client
 
 pytestmark = pytest.mark.integration
 

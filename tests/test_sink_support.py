@@ -1,6 +1,6 @@
 """Shared helpers for the sink, audit and analytics tests (this module holds no tests itself).
 
-Everything here talks to the real services: events are encoded by ``runtime.serde`` through the
+Everything here talks to the real services: events are encoded by ``runtime.log.serde`` through the
 registry and produced with an idempotent producer, read back with read_committed consumers, and
 the store is a real chDB directory per test.
 """
@@ -25,11 +25,11 @@ from conftest import ROOT, deployment_env, make_deployment
 
 from analytics.results import QueryResult
 from analytics.store import connect
-from runtime import events as ev
 from runtime.config import Settings
-from runtime.fencing import FenceFilter
-from runtime.partitioning import partition_for
-from runtime.serde import Serde
+from runtime.log import events as ev
+from runtime.log.fencing import FenceFilter
+from runtime.log.partitioning import partition_for
+from runtime.log.serde import Serde
 
 __all__ = ["ROOT", "make_deployment"]
 

@@ -21,7 +21,7 @@ from consumers.columns import STAGED_FIELDS, normalize_type, plan_columns
 from consumers.core import BackpressureError, SinkConfig, SinkCore, SinkWriteError
 from consumers.event_writer import SinkState, WriteStats
 from runtime.errors import TerminalError
-from runtime.schemas import load_catalog
+from runtime.log.catalog import load_catalog
 
 pytestmark = pytest.mark.unit
 

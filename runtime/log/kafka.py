@@ -26,8 +26,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from .config import Settings
-from .errors import RetryableError
+from runtime.config import Settings
+from runtime.errors import RetryableError
 
 
 def offset_of(message: Message) -> int:
@@ -43,7 +43,7 @@ def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 0,  # a step waits on its Scheduled ack: do not hold records back
-        "partitioner": "murmur2_random",  # the Java client's choice: see runtime.partitioning
+        "partitioner": "murmur2_random",  # the Java client's choice: see runtime.log.partitioning
         "compression.type": "lz4",
         "max.in.flight.requests.per.connection": 1,
         **extra,

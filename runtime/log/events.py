@@ -1,7 +1,7 @@
 """Typed records of the log: one frozen dataclass per schema in ``schemas/``.
 
 The classes mirror the ``.avsc`` files field for field (a unit test keeps them in step);
-conversion to and from Avro happens only in :mod:`runtime.serde`. The envelope fields
+conversion to and from Avro happens only in :mod:`runtime.log.serde`. The envelope fields
 (``seq``, ``occurred_at``, ``worker``, ``epoch``) are filled in by the writer when a
 record is appended, so code that builds a record names only what it means.
 """

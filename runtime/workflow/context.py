@@ -8,12 +8,12 @@ import uuid as _uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from .canonical import NAMESPACE, canonical_json, sha256_hex
-from .errors import AgentlogError
-from .futures import DurableFuture, GatherFuture
+from runtime.errors import AgentlogError
+from runtime.workflow.canonical import NAMESPACE, canonical_json, sha256_hex
+from runtime.workflow.futures import DurableFuture, GatherFuture
 
 if TYPE_CHECKING:
-    from .machine import RunMachine
+    from runtime.workflow.machine import RunMachine
 
 
 class ContinueAsNew(BaseException):
@@ -131,7 +131,7 @@ class Context:
             reason=reason if in_bounds else f"{reason}; the replacement leaves its bound: escalated",
         )
         if not in_bounds:
-            from .machine import DecisionOutOfBounds
+            from runtime.workflow.machine import DecisionOutOfBounds
 
             raise DecisionOutOfBounds(asked.position, canonical_json(replacement))
         return replacement

@@ -25,11 +25,8 @@ from typing import Any, TypeVar
 
 import orjson
 
-from .app import App
-from .canonical import args_hash, canonical_json, idempotency_key, sha256_hex
-from .context import Context, ContinueAsNew
-from .errors import AgentlogError
-from .events import (
+from runtime.errors import AgentlogError
+from runtime.log.events import (
     Event,
     ModelCallCompleted,
     ModelCallFailed,
@@ -50,8 +47,11 @@ from .events import (
     ToolCallFailed,
     ToolCallScheduled,
 )
-from .futures import DurableFuture, GatherFuture
-from .input_shape import coerce_input
+from runtime.workflow.app import App
+from runtime.workflow.canonical import args_hash, canonical_json, idempotency_key, sha256_hex
+from runtime.workflow.context import Context, ContinueAsNew
+from runtime.workflow.futures import DurableFuture, GatherFuture
+from runtime.workflow.input_shape import coerce_input
 
 E = TypeVar("E", bound=Event)
 RECORD_TYPES = (ModelCallScheduled, ToolCallScheduled, TimerScheduled, PatchRecorded)
@@ -255,7 +255,7 @@ class RunMachine:
     def record(self, event: E, result_text: str | None = None) -> E:
         """Live: stamp an inbound event (a result, a timer, a signal), apply it, queue it to append.
         ``result_text``: the result of a ``...Completed`` event that points at it stored out of
-        line (runtime.payloads) -- the log gets the pointer, the workflow the value."""
+        line (runtime.log.payloads) -- the log gets the pointer, the workflow the value."""
         stamped = self._stamp(event)
         self.outbox.append(stamped)
         applied: Event = stamped

@@ -14,7 +14,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from .config import Settings
+from runtime.config import Settings
 
 Callback = Callable[[Consumer, list[TopicPartition]], None]
 

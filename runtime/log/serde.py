@@ -27,16 +27,16 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka.serialization import MessageField, SerializationContext
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from .config import Settings
-from .errors import AgentlogError
-from .events import RECORD_TYPES, Record
-from .registry_lookup import LookupUnavailable, lookup_ids
-from .schemas import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
+from runtime.config import Settings
+from runtime.errors import AgentlogError
+from runtime.log.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
+from runtime.log.events import RECORD_TYPES, Record
+from runtime.log.registry_lookup import LookupUnavailable, lookup_ids
 
 # The registry client is imported where it is first used, not here: the import costs ~250 ms
-# (see runtime.registry_lookup), and a recovering worker does not need it to start.
+# (see runtime.log.registry_lookup), and a recovering worker does not need it to start.
 if TYPE_CHECKING:
-    from ._registry import AvroDeserializer, AvroSerializer, SchemaRegistryClient
+    from runtime.log.registry_client import AvroDeserializer, AvroSerializer, SchemaRegistryClient
 
 _MAGIC = 0
 
@@ -50,7 +50,7 @@ class DecodeError(AgentlogError):
 
 
 def registry_client(settings: Settings) -> SchemaRegistryClient:
-    from ._registry import SchemaRegistryClient
+    from runtime.log.registry_client import SchemaRegistryClient
 
     return SchemaRegistryClient({"url": settings.schema_registry_url})
 
@@ -152,7 +152,7 @@ class Serde:
         return data
 
     def _serializer(self, name: str) -> AvroSerializer:
-        from ._registry import AvroSerializer, topic_record_subject_name_strategy
+        from runtime.log.registry_client import AvroSerializer, topic_record_subject_name_strategy
 
         with self._lock:
             if name not in self._serializers:
@@ -189,7 +189,7 @@ class Serde:
         on the recovery's critical path. Schemas the registry does not know are left alone -- the
         first encode then refuses them with the registry's own error. Returns how many resolved.
 
-        The lookups go over plain HTTP (runtime.registry_lookup), so a worker starts without
+        The lookups go over plain HTTP (runtime.log.registry_lookup), so a worker starts without
         importing the registry client; where that cannot ask (credentials in the URL, say), a
         throwaway client does. Either connection is closed before this returns (a supervisor
         warms a Serde up before forking workers, and no child may inherit an open connection)."""
@@ -224,7 +224,7 @@ class Serde:
     def _lookup_with_client(
         client: SchemaRegistryClient, wanted: dict[str, LocalSchema], subjects: dict[str, str]
     ) -> dict[str, int]:
-        from ._registry import Schema, SchemaRegistryError
+        from runtime.log.registry_client import Schema, SchemaRegistryError
 
         ids: dict[str, int] = {}
         for name, local in wanted.items():
@@ -242,7 +242,7 @@ class Serde:
         schema_id = schema_id_of(data)
         name = self._names_by_id.get(schema_id)
         if name is None:
-            from ._registry import SchemaRegistryError
+            from runtime.log.registry_client import SchemaRegistryError
 
             try:
                 writer = self.client.get_schema(schema_id)
@@ -300,7 +300,7 @@ class Serde:
         return _record_from_dict(cls, values, key)
 
     def _deserializer(self, name: str) -> AvroDeserializer:
-        from ._registry import AvroDeserializer
+        from runtime.log.registry_client import AvroDeserializer
 
         with self._lock:
             if name not in self._deserializers:

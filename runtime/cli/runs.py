@@ -9,18 +9,18 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .app import App
-from .config import Settings
-from .errors import AgentlogError
+from runtime.config import Settings
+from runtime.errors import AgentlogError
+from runtime.workflow.app import App
 
 if TYPE_CHECKING:
-    from .client import Client
-    from .membership import Membership
-    from .serde import Serde
+    from runtime.client import Client
+    from runtime.log.serde import Serde
+    from runtime.worker.membership import Membership
 
 
 def _client(settings: Settings, identity: str = "client") -> Client:
-    from .client import Client
+    from runtime.client import Client
 
     return Client(settings, identity=identity)
 
@@ -46,7 +46,7 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     )
     if args.respawn:
         return _supervised_worker(args, settings, worker_id)
-    from .membership import Membership
+    from runtime.worker.membership import Membership
 
     # Join the group first: the join runs in librdkafka's threads while the rest is imported.
     membership = Membership(settings, worker_id, args.session_timeout_ms)
@@ -61,13 +61,13 @@ def _serve(
     membership: Membership,
     serde: Serde | None = None,
 ) -> None:
-    from .serde import Serde
+    from runtime.log.serde import Serde
 
     if serde is None:
         # Resolve the schema ids in a thread (network waits) while the app is imported.
         serde = Serde(settings)
         serde.warm_up_in_background()
-    from .worker import Worker
+    from runtime.worker.loop import Worker
 
     app = load_app(args.app)
     Worker(app, settings, worker_id=worker_id, membership=membership, serde=serde).run()
@@ -75,13 +75,13 @@ def _serve(
 
 def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: str) -> int:
     """Import everything once, then fork the worker -- again at once if it dies (see
-    runtime.supervisor): a respawned worker starts with its modules loaded and its schema ids
+    runtime.worker.supervisor): a respawned worker starts with its modules loaded and its schema ids
     resolved."""
-    from . import _registry  # noqa: F401  -- imported before the fork, on purpose
-    from . import worker as _worker_module  # noqa: F401
-    from .membership import Membership
-    from .serde import Serde
-    from .supervisor import supervise
+    from runtime.log import registry_client as _registry  # noqa: F401  -- imported before the fork, on purpose
+    from runtime.log.serde import Serde
+    from runtime.worker import loop as _worker_module  # noqa: F401
+    from runtime.worker.membership import Membership
+    from runtime.worker.supervisor import supervise
 
     load_app(args.app)
     # The ids are resolved over a connection closed before any fork (Serde.warm_up).
@@ -109,7 +109,7 @@ def _submit(args: argparse.Namespace, settings: Settings) -> int:
 
 def _print_run(client: Client, run_id: str, args: argparse.Namespace) -> int:
     """The run id; with ``--wait``, the result as JSON, or the reason (exit 1) if it did not complete."""
-    from .client import RunError
+    from runtime.client import RunError
 
     client.flush()
     if not args.wait:
@@ -180,7 +180,7 @@ def _cancel(args: argparse.Namespace, settings: Settings) -> int:
 def _replay_check(args: argparse.Namespace, settings: Settings) -> int:
     from pathlib import Path
 
-    from .replayer import Replayer, history_from_json, load_history
+    from runtime.replay.replayer import Replayer, history_from_json, load_history
 
     replayer = Replayer(app=load_app(args.app), raise_on_replay_failure=False)
     histories = [load_history(Path(f)) for f in args.file]

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .errors import AgentlogError
+from runtime.errors import AgentlogError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -18,9 +18,9 @@ from collections.abc import Iterable
 
 from confluent_kafka import Consumer
 
-from .config import Settings
-from .events import Event, ModelCallCompleted, ToolCallCompleted
-from .kafka_io import read_partition
+from runtime.config import Settings
+from runtime.log.events import Event, ModelCallCompleted, ToolCallCompleted
+from runtime.log.kafka import read_partition
 
 Completed = ModelCallCompleted | ToolCallCompleted
 

@@ -13,9 +13,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from .config import Settings
+from runtime.config import Settings
 
-DEFAULT_SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+DEFAULT_SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
 
 
 class SchemaFileError(ValueError):

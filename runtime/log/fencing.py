@@ -15,14 +15,14 @@ event, or a checkpoint's covered offset); that event's epoch is at least every c
 it, so the watermark is right from there on.
 
 A zombie is also kept from *starting* an effect: before an effecting call the writer checks
-that no foreign claim precedes its ``...Scheduled`` record (see ``runtime.ownership``).
+that no foreign claim precedes its ``...Scheduled`` record (see ``runtime.worker.ownership``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .events import EpochClaimed, Event
+from runtime.log.events import EpochClaimed, Event
 
 
 @dataclass

@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
-from .config import Settings
-from .errors import RetryableError, TerminalError
+from runtime.config import Settings
+from runtime.errors import RetryableError, TerminalError
 
 
 class ModelHTTPError(RetryableError):

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, TopicPartition
 
-from .config import Settings
-from .events import EpochClaimed
-from .kafka_io import offset_of, reader_config
-from .serde import Serde
+from runtime.config import Settings
+from runtime.log.events import EpochClaimed
+from runtime.log.kafka import offset_of, reader_config
+from runtime.log.serde import Serde
 
 log = logging.getLogger("agentlog.ownership")
 

@@ -7,11 +7,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .app import App, RetryPolicy
-from .call_pool import CallPool
-from .canonical import canonical_json
-from .events import Event, ModelCallCompleted, ModelCallFailed, ToolCallCompleted, ToolCallFailed
-from .machine import Command
+from runtime.log.events import Event, ModelCallCompleted, ModelCallFailed, ToolCallCompleted, ToolCallFailed
+from runtime.worker.call_pool import CallPool
+from runtime.workflow.app import App, RetryPolicy
+from runtime.workflow.canonical import canonical_json
+from runtime.workflow.machine import Command
 
 
 def _target(

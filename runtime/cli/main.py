@@ -10,8 +10,8 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from .config import ConfigError, Settings, load_settings
-from .errors import AgentlogError
+from runtime.config import ConfigError, Settings, load_settings
+from runtime.errors import AgentlogError
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
@@ -35,15 +35,14 @@ def _subcommand(argv: Sequence[str]) -> str | None:
 
 def _registrars(argv: Sequence[str] = ()) -> list[Registrar]:
     # Imported here so `agentlog --help` stays fast and one broken area cannot hide the others.
-    from .cli_runs import add_run_commands
+    from runtime.cli.runs import add_run_commands
 
     if _subcommand(argv) == "worker":
         # A restarted worker's recovery time starts with its imports: it loads only its own area
         # (the infra and analytics commands cost ~90 ms of imports it never uses).
         return [add_run_commands]
     from infra.cli import add_infra_commands
-
-    from .cli_schemas import add_schema_commands
+    from runtime.cli.schemas import add_schema_commands
 
     registrars: list[Registrar] = [add_infra_commands, add_schema_commands, add_run_commands]
     try:

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .app import App
-from .errors import AgentlogError
-from .events import RECORD_TYPES, Event, RunStarted
-from .machine import NonDeterminismError, RunMachine, Stamp
+from runtime.errors import AgentlogError
+from runtime.log.events import RECORD_TYPES, Event, RunStarted
+from runtime.workflow.app import App
+from runtime.workflow.machine import NonDeterminismError, RunMachine, Stamp
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class Replayer:
 
 
 def _recorded_positions(history: Sequence[Event]) -> set[int]:
-    from .machine import RECORD_TYPES as COMMAND_RECORDS
+    from runtime.workflow.machine import RECORD_TYPES as COMMAND_RECORDS
 
     return {e.position for e in history if isinstance(e, COMMAND_RECORDS)}
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .events import (
+from runtime.log.events import (
     Event,
     ModelCallCompleted,
     ModelCallFailed,
@@ -30,7 +30,7 @@ from .events import (
     ToolCallFailed,
     ToolCallScheduled,
 )
-from .serde import field_names
+from runtime.log.serde import field_names
 
 # What a reset copies: the run's recorded commands, their outcomes, the signals it received.
 COPIED: dict[str, type[Event]] = {

@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import Settings
+from runtime.config import Settings
 
 if TYPE_CHECKING:
-    from .registry_ops import SchemaAdmin, SubjectReport
-from .schemas import DEFAULT_SCHEMA_DIR
+    from runtime.log.registry_admin import SchemaAdmin, SubjectReport
+from runtime.log.catalog import DEFAULT_SCHEMA_DIR
 
 
 def _print_reports(reports: list[SubjectReport], as_json: bool) -> int:
@@ -33,7 +33,7 @@ def _print_reports(reports: list[SubjectReport], as_json: bool) -> int:
 
 
 def _admin(settings: Settings, directory: Path) -> SchemaAdmin:
-    from .registry_ops import SchemaAdmin  # the registry client is slow to import; only here
+    from runtime.log.registry_admin import SchemaAdmin  # the registry client is slow to import; only here
 
     return SchemaAdmin(settings, directory)
 

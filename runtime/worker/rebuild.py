@@ -2,7 +2,7 @@
 
 Order (tested in tests/test_worker_*):
 1. Append ``EpochClaimed`` to events partition p and wait for its offset C: from here on any
-   record of an earlier owner is fenced (see runtime.fencing).
+   record of an earlier owner is fenced (see runtime.log.fencing).
 2. Read the partition's latest ``PartitionCheckpoint`` from the compacted checkpoints topic.
    It lists the first offset of every run that was active at its ``covered_offset``.
 3. Read events p from min(those first offsets, covered_offset) to C. Below covered_offset
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer
 
-from .config import Settings
-from .events import (
+from runtime.config import Settings
+from runtime.log.events import (
     TERMINAL_TYPES,
     EpochClaimed,
     Event,
@@ -32,10 +32,10 @@ from .events import (
     RunRejected,
     RunStarted,
 )
-from .fencing import FenceFilter
-from .kafka_io import EventWriter, read_partition
-from .payloads import PayloadMissing, inlined, is_outlined, read_back
-from .serde import DecodeError, Serde
+from runtime.log.fencing import FenceFilter
+from runtime.log.kafka import EventWriter, read_partition
+from runtime.log.payloads import PayloadMissing, inlined, is_outlined, read_back
+from runtime.log.serde import DecodeError, Serde
 
 log = logging.getLogger("agentlog.rebuild")
 

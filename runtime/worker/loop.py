@@ -6,7 +6,7 @@ Per step the commit path is (DESIGN.md, "Exactly-once, fencing, recovery"):
     -> [effecting tool only: check no newer epoch claim precedes it] -> call
     -> append ...Completed / ...Failed without waiting -> resume the workflow.
 One ack per call, no transaction per result: transactions cost 2.5 ms median, 22 ms p90 on
-one broker. Fencing is by epoch (runtime.fencing); the command offsets a run consumed are
+one broker. Fencing is by epoch (runtime.log.fencing); the command offsets a run consumed are
 recorded in its events, so a rebuilt partition resumes the commands topic exactly there.
 """
 
@@ -26,12 +26,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
-from .app import App
-from .call_pool import CallPool
-from .calls import attempt_once, completed, failed, is_retryable, retry_policy
-from .config import Settings
-from .errors import AgentlogError
-from .events import (
+from runtime.config import Settings
+from runtime.errors import AgentlogError
+from runtime.log.events import (
     CancelRequested,
     Event,
     PartitionCheckpoint,
@@ -43,15 +40,18 @@ from .events import (
     SignalSent,
     TimerFired,
 )
-from .input_shape import shape_error
-from .kafka_io import EventWriter, WriteError, offset_of, reader_config
-from .machine import Command, RunMachine, Stamp, with_envelope
-from .membership import Membership
-from .ownership import OwnershipTail
-from .payloads import outlined
-from .rebuild import RUN_KEY_PREFIX, checkpoint_key, claim, rebuild
-from .reset import SeedError, decode_seed
-from .serde import DecodeError, Serde
+from runtime.log.kafka import EventWriter, WriteError, offset_of, reader_config
+from runtime.log.payloads import outlined
+from runtime.log.serde import DecodeError, Serde
+from runtime.replay.reset import SeedError, decode_seed
+from runtime.worker.call_pool import CallPool
+from runtime.worker.calls import attempt_once, completed, failed, is_retryable, retry_policy
+from runtime.worker.membership import Membership
+from runtime.worker.ownership import OwnershipTail
+from runtime.worker.rebuild import RUN_KEY_PREFIX, checkpoint_key, claim, rebuild
+from runtime.workflow.app import App
+from runtime.workflow.input_shape import shape_error
+from runtime.workflow.machine import Command, RunMachine, Stamp, with_envelope
 
 log = logging.getLogger("agentlog.worker")
 

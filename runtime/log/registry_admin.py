@@ -1,7 +1,7 @@
 """What ``agentlog schemas list | register | check | diff`` do, against a Confluent-API registry.
 
 The registry gives the verdict (it holds every version and the subject's compatibility
-level); :mod:`runtime.compat` names the fields behind it.
+level); :mod:`runtime.log.schema_diff` names the fields behind it.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 
 import httpx
 
-from ._registry import Schema, SchemaRegistryClient, SchemaRegistryError
-from .compat import breaking_fields, field_changes
-from .config import Settings
-from .schemas import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog, load_policy
-from .serde import registry_client
+from runtime.config import Settings
+from runtime.log.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog, load_policy
+from runtime.log.registry_client import Schema, SchemaRegistryClient, SchemaRegistryError
+from runtime.log.schema_diff import breaking_fields, field_changes
+from runtime.log.serde import registry_client
 
 _NOT_FOUND = (40401, 40402, 40403, 40408)
 

@@ -1,0 +1,5 @@
+import sys
+
+from runtime.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Model clients a workflow registers by name (``App.model``)."""

@@ -1,0 +1,1 @@
+"""Replay tools: the public Replayer (golden histories, replay-check) and run reset seeds."""

@@ -1,0 +1,1 @@
+"""The worker: owns partitions of the commands topic and drives the runs that live there."""
