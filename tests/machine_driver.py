@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from runtime.log.events import Event
-from runtime.workflow.machine import Command, RunMachine
+from runtime.workflow.machine import Intent, RunMachine
 
 
 def drive(
     machine: RunMachine,
-    answer: Callable[[Command], Event],
+    answer: Callable[[Intent], Event],
     history: list[Event],
     stop_after: int | None = None,
 ) -> list[Event]:

@@ -12,7 +12,7 @@ from runtime.worker.call_pool import CallPool
 from runtime.worker.calls import attempt_once
 from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.futures import DurableFuture
-from runtime.workflow.machine import Command
+from runtime.workflow.machine import Intent
 
 pytestmark = pytest.mark.unit
 
@@ -40,11 +40,11 @@ async def patient(seconds: float) -> str:
     return "done"
 
 
-def tool_call(name: str, **args: Any) -> Command:
-    return Command(1, "tool", name, args, "hash", DurableFuture(1))
+def tool_call(name: str, **args: Any) -> Intent:
+    return Intent(1, "tool", name, args, "hash", DurableFuture(1))
 
 
-async def attempt(command: Command) -> Any:
+async def attempt(command: Intent) -> Any:
     pool = CallPool(asyncio.get_running_loop(), threads=2)
     try:
         return await attempt_once(app, command, pool)

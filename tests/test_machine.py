@@ -25,7 +25,7 @@ from runtime.log.events import (
 )
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
-from runtime.workflow.machine import CallFailed, Command, RunMachine, Stamp
+from runtime.workflow.machine import CallFailed, Intent, RunMachine, Stamp
 
 pytestmark = pytest.mark.unit
 
@@ -81,7 +81,7 @@ def live_run(app: App, crash_after: int | None = None) -> list[Event]:
     return drive(machine, result_for, [started()], crash_after)
 
 
-def result_for(command: Command) -> Event:
+def result_for(command: Intent) -> Event:
     if command.kind == "model":
         return ModelCallCompleted(
             run_id="r1", position=command.position, result=json.dumps({"n": command.position})

@@ -25,7 +25,7 @@ from runtime.log.events import (
 )
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
-from runtime.workflow.machine import Command, RunMachine, Stamp
+from runtime.workflow.machine import Intent, RunMachine, Stamp
 
 pytestmark = pytest.mark.unit
 
@@ -82,14 +82,14 @@ def started(workflow: str = "wf") -> RunStarted:
     )
 
 
-Answer = Callable[[Command], Any]
+Answer = Callable[[Intent], Any]
 
 
 def scripted(decisions: list[dict[str, Any]], check: Any) -> Answer:
     """The planner's decisions in order; the check's answer."""
     planner = iter(decisions)
 
-    def answer(command: Command) -> Any:
+    def answer(command: Intent) -> Any:
         if command.kind == "model":
             return next(planner)
         if command.name == "order_open":
@@ -99,7 +99,7 @@ def scripted(decisions: list[dict[str, Any]], check: Any) -> Answer:
     return answer
 
 
-def result_event(command: Command, value: Any) -> Event:
+def result_event(command: Intent, value: Any) -> Event:
     if command.kind == "timer":
         return TimerFired(run_id="r1", position=command.position)
     cls = ModelCallCompleted if command.kind == "model" else ToolCallCompleted
@@ -172,9 +172,9 @@ def test_a_stale_decision_is_replaced_and_the_divergence_is_recorded() -> None:
 def test_replay_serves_the_recorded_check_and_replacement_and_records_nothing_twice() -> None:
     answer = scripted([ORIGINAL, REPLACEMENT], check=False)
     _, history = live(answer)
-    asked: list[Command] = []
+    asked: list[Intent] = []
 
-    def must_not_call(command: Command) -> Any:
+    def must_not_call(command: Intent) -> Any:
         asked.append(command)
         raise AssertionError("a completed run's replay called out")
 

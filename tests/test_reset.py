@@ -21,7 +21,7 @@ from runtime.log.events import (
 from runtime.replay.reset import SeedError, cut, decode_seed, encode_seed
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
-from runtime.workflow.machine import Command, RunMachine, Stamp
+from runtime.workflow.machine import Intent, RunMachine, Stamp
 
 pytestmark = pytest.mark.unit
 
@@ -63,7 +63,7 @@ def started(run_id: str, key_root: str | None = None) -> RunStarted:
     )
 
 
-def answer(command: Command) -> Event:
+def answer(command: Intent) -> Event:
     cls = ModelCallCompleted if command.kind == "model" else ToolCallCompleted
     return cls(run_id="", position=command.position, result=json.dumps({"at": command.position}))
 

@@ -11,11 +11,11 @@ from runtime.log.events import Event, ModelCallCompleted, ModelCallFailed, ToolC
 from runtime.worker.call_pool import CallPool
 from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.canonical import canonical_json
-from runtime.workflow.machine import Command
+from runtime.workflow.machine import Intent
 
 
 def _target(
-    app: App, command: Command
+    app: App, command: Intent
 ) -> tuple[Callable[..., Any], bool, RetryPolicy, dict[str, Any], list[Any]]:
     if command.kind == "model":
         model = app.models[command.name]
@@ -28,7 +28,7 @@ def _target(
     return tool.fn, tool.is_async, tool.retry, kwargs, []
 
 
-async def attempt_once(app: App, command: Command, pool: CallPool) -> Any:
+async def attempt_once(app: App, command: Intent, pool: CallPool) -> Any:
     """One try of the call; raises what the call raised (or TimeoutError)."""
     fn, is_async, policy, kwargs, positional = _target(app, command)
     # Sync clients run in the pool's threads, so a slow call never blocks other runs.
@@ -66,12 +66,12 @@ class _Deadline:
         self.task.cancel()
 
 
-def retry_policy(app: App, command: Command) -> RetryPolicy:
+def retry_policy(app: App, command: Intent) -> RetryPolicy:
     return _target(app, command)[2]
 
 
 def completed(
-    command: Command, result: Any, attempt: int, started: float
+    command: Intent, result: Any, attempt: int, started: float
 ) -> ModelCallCompleted | ToolCallCompleted:
     latency = int((time.perf_counter() - started) * 1_000_000)
     text = canonical_json(result)
@@ -94,7 +94,7 @@ def completed(
     )
 
 
-def failed(command: Command, error: BaseException, attempt: int, started: float, final: bool) -> Event:
+def failed(command: Intent, error: BaseException, attempt: int, started: float, final: bool) -> Event:
     latency = int((time.perf_counter() - started) * 1_000_000)
     kind = ModelCallFailed if command.kind == "model" else ToolCallFailed
     return kind(

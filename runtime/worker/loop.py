@@ -51,7 +51,7 @@ from runtime.worker.ownership import OwnershipTail
 from runtime.worker.rebuild import RUN_KEY_PREFIX, checkpoint_key, claim, rebuild
 from runtime.workflow.app import App
 from runtime.workflow.input_shape import shape_error
-from runtime.workflow.machine import Command, RunMachine, Stamp, with_envelope
+from runtime.workflow.machine import Intent, RunMachine, Stamp, with_envelope
 
 log = logging.getLogger("agentlog.worker")
 
@@ -383,7 +383,7 @@ class Worker:
         self,
         owned: OwnedPartition,
         machine: RunMachine,
-        command: Command,
+        command: Intent,
         durable: asyncio.Future[int] | None,
     ) -> None:
         scheduled_at: int | None = None
@@ -449,7 +449,7 @@ class Worker:
             self.writer.failure = self.writer.failure or str(error)
             return None
 
-    async def _wait_timer(self, owned: OwnedPartition, machine: RunMachine, command: Command) -> None:
+    async def _wait_timer(self, owned: OwnedPartition, machine: RunMachine, command: Intent) -> None:
         # An asyncio sleep: a run waiting days for a timer or a signal holds no thread.
         await asyncio.sleep(max(0.0, command.fire_at / 1000 - time.time()))
         if owned.lost or not machine.wants_timer(command.position):

@@ -54,7 +54,7 @@ from runtime.workflow.futures import DurableFuture, GatherFuture
 from runtime.workflow.input_shape import coerce_input
 
 E = TypeVar("E", bound=Event)
-RECORD_TYPES = (ModelCallScheduled, ToolCallScheduled, TimerScheduled, PatchRecorded)
+SCHEDULED_TYPES = (ModelCallScheduled, ToolCallScheduled, TimerScheduled, PatchRecorded)
 MODEL_ARGS_INLINE_LIMIT = 0  # model prompts are large; history keeps their hash (see DESIGN "Out of line")
 
 
@@ -92,7 +92,7 @@ class DecisionOutOfBounds(AgentlogError):
 
 
 @dataclass
-class Command:
+class Intent:
     """One thing workflow code asked for, at its position."""
 
     position: int
@@ -182,18 +182,18 @@ class RunMachine:
         self.now_ms = started.occurred_at
         self.status = "running"
         self.outbox: list[Event] = []
-        self.ready: list[Command] = []
-        self.commands: dict[int, Command] = {}
+        self.ready: list[Intent] = []
+        self.commands: dict[int, Intent] = {}
         self.in_doubt: list[InDoubt] = []
         self.result: Any = None
         self.divergence: NonDeterminismError | None = None
         self._position = 0
         self._identical: Counter[str] = Counter()
         self._signals: dict[str, deque[str]] = {}
-        self._waiters: dict[str, deque[Command]] = {}
+        self._waiters: dict[str, deque[Intent]] = {}
         self._blocked_on: DurableFuture | GatherFuture | None = None
         self._pending_terminal: Event | None = None
-        self._history_records = {e.position: e for e in history if isinstance(e, RECORD_TYPES)}
+        self._history_records = {e.position: e for e in history if isinstance(e, SCHEDULED_TYPES)}
         self._redecided_in_history = {e.position for e in history if isinstance(e, Redecided)}
         self._after_replay: list[Event] = []  # emitted during replay: stamped once history is done
         self.replaying = bool(history)
@@ -246,7 +246,7 @@ class RunMachine:
     def active(self) -> bool:
         return self.status == "running"
 
-    def drain(self) -> tuple[list[Event], list[Command]]:
+    def drain(self) -> tuple[list[Event], list[Intent]]:
         events, ready = self.outbox, self.ready
         self.outbox, self.ready = [], []
         return events, ready
@@ -266,7 +266,7 @@ class RunMachine:
 
     def apply(self, event: Event) -> None:
         self.seq = max(self.seq, event.seq)
-        if isinstance(event, RECORD_TYPES):
+        if isinstance(event, SCHEDULED_TYPES):
             self._apply_record(event)
             return
         self.now_ms = event.occurred_at
@@ -327,7 +327,7 @@ class RunMachine:
         # The match itself happened when the code issued the command (see _issue).
         return
 
-    def _command_for(self, position: int, event: Event) -> Command | None:
+    def _command_for(self, position: int, event: Event) -> Intent | None:
         command = self.commands.get(position)
         if command is None:
             self._diverge(position, event.type, "nothing (the code did not reach it)")
@@ -349,7 +349,7 @@ class RunMachine:
             raise AgentlogError(f"model {name!r} is not registered (known: {sorted(self.app.models)})")
         args = {"messages": messages, "params": params, "prompt_version": prompt_version}
         position = self._next_position()
-        command = Command(
+        command = Intent(
             position, "model", name, args, args_hash("model", name, args), DurableFuture(position)
         )
         command.prompt_version = prompt_version
@@ -360,9 +360,7 @@ class RunMachine:
         if spec is None:
             raise AgentlogError(f"tool {name!r} is not registered (known: {sorted(self.app.tools)})")
         position = self._next_position()
-        command = Command(
-            position, "tool", name, args, args_hash("tool", name, args), DurableFuture(position)
-        )
+        command = Intent(position, "tool", name, args, args_hash("tool", name, args), DurableFuture(position))
         if spec.effect:
             key_args = args if spec.key_args is None else {k: args.get(k) for k in spec.key_args}
             identity = f"{name}/{sha256_hex(canonical_json(key_args))}"
@@ -373,7 +371,7 @@ class RunMachine:
 
     def issue_timer(self, duration_ms: int) -> DurableFuture:
         position = self._next_position()
-        command = Command(
+        command = Intent(
             position,
             "timer",
             "sleep",
@@ -388,7 +386,7 @@ class RunMachine:
         position = self._next_position()
         future = DurableFuture(position)
         buffered = self._signals.get(name)
-        command = Command(
+        command = Intent(
             position, "signal", name, timeout_ms, _timer_hash("signal", name, timeout_ms or 0), future
         )
         command.duration_ms = timeout_ms or 0
@@ -410,14 +408,14 @@ class RunMachine:
         ):
             return False  # recorded before the patch: keep the old code path, use no position
         self._next_position()
-        command = Command(
+        command = Intent(
             position, "patch", change_id, None, args_hash("patch", change_id, None), DurableFuture(position)
         )
         command.future.set_result(True)
         self._issue(command)
         return True
 
-    def _issue(self, command: Command) -> DurableFuture:
+    def _issue(self, command: Intent) -> DurableFuture:
         self.commands[command.position] = command
         if not command.recorded or self.divergence is not None:
             return command.future
@@ -433,7 +431,7 @@ class RunMachine:
             self._record(command)
         return command.future
 
-    def _record(self, command: Command) -> None:
+    def _record(self, command: Intent) -> None:
         """Live: emit the command's record; calls and timers then wait in ``ready`` for durability."""
         if command.kind == "model":
             inline = canonical_json(command.args)
