@@ -67,9 +67,9 @@ class Replayer:
 
 
 def _recorded_positions(history: Sequence[Event]) -> set[int]:
-    from runtime.workflow.machine import RECORD_TYPES as COMMAND_RECORDS
+    from runtime.workflow.machine import SCHEDULED_TYPES
 
-    return {e.position for e in history if isinstance(e, COMMAND_RECORDS)}
+    return {e.position for e in history if isinstance(e, SCHEDULED_TYPES)}
 
 
 def history_from_json(items: Sequence[dict[str, Any]]) -> list[Event]:
