@@ -11,8 +11,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
-
 from runtime.config import Settings, load_settings
 from runtime.errors import AgentlogError
 from runtime.log.events import (
@@ -37,9 +35,10 @@ from runtime.log.events import (
     ToolCallScheduled,
 )
 from runtime.log.fencing import FenceFilter
-from runtime.log.kafka import EventWriter, read_partition, reader_config
+from runtime.log.kafka import KafkaLog
 from runtime.log.partitioning import partition_for
 from runtime.log.payloads import PayloadMissing, inlined, read_back
+from runtime.log.port import EventLog
 from runtime.log.serde import Serde, record_to_dict
 from runtime.replay.reset import SeedError, cut, encode_seed
 from runtime.workflow.canonical import canonical_json
@@ -78,23 +77,26 @@ def new_run_id() -> str:
 class Client:
     """Submit runs, signal and cancel them, read their status, history and result."""
 
-    def __init__(self, settings: Settings | None = None, *, identity: str = "client") -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        identity: str = "client",
+        log: EventLog | None = None,
+        serde: Serde | None = None,
+    ) -> None:
         self.settings = settings or load_settings()
-        self.serde = Serde(self.settings)
+        self.serde = serde or Serde(self.settings)
         self.identity = identity
-        self._writer: EventWriter | None = None
+        # The log is Kafka unless given (runtime.local passes the in-memory one).
+        self.log: EventLog = log if log is not None else KafkaLog(self.settings)
+        self._closes_log = log is None
+        self._wrote = False
         # Where each partition's events ended before this client first submitted to it:
         # result() of those runs reads from there instead of the partition's beginning.
         self._floor: dict[int, int] = {}
-        self._offsets: Consumer | None = None  # asks the end offsets; made on first use
 
     # ------------------------------------------------------------------------------ commands
-    @property
-    def writer(self) -> EventWriter:
-        if self._writer is None:
-            self._writer = EventWriter(self.settings)
-            atexit.register(self.close)
-        return self._writer
 
     def submit(
         self, workflow: str, input: Any, run_id: str | None = None, *, raw_input: str | None = None
@@ -160,21 +162,20 @@ class Client:
         stamped = type(command)(
             **{**record_to_dict(command), "occurred_at": int(time.time() * 1000), "worker": self.identity}
         )
-        self.writer.append(
+        if not self._wrote and self._closes_log:
+            atexit.register(self.close)  # records still queued at exit are sent, not dropped
+        self._wrote = True
+        self.log.append(
             self.settings.commands_topic, None, command.run_id.encode(), self.serde.encode(stamped)
         )
 
     def flush(self) -> None:
-        if self._writer is not None:
-            self._writer.flush()
+        if self._wrote:
+            self.log.flush()
 
     def close(self) -> None:
-        if self._offsets is not None:
-            offsets, self._offsets = self._offsets, None
-            offsets.close()
-        if self._writer is not None:
-            writer, self._writer = self._writer, None
-            writer.close()
+        if self._closes_log:
+            self.log.close()
 
     def __enter__(self) -> Client:
         return self
@@ -187,20 +188,14 @@ class Client:
         return partition_for(run_id, self.settings.partitions)
 
     def _end_offset(self, partition: int) -> int:
-        if self._offsets is None:
-            self._offsets = Consumer(reader_config(self.settings))
-        _, high = self._offsets.get_watermark_offsets(
-            TopicPartition(self.settings.events_topic, partition), timeout=10
-        )
-        return int(high)
+        return self.log.watermarks(self.settings.events_topic, partition)[1]
 
     def events(self, run_id: str, start: int | None = None) -> Iterator[LoggedEvent]:
         """The run's events in log order, fenced (zombie) records left out."""
         partition = self.partition(run_id)
         key = run_id.encode()
         fence = FenceFilter()
-        for record in read_partition(
-            self.settings,
+        for record in self.log.read(
             self.settings.events_topic,
             partition,
             start=start,
@@ -236,7 +231,9 @@ class Client:
     def with_payloads(self, run_id: str, events: list[Event]) -> list[Event]:
         """``events`` with their out-of-line results read back (checked) and carried inline."""
         try:
-            return inlined(events, read_back(self.settings, self.partition(run_id), events))
+            return inlined(
+                events, read_back(self.log, self.settings.payloads_topic, self.partition(run_id), events)
+            )
         except PayloadMissing as error:
             raise AgentlogError(f"run {run_id}: {error}") from error
 

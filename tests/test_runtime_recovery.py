@@ -20,7 +20,7 @@ from conftest import WorkerProcess
 from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.events import EpochClaimed
-from runtime.log.kafka import read_partition
+from runtime.log.kafka_reader import read_partition
 from runtime.log.serde import Serde
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]

@@ -15,8 +15,9 @@ from runtime.workflow.app import App
 
 if TYPE_CHECKING:
     from runtime.client import Client
+    from runtime.log.kafka import KafkaLog
+    from runtime.log.port import CommandFeed
     from runtime.log.serde import Serde
-    from runtime.worker.membership import Membership
 
 
 def _client(settings: Settings, identity: str = "client") -> Client:
@@ -46,11 +47,12 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     )
     if args.respawn:
         return _supervised_worker(args, settings, worker_id)
-    from runtime.worker.membership import Membership
+    from runtime.log.kafka import KafkaLog
 
     # Join the group first: the join runs in librdkafka's threads while the rest is imported.
-    membership = Membership(settings, worker_id, args.session_timeout_ms)
-    _serve(args, settings, worker_id, membership)
+    log = KafkaLog(settings)
+    feed = log.join(worker_id, args.session_timeout_ms)
+    _serve(args, settings, worker_id, log, feed)
     return 0
 
 
@@ -58,7 +60,8 @@ def _serve(
     args: argparse.Namespace,
     settings: Settings,
     worker_id: str,
-    membership: Membership,
+    log: KafkaLog,
+    feed: CommandFeed,
     serde: Serde | None = None,
 ) -> None:
     from runtime.log.serde import Serde
@@ -70,7 +73,11 @@ def _serve(
     from runtime.worker.loop import Worker
 
     app = load_app(args.app)
-    Worker(app, settings, worker_id=worker_id, membership=membership, serde=serde).run()
+    log.connect()  # the reader is connected before partitions arrive: rebuilds read with it
+    try:
+        Worker(app, settings, log=log, serde=serde, worker_id=worker_id, feed=feed).run(tune_gc=True)
+    finally:
+        log.close()
 
 
 def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: str) -> int:
@@ -78,9 +85,9 @@ def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: 
     runtime.worker.supervisor): a respawned worker starts with its modules loaded and its schema ids
     resolved."""
     from runtime.log import registry_client as _registry  # noqa: F401  -- imported before the fork, on purpose
+    from runtime.log.kafka import KafkaLog
     from runtime.log.serde import Serde
     from runtime.worker import loop as _worker_module  # noqa: F401
-    from runtime.worker.membership import Membership
     from runtime.worker.supervisor import supervise
 
     load_app(args.app)
@@ -89,8 +96,8 @@ def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: 
     serde.warm_up()
 
     def child() -> int:
-        membership = Membership(settings, worker_id, args.session_timeout_ms)
-        _serve(args, settings, worker_id, membership, serde)
+        log = KafkaLog(settings)
+        _serve(args, settings, worker_id, log, log.join(worker_id, args.session_timeout_ms), serde)
         return 0
 
     return supervise(child)

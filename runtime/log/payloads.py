@@ -1,4 +1,4 @@
-"""Call results stored out of line (DESIGN "Out of line, size, versions").
+"""Call results stored out of line, so a history stays small to replay.
 
 A model completion of tens of kilobytes, recorded inline forty times, makes a run's history
 large: slow to rebuild, quick to reach the history limit, heavy in the audit store. A result
@@ -16,16 +16,14 @@ import dataclasses
 import hashlib
 from collections.abc import Iterable
 
-from confluent_kafka import Consumer
-
-from runtime.config import Settings
+from runtime.errors import AgentlogError
 from runtime.log.events import Event, ModelCallCompleted, ToolCallCompleted
-from runtime.log.kafka import read_partition
+from runtime.log.port import EventLog
 
 Completed = ModelCallCompleted | ToolCallCompleted
 
 
-class PayloadMissing(Exception):
+class PayloadMissing(AgentlogError):
     """An out-of-line result could not be read back intact; the message says which."""
 
 
@@ -49,9 +47,7 @@ def inline(event: Completed, text: str) -> Completed:
     return dataclasses.replace(event, result=text, result_offset=None, result_sha256=None, result_size=0)
 
 
-def read_back(
-    settings: Settings, partition: int, events: Iterable[Event], consumer: Consumer | None = None
-) -> dict[int, str]:
+def read_back(log: EventLog, topic: str, partition: int, events: Iterable[Event]) -> dict[int, str]:
     """The out-of-line results ``events`` point at, by offset: one range read of the payloads
     partition, each checked against its sha256. Raises PayloadMissing naming the first lost one."""
     wanted = {
@@ -63,14 +59,14 @@ def read_back(
         return {}
     found: dict[int, str] = {}
     start, end = min(wanted), max(wanted) + 1
-    for record in read_partition(settings, settings.payloads_topic, partition, start, end, consumer=consumer):
+    for record in log.read(topic, partition, start, end):
         digest = wanted.get(record.offset)
         if digest is not None and record.value is not None and sha256_of(record.value) == digest:
             found[record.offset] = record.value.decode("utf-8")
     for offset in sorted(wanted):
         if offset not in found:
             raise PayloadMissing(
-                f"the result stored out of line at {settings.payloads_topic}[{partition}]@{offset} "
+                f"the result stored out of line at {topic}[{partition}]@{offset} "
                 "is missing or does not match its sha256"
             )
     return found

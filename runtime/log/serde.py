@@ -107,6 +107,7 @@ class Serde:
         self._lock = threading.Lock()
         self._client_lock = threading.Lock()  # apart: the serializer makers read .client under _lock
         self._warming: threading.Thread | None = None
+        self._offline = False
 
     @property
     def client(self) -> SchemaRegistryClient:
@@ -241,6 +242,8 @@ class Serde:
         """The record name of the writer schema of ``data`` (asks the registry once per id)."""
         schema_id = schema_id_of(data)
         name = self._names_by_id.get(schema_id)
+        if name is None and self._offline:
+            raise DecodeError(f"schema id {schema_id} is not in this offline catalog", data)
         if name is None:
             from runtime.log.registry_client import SchemaRegistryError
 
@@ -306,3 +309,17 @@ class Serde:
             if name not in self._deserializers:
                 self._deserializers[name] = AvroDeserializer(self.client, self.catalog[name].text)
             return self._deserializers[name]
+
+    @classmethod
+    def offline(cls, settings: Settings) -> Serde:
+        """A serde that never asks a registry: each local schema gets the id of its place in the
+        catalog (1, 2, ... by record name). For the in-memory log (``runtime.local``, unit tests),
+        whose records never leave the process; a Kafka deployment always uses the registry's ids."""
+        serde = cls(settings)
+        serde._offline = True
+        for schema_id, name in enumerate(sorted(n for n in serde.catalog if n in RECORD_TYPES), start=1):
+            parsed = parse_schema(serde.catalog[name].parsed)
+            serde._readers[schema_id] = (RECORD_TYPES[name], parsed, parsed)
+            serde._names_by_id[schema_id] = name
+            serde._writers[name] = (bytes([_MAGIC]) + struct.pack(">I", schema_id), parsed)
+        return serde

@@ -1,6 +1,6 @@
 """Taking a partition: claim an epoch, then rebuild the state of its non-terminal runs.
 
-Order (tested in tests/test_worker_*):
+Order (tested in tests/unit/test_worker_recovery.py):
 1. Append ``EpochClaimed`` to events partition p and wait for its offset C: from here on any
    record of an earlier owner is fenced (see runtime.log.fencing).
 2. Read the partition's latest ``PartitionCheckpoint`` from the compacted checkpoints topic.
@@ -20,8 +20,6 @@ from collections import defaultdict
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer
-
 from runtime.config import Settings
 from runtime.log.events import (
     TERMINAL_TYPES,
@@ -33,11 +31,11 @@ from runtime.log.events import (
     RunStarted,
 )
 from runtime.log.fencing import FenceFilter
-from runtime.log.kafka import EventWriter, read_partition
 from runtime.log.payloads import PayloadMissing, inlined, is_outlined, read_back
+from runtime.log.port import EventLog
 from runtime.log.serde import DecodeError, Serde
 
-log = logging.getLogger("agentlog.rebuild")
+logger = logging.getLogger("agentlog.rebuild")
 
 CHECKPOINT_KEY_PREFIX = b"checkpoint/"
 RUN_KEY_PREFIX = b"run/"
@@ -61,13 +59,13 @@ class RebuiltPartition:
     fenced: int = 0
     checkpoint: PartitionCheckpoint | None = None
     undecodable: list[int] = field(default_factory=list)
-    unloadable: dict[str, str] = field(default_factory=dict)  # run id -> why its payloads are lost
+    unloadable: dict[str, str] = field(default_factory=dict)  # run id -> why it cannot be replayed
 
 
-def claim(settings: Settings, serde: Serde, writer: EventWriter, partition: int, worker: str) -> Future[int]:
+def claim(settings: Settings, serde: Serde, log: EventLog, partition: int, worker: str) -> Future[int]:
     """Append the EpochClaimed record; its offset (the future's result) is the new epoch."""
     claim_record = EpochClaimed(run_id="", partition=partition, worker=worker, occurred_at=_now_ms())
-    return writer.append(settings.events_topic, partition, None, serde.encode(claim_record))
+    return log.append(settings.events_topic, partition, None, serde.encode(claim_record))
 
 
 def _now_ms() -> int:
@@ -75,12 +73,12 @@ def _now_ms() -> int:
 
 
 def latest_checkpoint(
-    settings: Settings, serde: Serde, partition: int, reader: Consumer | None = None
+    settings: Settings, serde: Serde, log: EventLog, partition: int
 ) -> tuple[PartitionCheckpoint | None, set[str]]:
     """The checkpoint with the highest covered offset, and the run ids indexed for the partition."""
     best: PartitionCheckpoint | None = None
     runs: set[str] = set()
-    for record in read_partition(settings, settings.checkpoints_topic, partition, consumer=reader):
+    for record in log.read(settings.checkpoints_topic, partition):
         if record.key is None or record.value is None:
             continue
         if record.key.startswith(RUN_KEY_PREFIX):
@@ -94,11 +92,9 @@ def latest_checkpoint(
     return best, runs
 
 
-def rebuild(
-    settings: Settings, serde: Serde, partition: int, epoch: int, reader: Consumer | None = None
-) -> RebuiltPartition:
+def rebuild(settings: Settings, serde: Serde, log: EventLog, partition: int, epoch: int) -> RebuiltPartition:
     """The state of ``partition`` as of ``epoch`` (the offset of our claim, already appended)."""
-    checkpoint, known = latest_checkpoint(settings, serde, partition, reader)
+    checkpoint, known = latest_checkpoint(settings, serde, log, partition)
     listed = dict(checkpoint.active_runs) if checkpoint else {}
     covered = checkpoint.covered_offset if checkpoint else 0
     start = min([covered, *listed.values()]) if checkpoint else None
@@ -114,11 +110,10 @@ def rebuild(
         checkpoint=checkpoint,
     )
     fence = FenceFilter()
+    undecodable_runs: dict[str, str] = {}  # run id -> why
     events_by_run: dict[str, list[Event]] = defaultdict(list)
     terminal: set[str] = set()
-    for record in read_partition(
-        settings, settings.events_topic, partition, start=start, end=epoch, consumer=reader
-    ):
+    for record in log.read(settings.events_topic, partition, start=start, end=epoch):
         result.records_read += 1
         if record.value is None:
             continue
@@ -127,8 +122,15 @@ def rebuild(
         try:
             event = serde.decode(record.value, record.key)
         except DecodeError as error:
-            log.error("partition %s offset %s: %s", partition, record.offset, error)
+            # A run missing one of its events cannot be replayed faithfully: it is parked with the
+            # reason (below) rather than resumed without it.
+            logger.error("partition %s offset %s: %s", partition, record.offset, error)
             result.undecodable.append(record.offset)
+            if record.key is not None:
+                undecodable_runs.setdefault(
+                    record.key.decode("utf-8", "replace"),
+                    f"its event at {settings.events_topic}[{partition}]@{record.offset} cannot be decoded: {error}",
+                )
             continue
         result.records_decoded += 1
         if not isinstance(event, Event) or not fence.admit(event, record.offset):
@@ -156,9 +158,13 @@ def rebuild(
         if run_id in terminal or not logged or not isinstance(logged[0], RunStarted):
             continue
         result.active[run_id] = logged
-        if any(is_outlined(e) for e in logged):  # replay hands the workflow the stored results
+        if run_id in undecodable_runs:
+            result.unloadable[run_id] = undecodable_runs[run_id]
+        elif any(is_outlined(e) for e in logged):  # replay hands the workflow the stored results
             try:
-                result.active[run_id] = inlined(logged, read_back(settings, partition, logged, reader))
+                result.active[run_id] = inlined(
+                    logged, read_back(log, settings.payloads_topic, partition, logged)
+                )
             except PayloadMissing as error:
                 result.unloadable[run_id] = str(error)
     return result

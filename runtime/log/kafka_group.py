@@ -1,0 +1,85 @@
+"""The workers' consumer group on the commands topic -- joinable before the rest is imported.
+
+A restarted worker's recovery time starts with its process: joining the group (with static
+membership, to get its partitions straight back) takes a few hundred milliseconds, and so does
+importing the registry client and the user's app. Joining first lets the two overlap; the
+partition callbacks are only ever called from ``poll()``, by which time the worker exists to
+answer them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from runtime.config import Settings
+from runtime.log.port import AssignCallback, Delivery, RevokeCallback
+
+
+def consumer_config(settings: Settings, worker_id: str, session_timeout_ms: int) -> dict[str, Any]:
+    return {
+        **settings.kafka_common(),
+        "group.id": settings.worker_group,
+        # Static membership: a restarted worker with the same id gets its partitions back at
+        # once instead of after the session timeout.
+        "group.instance.id": worker_id,
+        "session.timeout.ms": session_timeout_ms,
+        "heartbeat.interval.ms": max(100, session_timeout_ms // 5),
+        "partition.assignment.strategy": "cooperative-sticky",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+        # The broker answers a waiting fetch as soon as a command arrives; the wait only spaces
+        # out empty fetches.
+        "fetch.wait.max.ms": 100,
+    }
+
+
+class KafkaCommandFeed:
+    """A subscribed consumer whose partition callbacks are bound later, to the worker."""
+
+    def __init__(self, settings: Settings, worker_id: str, session_timeout_ms: int) -> None:
+        self.topic = settings.commands_topic
+        self.consumer = Consumer(consumer_config(settings, worker_id, session_timeout_ms))
+        self._on_assign: AssignCallback | None = None
+        self._on_revoke: RevokeCallback | None = None
+        self.consumer.subscribe(
+            [self.topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
+        )
+
+    def bind(self, on_assign: AssignCallback, on_revoke: RevokeCallback) -> None:
+        self._on_assign, self._on_revoke = on_assign, on_revoke
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Delivery]:
+        deliveries: list[Delivery] = []
+        for message in self.consumer.consume(num_messages=max_records, timeout=timeout_s):
+            error: KafkaError | None = message.error()
+            if error is not None:
+                if error.fatal():
+                    raise KafkaException(error)
+                deliveries.append(Delivery(message.partition() or 0, -1, None, None, str(error)))
+                continue
+            offset = message.offset()
+            assert offset is not None  # consumed records always have one
+            deliveries.append(Delivery(message.partition() or 0, offset, message.key(), message.value()))
+        return deliveries
+
+    def commit(self, partition: int, offset: int) -> None:
+        self.consumer.commit(offsets=[TopicPartition(self.topic, partition, offset)], asynchronous=True)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._on_assign is None:
+            raise RuntimeError("partitions assigned before the worker was bound")
+        starts = self._on_assign([tp.partition for tp in partitions])
+        for tp in partitions:
+            tp.offset = starts[tp.partition]
+        consumer.incremental_assign(partitions)
+
+    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        del consumer
+        if self._on_revoke is not None:
+            self._on_revoke([tp.partition for tp in partitions])

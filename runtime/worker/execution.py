@@ -1,0 +1,169 @@
+"""Carrying out what runs ask for: calls, timers and signal waits, and recording the outcomes.
+
+Per step the commit path is:
+    workflow issues a call -> its ...Scheduled record is appended -> wait for its ack
+    (acked means durable, and so is everything before it in the partition)
+    -> [effecting tool only: check no newer epoch claim precedes it] -> call
+    -> append ...Completed / ...Failed without waiting -> resume the workflow.
+One ack per call and no transaction per result; fencing is by epoch (runtime.log.fencing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+
+from runtime.config import Settings
+from runtime.log.events import TimerFired
+from runtime.log.payloads import outlined
+from runtime.log.port import EventLog, OwnershipCheck, WriteError
+from runtime.worker.batching import TurnBatcher
+from runtime.worker.call_pool import CallPool
+from runtime.worker.calls import attempt_once, completed, failed, is_retryable, retry_policy
+from runtime.worker.partition import OwnedPartition
+from runtime.workflow.app import App
+from runtime.workflow.machine import Intent, RunMachine
+
+log = logging.getLogger("agentlog.worker")
+
+
+class Executor:
+    """Appends what a machine emitted and carries out the intents that became ready."""
+
+    def __init__(
+        self,
+        app: App,
+        settings: Settings,
+        log: EventLog,
+        batcher: TurnBatcher,
+        lose: Callable[[int, str], None],
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.log = log
+        self.batcher = batcher
+        self.lose = lose
+        self.pool: CallPool | None = None  # the two below need the running loop: see start()
+        self.ownership: OwnershipCheck | None = None
+        # Set when a record the run depends on was not acknowledged: the worker stops on it.
+        self.failure: str | None = None
+
+    def start(self, pool: CallPool, ownership: OwnershipCheck) -> None:
+        self.pool, self.ownership = pool, ownership
+
+    def flush(self, owned: OwnedPartition, machine: RunMachine) -> None:
+        """Append what the machine emitted; start the intents that became ready."""
+        events, ready = machine.drain()
+        durable = self.batcher.append(owned, events) if events else None
+        if machine.active and self._over_history_limit(owned, machine):
+            ready = []  # parked: nothing more runs
+            durable = self.batcher.append(owned, machine.drain()[0]) or durable
+        if not machine.active:
+            owned.forget(machine.run_id)
+        for intent in ready:
+            owned.spawn(self._carry_out(owned, machine, intent, durable))
+
+    def _over_history_limit(self, owned: OwnedPartition, machine: RunMachine) -> bool:
+        """Warn once past the warn threshold; park the run at the limit (Temporal's defaults)."""
+        events, size = owned.sizes.get(machine.run_id, (0, 0))
+        s = self.settings
+        if events >= s.history_limit_events or size >= s.history_limit_bytes:
+            machine.park(
+                f"history limit reached: {events} events, {size} bytes (limit {s.history_limit_events} events or "
+                f"{s.history_limit_bytes} bytes); carry state into a fresh run with ctx.continue_as_new"
+            )
+            return True
+        warned = owned.warned
+        if (events >= s.history_warn_events or size >= s.history_warn_bytes) and machine.run_id not in warned:
+            warned.add(machine.run_id)
+            log.warning(
+                json.dumps(
+                    {"event": "history_size_warning", "run": machine.run_id, "events": events, "bytes": size}
+                )
+            )
+        return False
+
+    async def still_owner(self, owned: OwnedPartition, upto: int) -> bool:
+        if self.ownership is None or owned.lost:
+            return False
+        return await self.ownership.owned_through(owned.partition, upto)
+
+    async def _carry_out(
+        self,
+        owned: OwnedPartition,
+        machine: RunMachine,
+        intent: Intent,
+        durable: asyncio.Future[int] | None,
+    ) -> None:
+        scheduled_at: int | None = None
+        if durable is not None:
+            scheduled_at = await durable
+        if owned.lost or not machine.active:
+            return
+        if intent.kind in ("timer", "signal"):
+            await self._wait_timer(owned, machine, intent)
+            return
+        # An effect starts only once no newer claim can precede its Scheduled record (for an
+        # in-doubt re-execution that record predates our claim, so our claim is the mark).
+        if intent.effect and not await self.still_owner(owned, scheduled_at or owned.epoch):
+            self.lose(owned.partition, f"fenced: a newer epoch claimed partition {owned.partition}")
+            return
+        assert self.pool is not None
+        policy = retry_policy(self.app, intent)
+        attempt = intent.failed_attempts + (2 if intent.in_doubt else 1)
+        while True:
+            started = time.perf_counter()
+            try:
+                outcome = completed(intent, await attempt_once(self.app, intent, self.pool), attempt, started)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # the call's own failure: recorded, retried by its policy
+                if owned.lost or not machine.active:
+                    return
+                final = not is_retryable(policy, error, attempt)
+                machine.record(failed(intent, error, attempt, started, final))
+                self.flush(owned, machine)
+                if final:
+                    return
+                await asyncio.sleep(policy.backoff(attempt))
+                attempt += 1
+                continue
+            if owned.lost or not machine.active:
+                return
+            text: str | None = None
+            if len(outcome.result) > self.settings.payload_inline_limit:  # chars <= bytes: cheap first
+                data = outcome.result.encode()
+                if len(data) > self.settings.payload_inline_limit:
+                    offset = await self._store_payload(owned, machine.run_id, data)
+                    if offset is None or owned.lost or not machine.active:
+                        return
+                    text, outcome = outcome.result, outlined(outcome, offset, data)
+            machine.record(outcome, result_text=text)
+            self.flush(owned, machine)
+            return
+
+    async def _store_payload(self, owned: OwnedPartition, run_id: str, data: bytes) -> int | None:
+        """Append a large result to the payloads topic (the run's partition); its offset once
+        acknowledged -- before the event that points at it is appended. None if it was not
+        acknowledged: the worker then stops, and the call is in doubt on restart."""
+        loop = asyncio.get_running_loop()
+        stored: asyncio.Future[int] = loop.create_future()
+        self.log.append_batch(
+            loop, self.settings.payloads_topic, owned.partition, [(run_id.encode(), data)], {0: stored}
+        )
+        try:
+            return await stored
+        except WriteError as error:
+            self.failure = self.failure or str(error)
+            return None
+
+    async def _wait_timer(self, owned: OwnedPartition, machine: RunMachine, intent: Intent) -> None:
+        # An asyncio sleep: a run waiting days for a timer or a signal holds no thread.
+        await asyncio.sleep(max(0.0, intent.fire_at / 1000 - time.time()))
+        if owned.lost or not machine.wants_timer(intent.position):
+            return
+        machine.record(TimerFired(run_id=machine.run_id, position=intent.position))
+        self.flush(owned, machine)

@@ -1,0 +1,47 @@
+"""What a worker holds for one partition it owns."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.workflow.machine import RunMachine, Stamp
+
+
+@dataclass
+class OwnedPartition:
+    """One owned partition: its epoch, its live runs and what is queued for it this loop turn."""
+
+    partition: int
+    epoch: int
+    stamp: Stamp
+    next_command: int
+    known_runs: set[str]  # every run id the partition has seen: a resubmission starts nothing
+    runs: dict[str, RunMachine] = field(default_factory=dict)
+    first_offsets: dict[str, int] = field(default_factory=dict)  # where a rebuild reads a run from
+    sizes: dict[str, list[int]] = field(default_factory=dict)  # run id -> [events, bytes]
+    last_write: asyncio.Future[int] | None = None
+    lost: bool = False
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    writes_since_checkpoint: int = 0
+    warned: set[str] = field(default_factory=set)  # runs warned of their history size
+    checkpoint_running: bool = False
+    # Records appended during this turn of the event loop, sent together at its end (TurnBatcher).
+    pending: list[tuple[bytes | None, bytes]] = field(default_factory=list)
+    pending_started: dict[int, str] = field(default_factory=dict)  # index -> run id: its first offset
+    pending_last: asyncio.Future[int] | None = None
+    pending_runs: list[str] = field(default_factory=list)  # started or rejected: to index
+
+    def spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        """Run ``coroutine`` as a task of this partition (cancelled when the partition is lost)."""
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def forget(self, run_id: str) -> None:
+        """Drop an ended run's state."""
+        self.runs.pop(run_id, None)
+        self.first_offsets.pop(run_id, None)
+        self.sizes.pop(run_id, None)

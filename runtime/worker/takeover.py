@@ -1,0 +1,97 @@
+"""Taking a partition: claim it, rebuild its runs, resume them where they were."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from runtime.config import Settings
+from runtime.errors import AgentlogError
+from runtime.log.events import Event, RunParked, RunStarted
+from runtime.log.port import EventLog
+from runtime.log.serde import Serde
+from runtime.worker.commands import now_ms
+from runtime.worker.execution import Executor
+from runtime.worker.partition import OwnedPartition
+from runtime.worker.rebuild import claim, rebuild
+from runtime.workflow.app import App
+from runtime.workflow.machine import RunMachine, Stamp
+
+log = logging.getLogger("agentlog.worker")
+
+
+class Takeover:
+    """Claims partitions and rebuilds the state of their non-terminal runs."""
+
+    def __init__(
+        self, app: App, settings: Settings, serde: Serde, log: EventLog, executor: Executor, worker_id: str
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.serde = serde
+        self.log = log
+        self.executor = executor
+        self.worker_id = worker_id
+
+    def claim_all(self, partitions: list[int]) -> dict[int, int]:
+        """Claim every partition at once (each rebuild then waits only for its own); the epochs."""
+        claims = {p: claim(self.settings, self.serde, self.log, p, self.worker_id) for p in partitions}
+        return {p: future.result(timeout=30) for p, future in claims.items()}
+
+    def take(self, partition: int, epoch: int) -> OwnedPartition:
+        """The partition's state as of ``epoch``, its runs replayed and resumed."""
+        started = time.perf_counter()
+        rebuilt = rebuild(self.settings, self.serde, self.log, partition, epoch)
+        stamp = Stamp(now_ms, self.worker_id, rebuilt.epoch)
+        owned = OwnedPartition(partition, rebuilt.epoch, stamp, rebuilt.commands_offset, rebuilt.known_runs)
+        in_doubt: list[dict[str, Any]] = []
+        for run_id, events in rebuilt.active.items():
+            started_event = events[0]
+            assert isinstance(started_event, RunStarted)
+            owned.first_offsets[run_id] = rebuilt.first_offsets[run_id]
+            owned.sizes[run_id] = rebuilt.sizes.get(run_id, [0, 0])
+            if run_id in rebuilt.unloadable:
+                self._park(owned, events[-1], rebuilt.unloadable[run_id])
+                continue
+            try:
+                machine = RunMachine(self.app, started_event, stamp, history=events)
+            except AgentlogError as error:  # e.g. a workflow this code no longer has: parked, visibly
+                self._park(owned, events[-1], str(error))
+                continue
+            machine.begin()
+            machine.replay(events)
+            machine.finish_replay()
+            in_doubt += [{"run": run_id, **d.__dict__} for d in machine.in_doubt]
+            owned.runs[run_id] = machine
+            self.executor.flush(owned, machine)
+        log.info(
+            json.dumps(
+                {
+                    "event": "partition_taken",
+                    "partition": partition,
+                    "epoch": rebuilt.epoch,
+                    "records_read": rebuilt.records_read,
+                    "records_decoded": rebuilt.records_decoded,
+                    "fenced": rebuilt.fenced,
+                    "active_runs": len(rebuilt.active),
+                    "commands_offset": rebuilt.commands_offset,
+                    "in_doubt": in_doubt,
+                    "ms": round((time.perf_counter() - started) * 1000, 1),
+                }
+            )
+        )
+        return owned
+
+    def _park(self, owned: OwnedPartition, last: Event, reason: str) -> None:
+        parked = RunParked(
+            run_id=last.run_id,
+            reason=f"cannot resume on this worker: {reason}",
+            seq=last.seq + 1,
+            occurred_at=now_ms(),
+            worker=self.worker_id,
+            epoch=owned.epoch,
+        )
+        self.executor.batcher.append(owned, [parked])
+        owned.forget(last.run_id)
