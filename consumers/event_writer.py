@@ -40,6 +40,7 @@ from clickhouse_connect.driver.client import Client
 
 from analytics.migrations import migrate, table_columns
 from analytics.tables import CLAIM_TYPE, DATABASE, EVENTS, WRITER_SCHEMAS, quote_identifier, quote_string
+from runtime.log.frame import HEADER_SIZE, ID_SIZE
 
 from . import rowbinary
 from .avro_wire import container
@@ -71,7 +72,7 @@ _UNDECODABLE_COLUMNS = [
 # What a record contributes to its partition's watermark; undecodable records contribute nothing.
 _WATERMARK_TERM = f"multiIf(type = '{CLAIM_TYPE}', offset, decode_error != '', toInt64(-1), epoch)"
 # The writer schema id in bytes 1-4 (big-endian) of the Confluent frame.
-_FRAME_SCHEMA_ID = f"toInt32(reinterpretAsUInt32(reverse(substring({FRAME_COLUMN}, 2, 4))))"
+_FRAME_SCHEMA_ID = f"toInt32(reinterpretAsUInt32(reverse(substring({FRAME_COLUMN}, 2, {ID_SIZE}))))"
 # Partition, offset and value size from the staged header (consumers.batch.META: little-endian).
 _META_FIELDS = (
     f"reinterpretAsInt32(substring({META_COLUMN}, 1, 4)) AS partition, "
@@ -258,7 +259,7 @@ class EventWriter:
         bad: list[Undecodable] = []
         for partition, offset, key, value in records:
             reader = io.BytesIO(value)
-            reader.seek(5)
+            reader.seek(HEADER_SIZE)
             try:
                 fastavro.schemaless_reader(reader, parsed, None)
                 if reader.tell() != len(value):

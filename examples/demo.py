@@ -81,7 +81,9 @@ def main() -> int:
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     say("step 31's model call started: worker killed with SIGKILL")
-    say(f"status now: {json.dumps({k: v for k, v in client.status(run_id).as_dict().items() if k != 'result'})}")
+    say(
+        f"status now: {json.dumps({k: v for k, v in client.status(run_id).as_dict().items() if k != 'result'})}"
+    )
 
     restarted = time.monotonic()
     second = start_worker(env, workdir / "worker-2.log")

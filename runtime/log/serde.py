@@ -19,7 +19,6 @@ import dataclasses
 import datetime as dt
 import io
 import json
-import struct
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,14 +30,14 @@ from runtime.config import Settings
 from runtime.errors import AgentlogError
 from runtime.log.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
 from runtime.log.events import RECORD_TYPES, Record
+from runtime.log.frame import HEADER_SIZE, ID_SLICE, MAGIC, NotFramed, frame_header, is_framed
+from runtime.log.frame import schema_id_of as frame_schema_id
 from runtime.log.registry_lookup import LookupUnavailable, lookup_ids
 
 # The registry client is imported where it is first used, not here: the import costs ~250 ms
 # (see runtime.log.registry_lookup), and a recovering worker does not need it to start.
 if TYPE_CHECKING:
     from runtime.log.registry_client import AvroDeserializer, AvroSerializer, SchemaRegistryClient
-
-_MAGIC = 0
 
 
 class DecodeError(AgentlogError):
@@ -82,9 +81,11 @@ def _record_from_dict(cls: type[Record], values: dict[str, Any], key: bytes | No
 
 
 def schema_id_of(data: bytes) -> int:
-    if len(data) < 6 or data[0] != _MAGIC:
-        raise DecodeError("not Confluent wire format (magic byte 0 and a 4-byte schema id expected)", data)
-    return int(struct.unpack(">I", data[1:5])[0])
+    """The writer schema id in ``data``'s frame; DecodeError (carrying the bytes) if unframed."""
+    try:
+        return frame_schema_id(data)
+    except NotFramed as error:
+        raise DecodeError(str(error), data) from error
 
 
 class Serde:
@@ -148,7 +149,7 @@ class Serde:
         data = serializer(record, SerializationContext(schema.topic(self.settings), MessageField.VALUE))
         assert data is not None
         data = bytes(data)
-        self._writers[name] = (data[:5], parse_schema(schema.parsed))
+        self._writers[name] = (data[:HEADER_SIZE], parse_schema(schema.parsed))
         return data
 
     def _serializer(self, name: str) -> AvroSerializer:
@@ -216,7 +217,7 @@ class Serde:
             # records carrying the id: one parsed schema serves as writer and reader.
             self._readers.setdefault(schema_id, (RECORD_TYPES[name], parsed, parsed))
             self._names_by_id.setdefault(schema_id, name)
-            self._writers.setdefault(name, (bytes([_MAGIC]) + struct.pack(">I", schema_id), parsed))
+            self._writers.setdefault(name, (frame_header(schema_id), parsed))
             resolved += 1
         return resolved
 
@@ -262,12 +263,12 @@ class Serde:
 
         The first record of each schema id goes through ``AvroDeserializer``; later ones are
         resolved by fastavro with the same writer and reader schemas, cached by id."""
-        if len(data) > 5:
-            fast = self._readers.get(int.from_bytes(data[1:5], "big"))
-            if fast is not None and data[0] == _MAGIC:
+        if len(data) > HEADER_SIZE:
+            fast = self._readers.get(int.from_bytes(data[ID_SLICE], "big"))
+            if fast is not None and data[0] == MAGIC:
                 cls, writer, reader = fast
                 try:
-                    values = schemaless_reader(io.BytesIO(data[5:]), writer, reader)
+                    values = schemaless_reader(io.BytesIO(data[HEADER_SIZE:]), writer, reader)
                 except Exception as exc:
                     raise DecodeError(f"cannot decode {cls.__name__}: {exc}", data) from exc
                 assert isinstance(values, dict)
@@ -275,8 +276,7 @@ class Serde:
         return self._decode_first(data, key, topic)
 
     def _decode_first(self, data: bytes, key: bytes | None, topic: str | None) -> Record:
-        framed = len(data) > 5 and data[0] == _MAGIC
-        if self._await_warm_up() and framed and int.from_bytes(data[1:5], "big") in self._readers:
+        if self._await_warm_up() and is_framed(data) and frame_schema_id(data) in self._readers:
             return self.decode(data, key, topic)
         name = self.record_name(data)
         cls = RECORD_TYPES.get(name)
