@@ -46,7 +46,8 @@ from consumers.registry import WriterSchemas  # noqa: E402
 from infra.deployment import scratch_deployment  # noqa: E402
 from runtime.config import Settings, load_settings  # noqa: E402
 from runtime.log import events as ev  # noqa: E402
-from runtime.log.serde import Serde, registry_client  # noqa: E402
+from runtime.log.registry import registry_client  # noqa: E402
+from runtime.log.serde import Serde  # noqa: E402
 
 RUN_WIDTH = 8
 KEY_TEMPLATE = "00000000-0000-5000-8000-0000000000"  # + 2 digits: one key per tool call, fixed length

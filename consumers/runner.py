@@ -19,7 +19,7 @@ from types import FrameType
 from analytics.server import QueryServer
 from analytics.store import Endpoint, StoreLocation, StoreLock, open_client, parse_dsn
 from runtime.config import Settings
-from runtime.log.serde import registry_client
+from runtime.log.registry import registry_client
 
 from .core import SinkConfig, SinkCore, SinkStats
 from .direct import run_direct

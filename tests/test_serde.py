@@ -152,8 +152,7 @@ def test_warm_up_over_plain_http_finds_the_ids_the_registry_client_finds(deploym
     import subprocess
     import sys
 
-    from runtime.log.registry_lookup import lookup_ids
-    from runtime.log.serde import registry_client
+    from runtime.log.registry import lookup_ids, registry_client
 
     catalog = load_catalog(DEFAULT_SCHEMA_DIR)
     wanted = [(schema.subject(deployment), schema.text) for schema in catalog.values()]

@@ -20,7 +20,8 @@ from consumers.registry import WriterSchemas
 from runtime.config import Settings
 from runtime.log import events as ev
 from runtime.log.fencing import FenceFilter
-from runtime.log.serde import Serde, registry_client
+from runtime.log.registry import registry_client
+from runtime.log.serde import Serde
 
 pytestmark = pytest.mark.integration
 

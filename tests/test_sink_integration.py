@@ -26,7 +26,7 @@ from consumers.event_writer import EventWriter
 from consumers.registry import WriterSchemas
 from runtime.config import Settings
 from runtime.log.frame import HEADER_SIZE, frame_header
-from runtime.log.serde import registry_client
+from runtime.log.registry import registry_client
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,8 @@ from runtime.config import Settings
 from runtime.log import events as ev
 from runtime.log.catalog import load_catalog
 from runtime.log.frame import frame_header
-from runtime.log.serde import record_to_dict, registry_client
+from runtime.log.registry import registry_client
+from runtime.log.serde import record_to_dict
 
 pytestmark = pytest.mark.integration
 

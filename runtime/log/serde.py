@@ -32,10 +32,10 @@ from runtime.log.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
 from runtime.log.events import RECORD_TYPES, Record
 from runtime.log.frame import HEADER_SIZE, ID_SLICE, MAGIC, NotFramed, frame_header, is_framed
 from runtime.log.frame import schema_id_of as frame_schema_id
-from runtime.log.registry_lookup import LookupUnavailable, lookup_ids
+from runtime.log.registry import registry_client, schema_by_id, schema_ids
 
 # The registry client is imported where it is first used, not here: the import costs ~250 ms
-# (see runtime.log.registry_lookup), and a recovering worker does not need it to start.
+# (see runtime.log.registry), and a recovering worker does not need it to start.
 if TYPE_CHECKING:
     from runtime.log.registry_client import AvroDeserializer, AvroSerializer, SchemaRegistryClient
 
@@ -46,12 +46,6 @@ class DecodeError(AgentlogError):
     def __init__(self, message: str, data: bytes | None = None) -> None:
         super().__init__(message)
         self.data = data
-
-
-def registry_client(settings: Settings) -> SchemaRegistryClient:
-    from runtime.log.registry_client import SchemaRegistryClient
-
-    return SchemaRegistryClient({"url": settings.schema_registry_url})
 
 
 def record_to_dict(record: object, _ctx: SerializationContext | None = None) -> dict[str, Any]:
@@ -190,9 +184,9 @@ class Serde:
         on the recovery's critical path. Schemas the registry does not know are left alone -- the
         first encode then refuses them with the registry's own error. Returns how many resolved.
 
-        The lookups go over plain HTTP (runtime.log.registry_lookup), so a worker starts without
-        importing the registry client; where that cannot ask (credentials in the URL, say), a
-        throwaway client does. Either connection is closed before this returns (a supervisor
+        The lookups go over plain HTTP (runtime.log.registry.schema_ids), so a worker starts without
+        importing the registry client; where that cannot ask (a registry answering an error, say),
+        a throwaway client does. Either connection is closed before this returns (a supervisor
         warms a Serde up before forking workers, and no child may inherit an open connection)."""
         wanted = {
             name: local
@@ -200,13 +194,7 @@ class Serde:
             if name not in self._writers and name in RECORD_TYPES
         }
         subjects = {name: local.subject(self.settings) for name, local in wanted.items()}
-        try:
-            ids = lookup_ids(
-                self.settings.schema_registry_url, ((subjects[n], wanted[n].text) for n in wanted)
-            )
-        except LookupUnavailable:
-            with registry_client(self.settings) as scout:
-                ids = self._lookup_with_client(scout, wanted, subjects)
+        ids = schema_ids(self.settings, ((subjects[n], wanted[n].text) for n in wanted))
         resolved = 0
         for name, local in wanted.items():
             schema_id = ids.get(subjects[name])
@@ -221,36 +209,15 @@ class Serde:
             resolved += 1
         return resolved
 
-    @staticmethod
-    def _lookup_with_client(
-        client: SchemaRegistryClient, wanted: dict[str, LocalSchema], subjects: dict[str, str]
-    ) -> dict[str, int]:
-        from runtime.log.registry_client import Schema, SchemaRegistryError
-
-        ids: dict[str, int] = {}
-        for name, local in wanted.items():
-            try:
-                registered = client.lookup_schema(subjects[name], Schema(local.text, schema_type="AVRO"))
-            except SchemaRegistryError:
-                continue
-            if registered.schema_id is not None:
-                ids[subjects[name]] = registered.schema_id
-        return ids
-
     # -- reading ---------------------------------------------------------------------------------
     def record_name(self, data: bytes) -> str:
         """The record name of the writer schema of ``data`` (asks the registry once per id)."""
         schema_id = schema_id_of(data)
         name = self._names_by_id.get(schema_id)
         if name is None:
-            from runtime.log.registry_client import SchemaRegistryError
-
-            try:
-                writer = self.client.get_schema(schema_id)
-            except SchemaRegistryError as error:
-                if error.http_status_code == 404:
-                    raise DecodeError(f"schema id {schema_id} is not in the registry", data) from error
-                raise
+            writer = schema_by_id(self.client, schema_id)
+            if writer is None:
+                raise DecodeError(f"schema id {schema_id} is not in the registry", data)
             name = str(json.loads(writer.schema_str or "{}")["name"])
             self._names_by_id[schema_id] = name
         return name
