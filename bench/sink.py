@@ -41,8 +41,8 @@ from analytics.server import ProxyStore, QueryServer  # noqa: E402
 from analytics.store import ClientStore, open_client, parse_dsn  # noqa: E402
 from consumers.core import SinkConfig, SinkCore  # noqa: E402
 from consumers.direct import run_direct  # noqa: E402
-from consumers.event_writer import EventWriter  # noqa: E402
 from consumers.registry import WriterSchemas  # noqa: E402
+from consumers.store_writer import StoreWriter  # noqa: E402
 from infra.deployment import scratch_deployment  # noqa: E402
 from runtime.config import Settings, load_settings  # noqa: E402
 from runtime.log import events as ev  # noqa: E402
@@ -143,7 +143,7 @@ def prefill(settings: Settings, events: int) -> tuple[int, list[str]]:
 # -- sink paths -----------------------------------------------------------------------------------
 def _core(settings: Settings, dsn: str, batch_rows: int) -> tuple[SinkCore, Any]:
     client = open_client(parse_dsn(dsn))
-    writer = EventWriter(client, settings.events_topic, WriterSchemas(registry_client(settings)))
+    writer = StoreWriter(client, settings.events_topic, WriterSchemas(registry_client(settings)))
     return SinkCore(
         writer, settings.events_topic, SinkConfig(batch_rows=batch_rows, flush_interval=0.5)
     ), client

@@ -24,8 +24,8 @@ from runtime.log.frame import HEADER_SIZE, ID_SLICE, MAGIC
 
 from .avro_wire import read_zigzag, zigzag
 
-# (partition, offset, key, value)
-RawRecord = tuple[int, int, bytes | None, bytes]
+# A record as the sink stages it: (partition, offset, key, value).
+SinkRecord = tuple[int, int, bytes | None, bytes]
 
 META = struct.Struct("<iqi")  # partition, offset, value size: the stage's fixed header column
 META_SIZE = META.size
@@ -43,7 +43,7 @@ def staged_head(partition: int, offset: int, key: bytes | None, size: int) -> by
     return META.pack(partition, offset, size) + zigzag(len(key)) + key
 
 
-def staged_body(records: Iterable[RawRecord]) -> bytes:
+def staged_body(records: Iterable[SinkRecord]) -> bytes:
     """The staged datums of ``records``, back to back."""
     return b"".join(part for p, o, k, v in records for part in (staged_head(p, o, k, len(v)), v))
 
@@ -75,7 +75,7 @@ class Group:
     def body(self) -> bytes:
         return b"".join(self.parts)
 
-    def records(self) -> Iterator[RawRecord]:
+    def records(self) -> Iterator[SinkRecord]:
         """The records back from their staged datums (the rare paths that need them)."""
         parts = self.parts
         for i in range(0, len(parts), 2):

@@ -36,7 +36,7 @@ from typing import Protocol
 from runtime.errors import AgentlogError, TerminalError
 
 from .batch import Batch, KafkaMessage
-from .event_writer import SinkState, WriteStats
+from .store_writer import SinkState, WriteStats
 
 log = logging.getLogger("agentlog.sink")
 
@@ -54,7 +54,7 @@ class SinkWriteError(SinkError):
 
 
 class BatchWriter(Protocol):
-    """The store side (``consumers.event_writer.EventWriter``)."""
+    """The store side (``consumers.store_writer.StoreWriter``)."""
 
     def prepare(self) -> SinkState: ...
 

@@ -23,8 +23,8 @@ from runtime.log.registry import registry_client
 
 from .core import SinkConfig, SinkCore, SinkStats
 from .direct import run_direct
-from .event_writer import EventWriter
 from .registry import WriterSchemas
+from .store_writer import StoreWriter
 
 log = logging.getLogger("agentlog.sink")
 
@@ -109,7 +109,7 @@ def run_sink(
     with _stop_on_signals(stop), _store_lock(location):
         client = open_client(location)
         try:
-            writer = EventWriter(client, topic, WriterSchemas(registry_client(settings)))
+            writer = StoreWriter(client, topic, WriterSchemas(registry_client(settings)))
             core = SinkCore(writer, topic, config)
             with _query_port(location) as endpoint:
                 if on_ready is not None:

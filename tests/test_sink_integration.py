@@ -22,8 +22,8 @@ from test_sink_support import (
 
 from analytics.store import open_client, parse_dsn
 from consumers.batch import Batch
-from consumers.event_writer import EventWriter
 from consumers.registry import WriterSchemas
+from consumers.store_writer import StoreWriter
 from runtime.config import Settings
 from runtime.log.frame import HEADER_SIZE, frame_header
 from runtime.log.registry import registry_client
@@ -139,7 +139,7 @@ def test_a_retried_insert_of_the_same_batch_is_dropped_by_its_token(
     batch.seal(next_offsets)
     client = open_client(parse_dsn(_dsn(tmp_path)))
     try:
-        writer = EventWriter(client, events4.events_topic, WriterSchemas(registry_client(events4)))
+        writer = StoreWriter(client, events4.events_topic, WriterSchemas(registry_client(events4)))
         writer.prepare()
         token = batch.token(events4.events_topic)
         writer.write(batch, token)

@@ -19,7 +19,7 @@ from consumers.avro_wire import container, read_zigzag, zigzag
 from consumers.batch import Batch, staged_body
 from consumers.columns import STAGED_FIELDS, normalize_type, plan_columns
 from consumers.core import BackpressureError, SinkConfig, SinkCore, SinkWriteError
-from consumers.event_writer import SinkState, WriteStats
+from consumers.store_writer import SinkState, WriteStats
 from runtime.errors import TerminalError
 from runtime.log.catalog import load_catalog
 

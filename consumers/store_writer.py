@@ -44,7 +44,7 @@ from runtime.log.frame import HEADER_SIZE, ID_SIZE
 
 from . import rowbinary
 from .avro_wire import container
-from .batch import META, Batch, RawRecord, Undecodable, staged_body
+from .batch import META, Batch, SinkRecord, Undecodable, staged_body
 from .columns import (
     FRAME_COLUMN,
     META_COLUMN,
@@ -111,14 +111,14 @@ class _PartitionMarks:
 class _GroupRejected(Exception):
     """The store refused one schema group's container (kept apart to look for corrupt datums)."""
 
-    def __init__(self, plan: ColumnPlan, records: Sequence[RawRecord], cause: Exception) -> None:
+    def __init__(self, plan: ColumnPlan, records: Sequence[SinkRecord], cause: Exception) -> None:
         super().__init__(str(cause))
         self.plan = plan
         self.records = records
         self.cause = cause
 
 
-class EventWriter:
+class StoreWriter:
     """Owns the events table and this sink's stage table for one topic."""
 
     def __init__(self, client: Client, topic: str, schemas: WriterSchemas) -> None:
@@ -200,7 +200,7 @@ class EventWriter:
                 reason = f"schema id {schema_id} is not an Avro record schema in the registry"
                 undecodable += [Undecodable(p, o, k, v, schema_id, reason) for p, o, k, v in group.records()]
                 continue
-            records: Sequence[RawRecord] | None = None  # only the rare paths need them
+            records: Sequence[SinkRecord] | None = None  # only the rare paths need them
             if excluded:
                 records = [r for r in group.records() if (r[0], r[1]) not in excluded]
                 body, count = staged_body(records), len(records)
@@ -252,7 +252,7 @@ class EventWriter:
             self._columns[name] = ch_type
             log.info("added column %s %s to %s for a new schema field", name, ch_type, EVENTS)
 
-    def _find_undecodable(self, plan: ColumnPlan, records: Sequence[RawRecord]) -> list[Undecodable]:
+    def _find_undecodable(self, plan: ColumnPlan, records: Sequence[SinkRecord]) -> list[Undecodable]:
         found = self.schemas.get(plan.schema_id)
         assert found is not None
         parsed = fastavro.parse_schema(found[0])
