@@ -15,6 +15,7 @@ Needs the local services (``agentlog infra up``). Prints one JSON object per lin
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -172,7 +173,7 @@ def bench_driver(settings: Settings, dsn: str, driver: str, target: int, batch_r
 
         runner = run_faust
     else:
-        runner = run_direct
+        runner = functools.partial(run_direct, tune_gc=True)  # as `agentlog sink` runs it
     thread = threading.Thread(target=runner, args=(settings, core, stop), name=f"bench-{driver}")
     thread.start()
     try:
