@@ -159,3 +159,10 @@ def test_the_machine_reports_the_vocabulary() -> None:
     assert machine.status == "completed" and machine.status in RUN_STATES
     machine.park("operator")  # a run that ended is not parked again
     assert machine.status == "completed"
+
+
+def test_the_audit_refuses_a_status_outside_the_vocabulary() -> None:
+    from analytics import audit
+
+    with pytest.raises(audit.AuditError, match="continued_as_new"):
+        audit.runs(None, status="continued")  # type: ignore[arg-type]  # refused before any query
