@@ -14,6 +14,7 @@ from typing import Any
 
 from runtime.config import Settings
 from runtime.errors import TerminalError
+from runtime.log.status import RUN_STATES
 
 from .results import JsonValue, QueryResult
 from .sqlguard import check_read_only
@@ -247,7 +248,9 @@ def history_size(store: QueryStore, settings: Settings, over: str | None = None,
 
 
 def runs(store: QueryStore, status: str | None = None, limit: int = 50) -> Rows:
-    """Runs, most recently active first."""
+    """Runs, most recently active first; ``status``: only runs in that status (runtime.log.status)."""
+    if status and status not in RUN_STATES:
+        raise AuditError(f"--status {status!r}: expected one of {', '.join(RUN_STATES)}")
     where = "WHERE status = {status:String}" if status else ""
     result = store.query(
         f"SELECT run_id, workflow, status, started_at, ended_at, events, bytes FROM {DATABASE}.runs {where} "

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from runtime.errors import TerminalError
+from runtime.log.status import ENDING_EVENTS, STATUS_BY_EVENT
 
 if TYPE_CHECKING:
     from clickhouse_connect.driver.client import Client
@@ -36,9 +37,9 @@ from .tables import (
     EVENTS,
     MIGRATIONS,
     SINK_COLUMNS,
-    TERMINAL_TYPES,
     WRITER_SCHEMAS,
     quote_identifier,
+    quote_string,
 )
 
 
@@ -128,15 +129,18 @@ def _in(types: Sequence[str]) -> str:
     return "(" + ", ".join(f"'{t}'" for t in types) + ")"
 
 
-_STATUS_TYPES = ("RunStarted", "RunParked", *TERMINAL_TYPES)
+# The runs view as migration 3 released it, its status vocabulary frozen in its text (an applied
+# migration never changes): "continued_as_new", and no ended_at for a parked run.
+_V3_TERMINAL_TYPES = ("RunCompleted", "RunFailed", "RunCancelled", "RunContinuedAsNew", "RunRejected")
+_V3_STATUS_TYPES = ("RunStarted", "RunParked", *_V3_TERMINAL_TYPES)
 
-_RUNS_VIEW = f"""CREATE OR REPLACE VIEW {DATABASE}.runs AS
+_RUNS_VIEW_V3 = f"""CREATE OR REPLACE VIEW {DATABASE}.runs AS
 SELECT
     run_id,
     any(topic) AS topic,
     any(partition) AS partition,
     anyIf(workflow, type IN ('RunStarted', 'RunRejected')) AS workflow,
-    argMaxIf(type, offset, type IN {_in(_STATUS_TYPES)}) AS last_status_event,
+    argMaxIf(type, offset, type IN {_in(_V3_STATUS_TYPES)}) AS last_status_event,
     multiIf(
         last_status_event = 'RunCompleted', 'completed',
         last_status_event = 'RunFailed', 'failed',
@@ -146,7 +150,40 @@ SELECT
         last_status_event = 'RunParked', 'parked',
         'running') AS status,
     minOrNullIf(occurred_at, type = 'RunStarted') AS started_at,
-    maxOrNullIf(occurred_at, type IN {_in(TERMINAL_TYPES)}) AS ended_at,
+    maxOrNullIf(occurred_at, type IN {_in(_V3_TERMINAL_TYPES)}) AS ended_at,
+    max(occurred_at) AS last_event_at,
+    count() AS events,
+    sum(size) AS bytes,
+    max(seq) AS last_seq,
+    countIf(type = 'RunParked') AS parked_times
+FROM {EVENTS}
+WHERE fenced = 0 AND run_id != ''
+GROUP BY run_id"""
+
+
+def _status_of(column: str) -> str:
+    """SQL: the run status set by the event type in ``column`` (runtime.log.status's vocabulary)."""
+    arms = "".join(
+        f"\n        {column} = {quote_string(event)}, {quote_string(state)},"
+        for event, state in STATUS_BY_EVENT.items()
+    )
+    return f"multiIf({arms}\n        'unknown')"
+
+
+# Statuses generated from runtime.log.status, so the store and the client cannot disagree: a run
+# with no status event is "unknown", and a parked run has ended (ended_at is when it was parked).
+# Changing that vocabulary changes this text, which migration 7 has released: the migration
+# checksum test then fails, and the change belongs in a new migration.
+_RUNS_VIEW_V7 = f"""CREATE OR REPLACE VIEW {DATABASE}.runs AS
+SELECT
+    run_id,
+    any(topic) AS topic,
+    any(partition) AS partition,
+    anyIf(workflow, type IN ('RunStarted', 'RunRejected')) AS workflow,
+    argMaxIf(type, offset, type IN {_in(tuple(STATUS_BY_EVENT))}) AS last_status_event,
+    {_status_of("last_status_event")} AS status,
+    minOrNullIf(occurred_at, type = 'RunStarted') AS started_at,
+    maxOrNullIf(occurred_at, type IN {_in(ENDING_EVENTS)}) AS ended_at,
     max(occurred_at) AS last_event_at,
     count() AS events,
     sum(size) AS bytes,
@@ -265,11 +302,12 @@ MIGRATIONS_LIST: tuple[Migration, ...] = (
     Migration(
         3,
         "audit views",
-        (_RUNS_VIEW, _MODEL_CALLS_VIEW, _TOOL_CALLS_VIEW, _DIVERGENCES_VIEW, _HISTORY_SIZE_VIEW),
+        (_RUNS_VIEW_V3, _MODEL_CALLS_VIEW, _TOOL_CALLS_VIEW, _DIVERGENCES_VIEW, _HISTORY_SIZE_VIEW),
     ),
     Migration(4, "compact insert parts", (_COMPACT_INSERT_PARTS,)),
     Migration(5, "reset columns", (_RESET_COLUMNS,)),
     Migration(6, "out-of-line result columns", (_PAYLOAD_COLUMNS,)),
+    Migration(7, "runs view: the runtime's status vocabulary", (_RUNS_VIEW_V7,)),
 )
 
 _LEDGER = f"""CREATE TABLE IF NOT EXISTS {MIGRATIONS} (

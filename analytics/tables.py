@@ -42,8 +42,8 @@ ENVELOPE_COLUMNS: tuple[tuple[str, str], ...] = (
 SINK_COLUMN_NAMES = frozenset(name for name, _ in SINK_COLUMNS)
 ENVELOPE_NAMES = tuple(name for name, _ in ENVELOPE_COLUMNS)
 
-# The event types the views and queries name; kept here so a rename shows up in one place.
-TERMINAL_TYPES = ("RunCompleted", "RunFailed", "RunCancelled", "RunContinuedAsNew", "RunRejected")
+# The event types the views and queries name; kept here so a rename shows up in one place (the
+# run statuses and the events that set them are runtime.log.status's).
 CLAIM_TYPE = "EpochClaimed"
 
 

@@ -241,7 +241,7 @@ def bench_recovery(settings: Settings, workdir: Path, respawn: bool = False) -> 
         model_calls_step_31=calls[31],
         effects=effects,
         effect_attempts=attempts,
-        in_doubt=status["in_doubt"],
+        in_doubt=status.as_dict()["in_doubt"],
         first_attempt_nonces_kept=len(result["nonces"]) == STEPS,
     )
     successor.send_signal(signal.SIGTERM)

@@ -15,6 +15,7 @@ Needs the local services (``agentlog infra up``). Prints one JSON object per lin
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -41,12 +42,13 @@ from analytics.server import ProxyStore, QueryServer  # noqa: E402
 from analytics.store import ClientStore, open_client, parse_dsn  # noqa: E402
 from consumers.core import SinkConfig, SinkCore  # noqa: E402
 from consumers.direct import run_direct  # noqa: E402
-from consumers.event_writer import EventWriter  # noqa: E402
 from consumers.registry import WriterSchemas  # noqa: E402
+from consumers.store_writer import StoreWriter  # noqa: E402
 from infra.deployment import scratch_deployment  # noqa: E402
 from runtime.config import Settings, load_settings  # noqa: E402
 from runtime.log import events as ev  # noqa: E402
-from runtime.log.serde import Serde, registry_client  # noqa: E402
+from runtime.log.registry import registry_client  # noqa: E402
+from runtime.log.serde import Serde  # noqa: E402
 
 RUN_WIDTH = 8
 KEY_TEMPLATE = "00000000-0000-5000-8000-0000000000"  # + 2 digits: one key per tool call, fixed length
@@ -142,7 +144,7 @@ def prefill(settings: Settings, events: int) -> tuple[int, list[str]]:
 # -- sink paths -----------------------------------------------------------------------------------
 def _core(settings: Settings, dsn: str, batch_rows: int) -> tuple[SinkCore, Any]:
     client = open_client(parse_dsn(dsn))
-    writer = EventWriter(client, settings.events_topic, WriterSchemas(registry_client(settings)))
+    writer = StoreWriter(client, settings.events_topic, WriterSchemas(registry_client(settings)))
     return SinkCore(
         writer, settings.events_topic, SinkConfig(batch_rows=batch_rows, flush_interval=0.5)
     ), client
@@ -171,7 +173,7 @@ def bench_driver(settings: Settings, dsn: str, driver: str, target: int, batch_r
 
         runner = run_faust
     else:
-        runner = run_direct
+        runner = functools.partial(run_direct, tune_gc=True)  # as `agentlog sink` runs it
     thread = threading.Thread(target=runner, args=(settings, core, stop), name=f"bench-{driver}")
     thread.start()
     try:

@@ -10,20 +10,20 @@ from __future__ import annotations
 
 from .core import BackpressureError, SinkConfig, SinkCore, SinkError, SinkStats, SinkWriteError
 from .direct import run_direct
-from .event_writer import EventWriter, SinkState
 from .registry import WriterSchemas
 from .runner import DRIVERS, run_sink
+from .store_writer import SinkState, StoreWriter
 
 __all__ = [
     "DRIVERS",
     "BackpressureError",
-    "EventWriter",
     "SinkConfig",
     "SinkCore",
     "SinkError",
     "SinkState",
     "SinkStats",
     "SinkWriteError",
+    "StoreWriter",
     "WriterSchemas",
     "run_direct",
     "run_sink",

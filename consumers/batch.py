@@ -20,10 +20,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from runtime.log.frame import HEADER_SIZE, ID_SLICE, MAGIC
+
 from .avro_wire import read_zigzag, zigzag
 
-# (partition, offset, key, value)
-RawRecord = tuple[int, int, bytes | None, bytes]
+# A record as the sink stages it: (partition, offset, key, value).
+SinkRecord = tuple[int, int, bytes | None, bytes]
 
 META = struct.Struct("<iqi")  # partition, offset, value size: the stage's fixed header column
 META_SIZE = META.size
@@ -41,7 +43,7 @@ def staged_head(partition: int, offset: int, key: bytes | None, size: int) -> by
     return META.pack(partition, offset, size) + zigzag(len(key)) + key
 
 
-def staged_body(records: Iterable[RawRecord]) -> bytes:
+def staged_body(records: Iterable[SinkRecord]) -> bytes:
     """The staged datums of ``records``, back to back."""
     return b"".join(part for p, o, k, v in records for part in (staged_head(p, o, k, len(v)), v))
 
@@ -73,7 +75,7 @@ class Group:
     def body(self) -> bytes:
         return b"".join(self.parts)
 
-    def records(self) -> Iterator[RawRecord]:
+    def records(self) -> Iterator[SinkRecord]:
         """The records back from their staged datums (the rare paths that need them)."""
         parts = self.parts
         for i in range(0, len(parts), 2):
@@ -121,12 +123,12 @@ class Batch:
         if partition not in self.first:
             self.first[partition] = offset
         self.count += 1
-        if value is not None and len(value) > 5 and value[0] == 0:
+        if value is not None and len(value) > HEADER_SIZE and value[0] == MAGIC:  # frame.is_framed, inlined
             size = len(value)
             self.size += size
-            group = self.groups.get(value[1:5])
+            group = self.groups.get(value[ID_SLICE])
             if group is None:
-                group = self.groups[value[1:5]] = Group()
+                group = self.groups[value[ID_SLICE]] = Group()
             if not key:
                 group.parts += (_META_AND_SHORT_KEY(partition, offset, size, 0), value)
             elif len(key) < _SHORT_KEY:
@@ -154,6 +156,7 @@ class Batch:
         advanced past every record taken.
         """
         first, groups, undecodable = self.first, self.groups, self.undecodable
+        header_size, magic, id_slice = HEADER_SIZE, MAGIC, ID_SLICE  # locals: read once per record
         count, size, skipped = self.count, self.size, 0
         index, end = start, len(messages)
         try:
@@ -172,12 +175,12 @@ class Batch:
                     first[partition] = offset
                 count += 1
                 key, value = message.key(), message.value()
-                if value is not None and len(value) > 5 and value[0] == 0:
+                if value is not None and len(value) > header_size and value[0] == magic:
                     length = len(value)
                     size += length
-                    group = groups.get(value[1:5])
+                    group = groups.get(value[id_slice])
                     if group is None:
-                        group = groups[value[1:5]] = Group()
+                        group = groups[value[id_slice]] = Group()
                     if not key:
                         group.parts += (_META_AND_SHORT_KEY(partition, offset, length, 0), value)
                     elif len(key) < _SHORT_KEY:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analytics.tables import ENVELOPE_COLUMNS, ENVELOPE_NAMES, SINK_COLUMN_NAMES
+from runtime.log.frame import HEADER_SIZE
 
 # Metadata prepended to each datum, in this order (see consumers.batch.staged_head): a fixed
 # header (partition, offset and value size, little-endian -- ``consumers.batch.META``), read
@@ -48,10 +49,10 @@ STAGED_FIELDS: tuple[dict[str, Any], ...] = (
 # follows the metadata as it is, and the schema id (hence the type) is read from it in SQL. The
 # column exists only in the stage.
 FRAME_COLUMN = "_confluent_frame"
-FRAME_COLUMN_TYPE = "FixedString(5)"
+FRAME_COLUMN_TYPE = f"FixedString({HEADER_SIZE})"
 FRAME_FIELD: dict[str, Any] = {
     "name": FRAME_COLUMN,
-    "type": {"type": "fixed", "name": "AgentlogSinkConfluentFrame", "size": 5},
+    "type": {"type": "fixed", "name": "AgentlogSinkConfluentFrame", "size": HEADER_SIZE},
 }
 # Columns of the stage only, with their types.
 STAGE_ONLY_COLUMNS: tuple[tuple[str, str], ...] = (

@@ -36,7 +36,7 @@ from typing import Protocol
 from runtime.errors import AgentlogError, TerminalError
 
 from .batch import Batch, KafkaMessage
-from .event_writer import SinkState, WriteStats
+from .store_writer import SinkState, WriteStats
 
 log = logging.getLogger("agentlog.sink")
 
@@ -54,7 +54,7 @@ class SinkWriteError(SinkError):
 
 
 class BatchWriter(Protocol):
-    """The store side (``consumers.event_writer.EventWriter``)."""
+    """The store side (``consumers.store_writer.StoreWriter``)."""
 
     def prepare(self) -> SinkState: ...
 
@@ -69,8 +69,8 @@ class SinkConfig:
 
     # Upper bounds, reached only while the sink is behind (see ``due``). Large batches are what
     # makes catching up fast: each batch pays a fixed price (its inserts, its part, and the
-    # merges that part later costs) -- on a 2-vCPU machine 200k-row batches sank ~1.4x the
-    # events per second of 50k-row ones. Memory: up to three batches (one being written, one
+    # merges that part later costs), so larger batches sink more events per second (bench/sink.py
+    # compares sizes). Memory: up to three batches (one being written, one
     # waiting, one filling), each under batch_bytes of values.
     batch_rows: int = 200_000
     batch_bytes: int = 64 * 1024 * 1024

@@ -8,6 +8,7 @@ so memory stays bounded however far behind the sink is.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 
@@ -34,7 +35,7 @@ def consumer_config(settings: Settings, group: str) -> dict[str, object]:
         "enable.partition.eof": False,
         # The memory bound of the prefetch queue. librdkafka pauses fetching for
         # fetch.queue.backoff.ms (default 1 s) whenever the queue is over its thresholds; at the
-        # default a sink catching up reads in 1-second steps (~60k records/s here, 700k/s at 10 ms).
+        # default a sink catching up reads in 1-second steps, far below what it can sink.
         "queued.max.messages.kbytes": 65536,
         "fetch.queue.backoff.ms": 10,
         "fetch.max.bytes": 52428800,
@@ -50,8 +51,18 @@ def partitions_of(consumer: Consumer, topic: str, timeout: float = 30.0) -> list
     return sorted(info.partitions)
 
 
-def run_direct(settings: Settings, core: SinkCore, stop: threading.Event, topic: str | None = None) -> None:
-    """Consume ``topic`` (default: the events topic) into ``core`` until ``stop`` is set."""
+def run_direct(
+    settings: Settings,
+    core: SinkCore,
+    stop: threading.Event,
+    topic: str | None = None,
+    *,
+    tune_gc: bool = False,
+) -> None:
+    """Consume ``topic`` (default: the events topic) into ``core`` until ``stop`` is set.
+
+    ``tune_gc``: collect garbage rarely while consuming (:mod:`consumers.gctune`). It changes
+    the interpreter-wide collector, so it is for a process's entry point, not a library caller."""
     topic = topic or settings.events_topic
     consumer = Consumer(consumer_config(settings, f"agentlog-sink-{topic}"))
     try:
@@ -62,7 +73,7 @@ def run_direct(settings: Settings, core: SinkCore, stop: threading.Event, topic:
         ]
         consumer.assign(assignment)
         log.info("sink reading %s from %s", topic, {tp.partition: tp.offset for tp in assignment})
-        with bulk_collection():
+        with bulk_collection() if tune_gc else contextlib.nullcontext():
             _consume(consumer, core, stop)
         core.close()
     except BaseException:

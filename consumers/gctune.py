@@ -1,13 +1,16 @@
 """The garbage collector's settings while a driver consumes records in bulk.
 
 Every consumed record is a ``Message`` object, and those are tracked by the cyclic collector:
-at CPython's default threshold (a generation-0 pass every 700 allocations) the collector ran
-every few dozen records and walked the thousands of messages of the current poll each time --
-a third of the consuming thread's CPU (py-spy: ``Message_new0 > gc_collect_main``). The records
-form no cycles (they are freed by reference counting the moment a poll is done), so the sink
-collects rarely while it runs: a generation-0 threshold of 100,000, and the objects that exist
-when it starts (modules, clients) frozen out of every pass. Both are restored when the last
-driver of the process stops.
+at CPython's default threshold (a generation-0 pass every 700 allocations) the collector runs
+every few dozen records and walks the thousands of messages of the current poll each time, a
+large share of the consuming thread's CPU (bench/sink.py measures it). The records form no
+cycles (they are freed by reference counting the moment a poll is done), so the sink collects
+rarely while it runs: a generation-0 threshold of 100,000, and the objects that exist when it
+starts (modules, clients) frozen out of every pass. Both are restored when the last driver of
+the process stops.
+
+The collector is the whole interpreter's, so only a program's entry point opts in
+(``run_sink``, hence ``agentlog sink``); a program that embeds the sink keeps its own settings.
 """
 
 from __future__ import annotations

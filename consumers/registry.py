@@ -1,7 +1,7 @@
 """Writer schemas by id, from the schema registry, fetched once per id.
 
 The sink stores what the writer wrote, so it reads every record with the writer's own schema
-(the id in bytes 1-4 of the frame), never a local reader schema: a field added in a later
+(the id in the frame, runtime.log.frame), never a local reader schema: a field added in a later
 version lands even if this code has never heard of it.
 """
 
@@ -11,12 +11,9 @@ import json
 import threading
 from typing import Any
 
-from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.error import SchemaRegistryError
-
 from runtime.errors import RetryableError
-
-_NOT_FOUND_CODES = (40403, 40401, 40402)
+from runtime.log.registry import schema_by_id
+from runtime.log.registry_client import SchemaRegistryClient, SchemaRegistryError
 
 
 class RegistryUnavailable(RetryableError):
@@ -37,16 +34,12 @@ class WriterSchemas:
             if schema_id in self._cache:
                 return self._cache[schema_id]
         try:
-            schema = self.client.get_schema(schema_id)
+            schema = schema_by_id(self.client, schema_id)
         except SchemaRegistryError as exc:
-            if exc.http_status_code == 404 or exc.error_code in _NOT_FOUND_CODES:
-                found = None
-            else:
-                raise RegistryUnavailable(f"schema registry error for id {schema_id}: {exc}") from exc
-        except Exception as exc:  # transport errors surface as requests/httpx exceptions
+            raise RegistryUnavailable(f"schema registry error for id {schema_id}: {exc}") from exc
+        except Exception as exc:  # transport errors surface as the client's httpx exceptions
             raise RegistryUnavailable(f"schema registry unreachable for id {schema_id}: {exc}") from exc
-        else:
-            found = self._parse(schema.schema_str or "", schema.schema_type)
+        found = None if schema is None else self._parse(schema.schema_str or "", schema.schema_type)
         with self._lock:
             self._cache[schema_id] = found
         return found

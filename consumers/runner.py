@@ -19,12 +19,12 @@ from types import FrameType
 from analytics.server import QueryServer
 from analytics.store import Endpoint, StoreLocation, StoreLock, open_client, parse_dsn
 from runtime.config import Settings
-from runtime.log.serde import registry_client
+from runtime.log.registry import registry_client
 
 from .core import SinkConfig, SinkCore, SinkStats
 from .direct import run_direct
-from .event_writer import EventWriter
 from .registry import WriterSchemas
+from .store_writer import StoreWriter
 
 log = logging.getLogger("agentlog.sink")
 
@@ -99,8 +99,13 @@ def run_sink(
     stop: threading.Event | None = None,
     topic: str | None = None,
     on_ready: Callable[[Endpoint | None], None] | None = None,
+    tune_gc: bool = True,
 ) -> SinkStats:
-    """Run the sink until ``stop`` is set (or a signal arrives); return what it wrote."""
+    """Run the sink until ``stop`` is set (or a signal arrives); return what it wrote.
+
+    ``tune_gc``: the direct driver collects garbage rarely while it runs (:mod:`consumers.gctune`);
+    on by default because this is the sink's entry point (``agentlog sink``). A program that
+    embeds the sink and keeps its own collector settings passes False."""
     if driver not in DRIVERS:
         raise ValueError(f"unknown sink driver {driver!r}; choose one of {', '.join(DRIVERS)}")
     location = parse_dsn(dsn or settings.analytics_dsn)
@@ -109,14 +114,14 @@ def run_sink(
     with _stop_on_signals(stop), _store_lock(location):
         client = open_client(location)
         try:
-            writer = EventWriter(client, topic, WriterSchemas(registry_client(settings)))
+            writer = StoreWriter(client, topic, WriterSchemas(registry_client(settings)))
             core = SinkCore(writer, topic, config)
             with _query_port(location) as endpoint:
                 if on_ready is not None:
                     on_ready(endpoint)
                 log.info("sink: %s -> %s (driver %s)", topic, location.dsn, driver)
                 if driver == "direct":
-                    run_direct(settings, core, stop, topic)
+                    run_direct(settings, core, stop, topic, tune_gc=tune_gc)
                 else:
                     from .faust_app import run_faust  # faust is heavy to import; only when used
 

@@ -81,7 +81,9 @@ def main() -> int:
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     say("step 31's model call started: worker killed with SIGKILL")
-    say(f"status now: {json.dumps({k: v for k, v in client.status(run_id).items() if k != 'result'})}")
+    say(
+        f"status now: {json.dumps({k: v for k, v in client.status(run_id).as_dict().items() if k != 'result'})}"
+    )
 
     restarted = time.monotonic()
     second = start_worker(env, workdir / "worker-2.log")
@@ -89,8 +91,8 @@ def main() -> int:
         result = client.result(run_id, timeout=120)
         say(f"a new worker finished the run {time.monotonic() - restarted:.2f}s after its start")
         status = client.status(run_id)
-        say(f"status: {status['status']}, {status['events']} events, {status['bytes']} bytes")
-        say(f"in doubt (re-executed after the crash): {status['in_doubt']}")
+        say(f"status: {status.status}, {status.events} events, {status.bytes} bytes")
+        say(f"in doubt (re-executed after the crash): {[call.as_dict() for call in status.in_doubt]}")
         with sqlite3.connect(world) as conn:
             calls = dict(conn.execute("SELECT step, COUNT(*) FROM model_calls GROUP BY step").fetchall())
             effects = conn.execute(

@@ -4,68 +4,34 @@ from __future__ import annotations
 
 import atexit
 import base64
-import json
 import secrets
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from runtime.config import Settings, load_settings
 from runtime.errors import AgentlogError
-from runtime.log.events import (
-    CancelRequested,
-    Command,
-    Event,
-    ModelCallCompleted,
-    ModelCallFailed,
-    ModelCallScheduled,
-    Redecided,
-    RunCancelled,
-    RunCompleted,
-    RunContinuedAsNew,
-    RunFailed,
-    RunParked,
-    RunRejected,
-    RunStarted,
-    RunSubmitted,
-    SignalSent,
-    ToolCallCompleted,
-    ToolCallFailed,
-    ToolCallScheduled,
-)
+from runtime.log.events import CancelRequested, Command, Event, RunStarted, RunSubmitted, SignalSent
 from runtime.log.fencing import FenceFilter
 from runtime.log.kafka import KafkaLog
 from runtime.log.partitioning import partition_for
 from runtime.log.payloads import PayloadMissing, inlined, read_back
 from runtime.log.port import EventLog
 from runtime.log.serde import Serde, record_to_dict
+from runtime.log.status import has_ended
 from runtime.replay.reset import SeedError, cut, encode_seed
+from runtime.run_status import LoggedEvent, RunStatus, summarize
 from runtime.workflow.canonical import canonical_json
 
-STATUS_BY_TERMINAL: dict[type[Event], str] = {
-    RunCompleted: "completed",
-    RunFailed: "failed",
-    RunCancelled: "cancelled",
-    RunParked: "parked",
-    RunRejected: "rejected",
-    RunContinuedAsNew: "continued",
-}
+__all__ = ["Client", "LoggedEvent", "RunError", "RunStatus", "new_run_id", "summarize"]
 
 
 class RunError(AgentlogError):
-    """The run did not complete; ``status`` and ``reason`` say why."""
+    """The run did not complete; ``status`` (a RunState, or "timeout") and ``reason`` say why."""
 
     def __init__(self, run_id: str, status: str, reason: str) -> None:
         super().__init__(f"run {run_id} {status}: {reason}")
         self.run_id, self.status, self.reason = run_id, status, reason
-
-
-@dataclass(frozen=True)
-class LoggedEvent:
-    offset: int
-    size: int
-    event: Event
 
 
 def new_run_id() -> str:
@@ -101,7 +67,13 @@ class Client:
     def submit(
         self, workflow: str, input: Any, run_id: str | None = None, *, raw_input: str | None = None
     ) -> str:
-        """Produce one RunSubmitted record; returns the run id at once (no round trip)."""
+        """Submit a run of ``workflow`` with ``input`` (JSON-able; ``raw_input``: JSON text as is).
+
+        Produces one RunSubmitted record and returns the run id at once, without waiting for the
+        broker (``flush`` or ``result`` waits). ``run_id``: the id to use (a new random one by
+        default); a second submission of an id the worker already holds is ignored.
+        Raises TypeError/ValueError if ``input`` is not JSON-able, KafkaException if the
+        producer cannot take the record."""
         run_id = run_id or new_run_id()
         self._note_floor(run_id)
         text = raw_input if raw_input is not None else canonical_json(input)
@@ -112,7 +84,9 @@ class Client:
         """A new run from ``run_id``'s recorded history before ``position`` (runtime.replay.reset): no
         call before it runs again, everything from it runs with the current code, and effects it
         repeats keep their idempotency keys. A still-running original is cancelled first.
-        Returns the new run's id (produced at once, like ``submit``)."""
+        Returns the new run's id (produced at once, like ``submit``). Raises AgentlogError if the
+        run has no RunStarted, ``position`` is outside its history, a stored result is missing,
+        or the history before ``position`` is too large for one submission."""
         logged = list(self.events(run_id))
         started = next((e.event for e in logged if isinstance(e.event, RunStarted)), None)
         if started is None:
@@ -126,7 +100,7 @@ class Client:
                 f"run {run_id} before position {position} is {len(seed)} bytes of history, over the "
                 f"{_SEED_LIMIT}-byte limit of one submission: reset to an earlier position"
             )
-        if summarize(run_id, logged)["status"] == "running":
+        if summarize(run_id, logged).status == "running":
             self.cancel(run_id, reason=f"reset to position {position}")
         new = new_id or new_run_id()
         self._note_floor(new)
@@ -151,10 +125,15 @@ class Client:
             self._floor[partition] = self._end_offset(partition)
 
     def signal(self, run_id: str, name: str, payload: Any) -> None:
+        """Send signal ``name`` with ``payload`` (JSON-able) to the run, and wait until the broker
+        has it. A run that has ended ignores it. Raises KafkaException if it cannot be sent."""
         self._send(SignalSent(run_id=run_id, name=name, payload=canonical_json(payload)))
         self.flush()
 
     def cancel(self, run_id: str, reason: str = "cancelled by request") -> None:
+        """Ask for the run to be cancelled with ``reason``, and wait until the broker has the
+        request; the run ends "cancelled" when its worker takes it (a run that has ended ignores
+        it). Raises KafkaException if it cannot be sent."""
         self._send(CancelRequested(run_id=run_id, reason=reason))
         self.flush()
 
@@ -170,10 +149,13 @@ class Client:
         )
 
     def flush(self) -> None:
+        """Wait until every command sent so far is acknowledged by the log."""
         if self._wrote:
             self.log.flush()
 
     def close(self) -> None:
+        """Flush and close the log this client opened (not one it was given); safe to call
+        twice. The client may be used again afterwards (it opens new connections)."""
         if self._closes_log:
             self.log.close()
 
@@ -185,13 +167,16 @@ class Client:
 
     # ------------------------------------------------------------------------------ reading
     def partition(self, run_id: str) -> int:
+        """The partition of the commands and events topics that holds the run's records."""
         return partition_for(run_id, self.settings.partitions)
 
     def _end_offset(self, partition: int) -> int:
         return self.log.watermarks(self.settings.events_topic, partition)[1]
 
     def events(self, run_id: str, start: int | None = None) -> Iterator[LoggedEvent]:
-        """The run's events in log order, fenced (zombie) records left out."""
+        """The run's events in log order with their offsets and sizes, fenced (zombie) records
+        left out; ``start``: the offset to read the partition from (default its beginning).
+        Raises KafkaException if the topic cannot be read, DecodeError on an undecodable record."""
         partition = self.partition(run_id)
         key = run_id.encode()
         fence = FenceFilter()
@@ -211,7 +196,9 @@ class Client:
 
     def history(self, run_id: str, *, payloads: bool = False) -> list[dict[str, Any]]:
         """As ``agentlog history --json``: each event's fields plus ``type``, ``partition`` and
-        ``offset``. ``payloads``: results stored out of line are read back and shown inline."""
+        ``offset``. ``payloads``: results stored out of line are read back and shown inline.
+        An unknown run has an empty history. Raises AgentlogError if a stored result is missing
+        (with ``payloads``), and what ``events`` raises."""
         partition = self.partition(run_id)
         logged = list(self.events(run_id))
         events = [e.event for e in logged]
@@ -229,7 +216,8 @@ class Client:
         ]
 
     def with_payloads(self, run_id: str, events: list[Event]) -> list[Event]:
-        """``events`` with their out-of-line results read back (checked) and carried inline."""
+        """``events`` with their out-of-line results read back (checked) and carried inline.
+        Raises AgentlogError if a stored result is missing or does not match its checksum."""
         try:
             return inlined(
                 events, read_back(self.log, self.settings.payloads_topic, self.partition(run_id), events)
@@ -237,25 +225,31 @@ class Client:
         except PayloadMissing as error:
             raise AgentlogError(f"run {run_id}: {error}") from error
 
-    def status(self, run_id: str) -> dict[str, Any]:
+    def status(self, run_id: str) -> RunStatus:
+        """The run's status, size, in-doubt calls, re-decisions and outcome, read from its events
+        (the whole partition is scanned). A run id the log does not hold has status "unknown".
+        Raises KafkaException if the events topic cannot be read, DecodeError on a record this
+        code cannot decode."""
         return summarize(run_id, list(self.events(run_id)))
 
     def result(self, run_id: str, timeout: float = 60.0) -> Any:
-        """Wait for the run to end; its result, or RunError carrying the reason."""
+        """Wait for the run to end and return its result (decoded JSON).
+
+        Raises RunError if it ended otherwise (``status`` failed, cancelled, parked, rejected or
+        continued_as_new, with the reason), or with status "timeout" if it is still running
+        (or not started) after ``timeout`` seconds."""
         self.flush()
         deadline = time.monotonic() + timeout
         start = self._floor.get(self.partition(run_id))
         while True:
             logged = list(self.events(run_id, start=start))
             summary = summarize(run_id, logged)
-            if summary["status"] == "completed":
-                return summary["result"]
-            if summary["status"] not in ("running", "unknown"):
-                raise RunError(run_id, summary["status"], summary.get("reason") or "")
+            if summary.status == "completed":
+                return summary.result
+            if has_ended(summary.status):
+                raise RunError(run_id, summary.status, summary.reason or "")
             if time.monotonic() > deadline:
-                raise RunError(
-                    run_id, "timeout", f"not finished after {timeout}s (status {summary['status']})"
-                )
+                raise RunError(run_id, "timeout", f"not finished after {timeout}s (status {summary.status})")
             if logged and start is not None:
                 start = logged[0].offset  # a run's first event: a safe place to read from again
             time.sleep(0.05)
@@ -263,85 +257,3 @@ class Client:
 
 # A submission is one Kafka record (1 MB by default); the seed leaves room for the rest.
 _SEED_LIMIT = 900_000
-
-
-def summarize(run_id: str, logged: list[LoggedEvent]) -> dict[str, Any]:
-    """The keys of ``agentlog status --json``, computed from the run's events."""
-    status = "unknown"
-    workflow = None
-    result: Any = None
-    reason: str | None = None
-    scheduled_keys: dict[int, str | None] = {}
-    in_doubt: list[dict[str, Any]] = []
-    redecided: list[dict[str, Any]] = []
-    reset_from: dict[str, Any] | None = None
-    for item in logged:
-        event = item.event
-        if isinstance(event, Redecided):
-            redecided.append(
-                {
-                    "position": event.position,
-                    "original": json.loads(event.original),
-                    "replacement": json.loads(event.replacement),
-                    "check": json.loads(event.check),
-                    "reason": event.reason,
-                }
-            )
-        elif isinstance(event, RunStarted):
-            status, workflow = "running", event.workflow
-            if event.reset_position:
-                reset_from = {"run_id": event.parent_run_id, "position": event.reset_position}
-        elif isinstance(event, ToolCallScheduled):
-            scheduled_keys[event.position] = event.idempotency_key
-        elif isinstance(event, (ModelCallScheduled,)):
-            scheduled_keys[event.position] = None
-        elif (
-            isinstance(event, (ModelCallCompleted, ToolCallCompleted, ModelCallFailed, ToolCallFailed))
-            and event.in_doubt
-        ):
-            kind = "model" if isinstance(event, (ModelCallCompleted, ModelCallFailed)) else "tool"
-            if not any(d["position"] == event.position for d in in_doubt):
-                in_doubt.append(
-                    {
-                        "kind": kind,
-                        "position": event.position,
-                        "idempotency_key": scheduled_keys.get(event.position),
-                    }
-                )
-        terminal = STATUS_BY_TERMINAL.get(type(event))
-        if terminal is not None:
-            status = terminal
-            if isinstance(event, RunCompleted):
-                result = json.loads(event.result)
-            elif isinstance(event, RunFailed):
-                reason = f"{event.error_type}: {event.error}"
-            elif isinstance(event, (RunRejected, RunParked, RunCancelled)):
-                reason = event.reason
-                workflow = workflow or getattr(event, "workflow", None)
-            elif isinstance(event, RunContinuedAsNew):
-                result, reason = {"continued_as": event.new_run_id}, f"continued as {event.new_run_id}"
-    names = _call_names(logged)
-    for entry in in_doubt:
-        entry["name"] = names.get(entry["position"])
-    return {
-        "run_id": run_id,
-        "workflow": workflow,
-        "status": status,
-        "events": len(logged),
-        "bytes": sum(e.size for e in logged),
-        "in_doubt": in_doubt,
-        "redecided": redecided,
-        "reset_from": reset_from,
-        "result": result,
-        "reason": reason,
-    }
-
-
-def _call_names(logged: list[LoggedEvent]) -> dict[int, str]:
-    names: dict[int, str] = {}
-    for item in logged:
-        if isinstance(item.event, ModelCallScheduled):
-            names[item.event.position] = item.event.model
-        elif isinstance(item.event, ToolCallScheduled):
-            names[item.event.position] = item.event.tool
-    return names

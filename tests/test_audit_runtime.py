@@ -57,12 +57,12 @@ def test_audit_tells_the_same_story_as_history_for_runtime_events(
         assert [{k: e[k] for k in common} for e in audit_events] == [
             {k: e[k] for k in common} for e in history_events
         ]
-        assert len(history_events) == client.status(refund_run)["events"]
+        assert len(history_events) == client.status(refund_run).events
 
         tools = json.loads(
             agentlog(deployment, "audit", "tools", "--tool", "refund", "--json", "--dsn", dsn).stdout
         )
-        key = client.status(refund_run)["in_doubt"][0]["idempotency_key"]
+        key = client.status(refund_run).in_doubt[0].idempotency_key
         refund_rows = [row for row in tools if row["idempotency_key"] == key]
         assert len(refund_rows) == 1, tools  # one effect, visible at once with its attempts
         row = refund_rows[0]

@@ -22,6 +22,7 @@ from runtime.config import Settings
 from runtime.log.events import EpochClaimed
 from runtime.log.kafka_reader import read_partition
 from runtime.log.serde import Serde
+from runtime.run_status import InDoubtCall
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 REFUND_APP = "examples.refund_agent:app"
@@ -93,10 +94,8 @@ def test_refund40_killed_when_step_31_model_call_starts(
     )  # the recorded first-attempt results were served
     assert result["nonces"][30] != first_attempt_nonces[30]  # step 31 really ran again
     status = client.status(run_id)
-    assert status["status"] == "completed"
-    assert status["in_doubt"] == [
-        {"kind": "model", "position": 61, "idempotency_key": None, "name": "planner"}
-    ]
+    assert status.status == "completed"
+    assert status.in_doubt == (InDoubtCall(kind="model", position=61, idempotency_key=None, name="planner"),)
     taken = [
         json.loads(line.split(" INFO ", 1)[1])
         for line in second.log().splitlines()
@@ -128,8 +127,8 @@ def test_kill_inside_an_effect_applies_it_once(
     attempts = db.execute("SELECT idempotency_key FROM effect_attempts WHERE kind='refund'").fetchall()
     assert len(attempts) == 2 and attempts[0] == attempts[1]  # re-executed with the same key
     assert db.execute("SELECT COUNT(*) FROM effects WHERE kind='refund'").fetchone()[0] == 1
-    in_doubt = client.status(run_id)["in_doubt"]
-    assert in_doubt == [{"kind": "tool", "position": 44, "idempotency_key": attempts[0][0], "name": "refund"}]
+    in_doubt = client.status(run_id).in_doubt
+    assert in_doubt == (InDoubtCall(kind="tool", position=44, idempotency_key=attempts[0][0], name="refund"),)
     client.close()
 
 
@@ -179,7 +178,7 @@ def test_zombie_writes_after_losing_its_partition_stay_invisible(
     assert not {e["offset"] for e in history} & {o for o, _ in zombie_late}  # ...and invisible
     assert [e["seq"] for e in history] == list(range(1, len(history) + 1))
     assert [e["type"] for e in history][-3:] == ["ToolCallScheduled", "ToolCallCompleted", "RunCompleted"]
-    assert client.status(run_id)["status"] == "completed"
+    assert client.status(run_id).status == "completed"
     client.close()
 
 
@@ -209,7 +208,7 @@ def test_recovery_decodes_the_active_run_not_the_partition(
     taken = json.loads(
         next(line for line in second.log().splitlines() if '"partition_taken"' in line).split(" INFO ", 1)[1]
     )
-    active_history = client.status(active)["events"]
+    active_history = client.status(active).events
     total = sum(1 for _ in read_partition(deployment, deployment.events_topic, 0))
     print(
         f"partition holds {total} records; rebuild read {taken['records_read']}, decoded {taken['records_decoded']}"
@@ -250,9 +249,9 @@ def test_respawn_forks_a_new_worker_when_the_worker_is_killed(
     assert [step for step in range(1, 31) if calls[step] != 1] == [] and calls[31] == 2
     assert db.execute("SELECT COUNT(*) FROM effects").fetchone()[0] == 3
     assert len(set(result["nonces"])) == 40  # the forked worker draws its own nonces
-    assert client.status(run_id)["in_doubt"] == [
-        {"kind": "model", "position": 61, "idempotency_key": None, "name": "planner"}
-    ]
+    assert client.status(run_id).in_doubt == (
+        InDoubtCall(kind="model", position=61, idempotency_key=None, name="planner"),
+    )
 
     supervisor.proc.send_signal(signal.SIGTERM)  # forwarded: the worker stops, then the supervisor
     assert supervisor.proc.wait(timeout=30) == 0

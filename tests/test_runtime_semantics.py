@@ -16,6 +16,7 @@ from conftest import ROOT, WorkerProcess, deployment_env
 
 from runtime.client import Client, RunError
 from runtime.config import Settings
+from runtime.run_status import ResetOrigin
 
 pytestmark = pytest.mark.integration
 APP = "agent_apps:app"
@@ -64,7 +65,7 @@ def test_nondeterminism_by_arguments_at_step_1_parks_the_run(
     assert len(detected) == 1 and detected[0]["position"] == 1
     assert '"step":1' in detected[0]["expected"] and '"step":2' in detected[0]["issued"]
     assert "position 1" in detected[0]["message"] and "lookup" in detected[0]["message"]
-    assert client.status(run_id)["status"] == "parked"
+    assert client.status(run_id).status == "parked"
     client.close()
 
 
@@ -144,8 +145,8 @@ def test_bad_submissions_are_rejected_with_the_reason_and_nothing_stalls(
             client.result(run_id, timeout=30)
         assert rejected.value.status == "rejected", run_id
         assert reason in rejected.value.reason, (run_id, rejected.value.reason)
-        assert client.status(run_id)["status"] == "rejected"
-    assert "amount" in client.status(wrong_shape)["reason"]
+        assert client.status(run_id).status == "rejected"
+    assert "amount" in (client.status(wrong_shape).reason or "")
     client.close()
 
 
@@ -243,7 +244,7 @@ def test_a_run_at_its_history_limit_is_parked_with_the_reason(
     with pytest.raises(RunError) as parked:
         client.result(big, timeout=30)
     assert parked.value.status == "parked" and "history limit reached: 12 events" in parked.value.reason
-    assert client.status(big)["events"] == 13  # the 12 that reached the limit, then RunParked
+    assert client.status(big).events == 13  # the 12 that reached the limit, then RunParked
     assert '"history_size_warning"' in workers[0].log()
     client.close()
 
@@ -268,10 +269,10 @@ def test_a_decision_gone_stale_while_the_worker_was_dead_is_re_decided_not_acted
     assert result["action"] == "hold" and result["call"] == 2
     assert not (tmp_path / "issue_refund").exists()  # the stale refund never went out
     status = client.status(run_id)
-    (redecided,) = status["redecided"]
-    assert redecided["original"]["action"] == "refund" and redecided["replacement"]["action"] == "hold"
-    assert redecided["reason"] == "order 48211 was closed meanwhile"
-    assert redecided["check"]["verdict"] == {"valid": False, "reason": "order 48211 was closed meanwhile"}
+    (redecided,) = status.redecided
+    assert redecided.original["action"] == "refund" and redecided.replacement["action"] == "hold"
+    assert redecided.reason == "order 48211 was closed meanwhile"
+    assert redecided.check["verdict"] == {"valid": False, "reason": "order 48211 was closed meanwhile"}
     types = [e["type"] for e in client.history(run_id)]
     assert types.count("Redecided") == 1 and types.count("ModelCallScheduled") == 2
     client.close()
@@ -294,8 +295,9 @@ def test_reset_copies_the_history_before_the_position_and_repeats_effects_with_t
     keys = (tmp_path / "refund-keys").read_text().split()
     assert len(keys) == 2 and keys[0] == keys[1]  # the service sees one refund, offered twice
     status = client.status(f"{original}-again")
-    assert status["status"] == "completed"
-    assert status["reset_from"] == {"run_id": original, "position": 3}
+    assert status.status == "completed"
+    assert status.reset_from == ResetOrigin(run_id=original, position=3)
+    assert status.as_dict()["reset_from"] == {"run_id": original, "position": 3}
     copied = [e for e in client.history(f"{original}-again") if e["type"] != "RunStarted"][:4]
     assert [(e["type"], e["position"]) for e in copied] == [
         ("ModelCallScheduled", 1),
@@ -331,7 +333,7 @@ def test_a_large_result_is_stored_out_of_line_and_served_on_replay(
     (stored,) = [e for e in client.history(run_id) if e["type"] == "ToolCallCompleted"]
     assert stored["result"] == "" and stored["result_size"] > 44_000 and len(stored["result_sha256"]) == 64
     assert isinstance(stored["result_offset"], int)
-    assert client.status(run_id)["bytes"] < 2_000  # the history stays small
+    assert client.status(run_id).bytes < 2_000  # the history stays small
     (read_back,) = [e for e in client.history(run_id, payloads=True) if e["type"] == "ToolCallCompleted"]
     assert json.loads(read_back["result"])["text"].startswith("line 1 of the report.")
     again = client.reset(run_id, 2)  # a reset copies the stored result, read back, and replays it

@@ -15,12 +15,13 @@ from test_sink_support import EventLog, make_deployment, read_partition
 
 from analytics.store import open_client, parse_dsn
 from consumers.batch import Batch
-from consumers.event_writer import EventWriter
 from consumers.registry import WriterSchemas
+from consumers.store_writer import StoreWriter
 from runtime.config import Settings
 from runtime.log import events as ev
 from runtime.log.fencing import FenceFilter
-from runtime.log.serde import Serde, registry_client
+from runtime.log.registry import registry_client
+from runtime.log.serde import Serde
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +68,7 @@ def test_sql_fencing_agrees_with_fence_filter_across_batches_and_restarts(
     cursors = {p: 0 for p in messages}
     client = open_client(parse_dsn(f"chdb://{tmp_path / 'analytics'}"))
     try:
-        writer = EventWriter(client, settings.events_topic, WriterSchemas(registry_client(settings)))
+        writer = StoreWriter(client, settings.events_topic, WriterSchemas(registry_client(settings)))
         next_offsets = dict(writer.prepare().next_offsets)
         while any(cursors[p] < len(messages[p]) for p in messages):
             batch = Batch()
@@ -83,7 +84,7 @@ def test_sql_fencing_agrees_with_fence_filter_across_batches_and_restarts(
             batch.seal(next_offsets)
             writer.write(batch, batch.token(settings.events_topic))
             if rng.random() < 0.3:  # a restart: the watermarks come back from the store
-                writer = EventWriter(client, settings.events_topic, WriterSchemas(registry_client(settings)))
+                writer = StoreWriter(client, settings.events_topic, WriterSchemas(registry_client(settings)))
                 assert writer.prepare().next_offsets == next_offsets
         got = {
             (int(p), int(o)): int(f)

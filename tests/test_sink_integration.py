@@ -22,10 +22,11 @@ from test_sink_support import (
 
 from analytics.store import open_client, parse_dsn
 from consumers.batch import Batch
-from consumers.event_writer import EventWriter
 from consumers.registry import WriterSchemas
+from consumers.store_writer import StoreWriter
 from runtime.config import Settings
-from runtime.log.serde import registry_client
+from runtime.log.frame import HEADER_SIZE, frame_header
+from runtime.log.registry import registry_client
 
 pytestmark = pytest.mark.integration
 
@@ -138,7 +139,7 @@ def test_a_retried_insert_of_the_same_batch_is_dropped_by_its_token(
     batch.seal(next_offsets)
     client = open_client(parse_dsn(_dsn(tmp_path)))
     try:
-        writer = EventWriter(client, events4.events_topic, WriterSchemas(registry_client(events4)))
+        writer = StoreWriter(client, events4.events_topic, WriterSchemas(registry_client(events4)))
         writer.prepare()
         token = batch.token(events4.events_topic)
         writer.write(batch, token)
@@ -207,7 +208,7 @@ def test_undecodable_records_land_flagged_and_never_stall_the_partition(
     good = log.serde.encode(writer.started())
     log.append_raw(good, p, b"run-bad-bytes")
     log.append_raw(b"plain text, not avro", p, b"run-bad-bytes")
-    log.append_raw(b"\x00\x7f\xff\xff\xf0" + good[5:], p, b"run-bad-bytes")  # unknown schema id
+    log.append_raw(frame_header(0x7FFFFFF0) + good[HEADER_SIZE:], p, b"run-bad-bytes")  # unknown schema id
     log.append_raw(good[:12], p, b"run-bad-bytes")  # a datum cut short
     log.append_raw(None, p, b"run-bad-bytes")  # a tombstone
     after = log.serde.encode(writer.completed())

@@ -17,7 +17,9 @@ from analytics.store import connect
 from runtime.config import Settings
 from runtime.log import events as ev
 from runtime.log.catalog import load_catalog
-from runtime.log.serde import record_to_dict, registry_client
+from runtime.log.frame import frame_header
+from runtime.log.registry import registry_client
+from runtime.log.serde import record_to_dict
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +39,7 @@ def _register_v2(settings: Settings) -> tuple[int, dict[str, object]]:
 def _encode(schema_id: int, schema: dict[str, object], values: dict[str, object]) -> bytes:
     out = io.BytesIO()
     fastavro.schemaless_writer(out, fastavro.parse_schema(schema), values)
-    return b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue()
+    return frame_header(schema_id) + out.getvalue()
 
 
 def test_v1_and_v2_records_both_land_and_the_new_field_becomes_a_column(

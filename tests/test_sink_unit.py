@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import inspect
 import io
 import json
 import struct
@@ -14,12 +15,12 @@ import pytest
 
 from analytics.migrations import _V1_FIELD_COLUMNS, _V5_FIELD_COLUMNS, _V6_FIELD_COLUMNS, MIGRATIONS_LIST
 from analytics.tables import ENVELOPE_COLUMNS, SINK_COLUMNS
-from consumers import gctune, rowbinary
+from consumers import gctune, rowbinary, run_direct, run_sink
 from consumers.avro_wire import container, read_zigzag, zigzag
 from consumers.batch import Batch, staged_body
 from consumers.columns import STAGED_FIELDS, normalize_type, plan_columns
 from consumers.core import BackpressureError, SinkConfig, SinkCore, SinkWriteError
-from consumers.event_writer import SinkState, WriteStats
+from consumers.store_writer import SinkState, WriteStats
 from runtime.errors import TerminalError
 from runtime.log.catalog import load_catalog
 
@@ -365,3 +366,10 @@ def test_bulk_collection_nests_and_restores_the_collector() -> None:
             pass
         assert gc.get_threshold()[0] == gctune.BULK_THRESHOLD  # the inner exit keeps the outer's
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_only_the_sink_entry_point_tunes_the_collector() -> None:
+    """The collector is the interpreter's: a program calling the driver keeps its settings unless
+    it asks; ``run_sink`` (``agentlog sink``) asks."""
+    assert inspect.signature(run_direct).parameters["tune_gc"].default is False
+    assert inspect.signature(run_sink).parameters["tune_gc"].default is True

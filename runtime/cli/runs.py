@@ -138,23 +138,19 @@ def _reset(args: argparse.Namespace, settings: Settings) -> int:
 def _status(args: argparse.Namespace, settings: Settings) -> int:
     status = _client(settings).status(args.run)
     if args.json:
-        print(json.dumps(status))
+        print(status.to_json())
         return 0
-    print(f"run       {status['run_id']}\nworkflow  {status['workflow']}\nstatus    {status['status']}")
-    print(f"events    {status['events']}\nbytes     {status['bytes']}")
-    if status["reason"]:
-        print(f"reason    {status['reason']}")
-    for entry in status["in_doubt"]:
-        print(
-            f"in doubt  {entry['kind']} {entry['name']!r} at position {entry['position']} key={entry['idempotency_key']}"
-        )
-    if status["reset_from"]:
-        print(
-            f"reset     from {status['reset_from']['run_id']} at position {status['reset_from']['position']}"
-        )
-    for entry in status["redecided"]:
-        print(f"redecided at position {entry['position']}: {entry['reason']}")
-    return 0 if status["status"] != "unknown" else 1
+    print(f"run       {status.run_id}\nworkflow  {status.workflow}\nstatus    {status.status}")
+    print(f"events    {status.events}\nbytes     {status.bytes}")
+    if status.reason:
+        print(f"reason    {status.reason}")
+    for call in status.in_doubt:
+        print(f"in doubt  {call.kind} {call.name!r} at position {call.position} key={call.idempotency_key}")
+    if status.reset_from:
+        print(f"reset     from {status.reset_from.run_id} at position {status.reset_from.position}")
+    for entry in status.redecided:
+        print(f"redecided at position {entry.position}: {entry.reason}")
+    return 0 if status.status != "unknown" else 1
 
 
 def _history(args: argparse.Namespace, settings: Settings) -> int:

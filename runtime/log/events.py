@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from runtime.log.status import ENDING_EVENTS
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Record:
@@ -301,13 +303,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 )
 RECORD_TYPES: dict[str, type[Record]] = {cls.__name__: cls for cls in (*COMMAND_TYPES, *EVENT_TYPES)}
 
-# Records that end a run; after one of them the run accepts nothing but reads.
-TERMINAL_TYPES: tuple[type[Event], ...] = (
-    RunCompleted,
-    RunFailed,
-    RunCancelled,
-    RunContinuedAsNew,
-    RunRejected,
-)
+# Records that end a run (runtime.log.status); after one of them the run accepts nothing but reads.
+TERMINAL_TYPES: tuple[type[Event], ...] = tuple(cls for cls in EVENT_TYPES if cls.__name__ in ENDING_EVENTS)
 # Records about the partition, not about one run.
 PARTITION_TYPES: tuple[type[Event], ...] = (EpochClaimed, PartitionCheckpoint)

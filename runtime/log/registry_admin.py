@@ -11,15 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from runtime.config import Settings
 from runtime.log.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog, load_policy
+from runtime.log.registry import compatibility_messages, is_not_found, registry_client
 from runtime.log.registry_client import Schema, SchemaRegistryClient, SchemaRegistryError
 from runtime.log.schema_diff import breaking_fields, field_changes
-from runtime.log.serde import registry_client
-
-_NOT_FOUND = (40401, 40402, 40403, 40408)
 
 
 @dataclass(frozen=True)
@@ -37,31 +33,13 @@ def _latest(client: SchemaRegistryClient, subject: str) -> dict[str, Any] | None
     try:
         registered = client.get_latest_version(subject)
     except SchemaRegistryError as exc:
-        if exc.error_code in _NOT_FOUND or exc.http_status_code == 404:
+        if is_not_found(exc):
             return None
         raise
     parsed: dict[str, Any] = json.loads(registered.schema.schema_str or "{}")
     parsed["__version__"] = registered.version
     parsed["__id__"] = registered.schema_id
     return parsed
-
-
-def _registry_messages(settings: Settings, subject: str, schema: LocalSchema) -> list[str]:
-    """The registry's own explanation (``verbose=true``), when it gives one."""
-    url = f"{settings.schema_registry_url}/compatibility/subjects/{subject}/versions"
-    try:
-        response = httpx.post(
-            url,
-            params={"verbose": "true"},
-            json={"schema": schema.text, "schemaType": "AVRO"},
-            headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
-            timeout=10,
-        )
-        body = response.json()
-    except (httpx.HTTPError, ValueError):
-        return []
-    messages = body.get("messages") if isinstance(body, dict) else None
-    return [str(m) for m in messages] if isinstance(messages, list) else []
 
 
 class SchemaAdmin:
@@ -99,7 +77,10 @@ class SchemaAdmin:
     def _incompatible_detail(self, subject: str, schema: LocalSchema, latest: dict[str, Any]) -> list[str]:
         fields = breaking_fields(latest, schema.parsed)
         detail = [f"{subject}: {f}" for f in fields]
-        detail += [f"{subject}: registry: {m}" for m in _registry_messages(self.settings, subject, schema)]
+        detail += [
+            f"{subject}: registry: {m}"
+            for m in compatibility_messages(self.settings.schema_registry_url, subject, schema.text)
+        ]
         return detail or [f"{subject}: incompatible with a registered version (registry gave no detail)"]
 
     def check(self) -> list[SubjectReport]:

@@ -19,7 +19,6 @@ import dataclasses
 import datetime as dt
 import io
 import json
-import struct
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,14 +30,14 @@ from runtime.config import Settings
 from runtime.errors import AgentlogError
 from runtime.log.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
 from runtime.log.events import RECORD_TYPES, Record
-from runtime.log.registry_lookup import LookupUnavailable, lookup_ids
+from runtime.log.frame import HEADER_SIZE, ID_SLICE, MAGIC, NotFramed, frame_header, is_framed
+from runtime.log.frame import schema_id_of as frame_schema_id
+from runtime.log.registry import registry_client, schema_by_id, schema_ids
 
 # The registry client is imported where it is first used, not here: the import costs ~250 ms
-# (see runtime.log.registry_lookup), and a recovering worker does not need it to start.
+# (see runtime.log.registry), and a recovering worker does not need it to start.
 if TYPE_CHECKING:
     from runtime.log.registry_client import AvroDeserializer, AvroSerializer, SchemaRegistryClient
-
-_MAGIC = 0
 
 
 class DecodeError(AgentlogError):
@@ -47,12 +46,6 @@ class DecodeError(AgentlogError):
     def __init__(self, message: str, data: bytes | None = None) -> None:
         super().__init__(message)
         self.data = data
-
-
-def registry_client(settings: Settings) -> SchemaRegistryClient:
-    from runtime.log.registry_client import SchemaRegistryClient
-
-    return SchemaRegistryClient({"url": settings.schema_registry_url})
 
 
 def record_to_dict(record: object, _ctx: SerializationContext | None = None) -> dict[str, Any]:
@@ -82,9 +75,11 @@ def _record_from_dict(cls: type[Record], values: dict[str, Any], key: bytes | No
 
 
 def schema_id_of(data: bytes) -> int:
-    if len(data) < 6 or data[0] != _MAGIC:
-        raise DecodeError("not Confluent wire format (magic byte 0 and a 4-byte schema id expected)", data)
-    return int(struct.unpack(">I", data[1:5])[0])
+    """The writer schema id in ``data``'s frame; DecodeError (carrying the bytes) if unframed."""
+    try:
+        return frame_schema_id(data)
+    except NotFramed as error:
+        raise DecodeError(str(error), data) from error
 
 
 class Serde:
@@ -149,7 +144,7 @@ class Serde:
         data = serializer(record, SerializationContext(schema.topic(self.settings), MessageField.VALUE))
         assert data is not None
         data = bytes(data)
-        self._writers[name] = (data[:5], parse_schema(schema.parsed))
+        self._writers[name] = (data[:HEADER_SIZE], parse_schema(schema.parsed))
         return data
 
     def _serializer(self, name: str) -> AvroSerializer:
@@ -190,9 +185,9 @@ class Serde:
         on the recovery's critical path. Schemas the registry does not know are left alone -- the
         first encode then refuses them with the registry's own error. Returns how many resolved.
 
-        The lookups go over plain HTTP (runtime.log.registry_lookup), so a worker starts without
-        importing the registry client; where that cannot ask (credentials in the URL, say), a
-        throwaway client does. Either connection is closed before this returns (a supervisor
+        The lookups go over plain HTTP (runtime.log.registry.schema_ids), so a worker starts without
+        importing the registry client; where that cannot ask (a registry answering an error, say),
+        a throwaway client does. Either connection is closed before this returns (a supervisor
         warms a Serde up before forking workers, and no child may inherit an open connection)."""
         wanted = {
             name: local
@@ -200,13 +195,7 @@ class Serde:
             if name not in self._writers and name in RECORD_TYPES
         }
         subjects = {name: local.subject(self.settings) for name, local in wanted.items()}
-        try:
-            ids = lookup_ids(
-                self.settings.schema_registry_url, ((subjects[n], wanted[n].text) for n in wanted)
-            )
-        except LookupUnavailable:
-            with registry_client(self.settings) as scout:
-                ids = self._lookup_with_client(scout, wanted, subjects)
+        ids = schema_ids(self.settings, ((subjects[n], wanted[n].text) for n in wanted))
         resolved = 0
         for name, local in wanted.items():
             schema_id = ids.get(subjects[name])
@@ -217,25 +206,9 @@ class Serde:
             # records carrying the id: one parsed schema serves as writer and reader.
             self._readers.setdefault(schema_id, (RECORD_TYPES[name], parsed, parsed))
             self._names_by_id.setdefault(schema_id, name)
-            self._writers.setdefault(name, (bytes([_MAGIC]) + struct.pack(">I", schema_id), parsed))
+            self._writers.setdefault(name, (frame_header(schema_id), parsed))
             resolved += 1
         return resolved
-
-    @staticmethod
-    def _lookup_with_client(
-        client: SchemaRegistryClient, wanted: dict[str, LocalSchema], subjects: dict[str, str]
-    ) -> dict[str, int]:
-        from runtime.log.registry_client import Schema, SchemaRegistryError
-
-        ids: dict[str, int] = {}
-        for name, local in wanted.items():
-            try:
-                registered = client.lookup_schema(subjects[name], Schema(local.text, schema_type="AVRO"))
-            except SchemaRegistryError:
-                continue
-            if registered.schema_id is not None:
-                ids[subjects[name]] = registered.schema_id
-        return ids
 
     # -- reading ---------------------------------------------------------------------------------
     def record_name(self, data: bytes) -> str:
@@ -245,14 +218,9 @@ class Serde:
         if name is None and self._offline:
             raise DecodeError(f"schema id {schema_id} is not in this offline catalog", data)
         if name is None:
-            from runtime.log.registry_client import SchemaRegistryError
-
-            try:
-                writer = self.client.get_schema(schema_id)
-            except SchemaRegistryError as error:
-                if error.http_status_code == 404:
-                    raise DecodeError(f"schema id {schema_id} is not in the registry", data) from error
-                raise
+            writer = schema_by_id(self.client, schema_id)
+            if writer is None:
+                raise DecodeError(f"schema id {schema_id} is not in the registry", data)
             name = str(json.loads(writer.schema_str or "{}")["name"])
             self._names_by_id[schema_id] = name
         return name
@@ -265,12 +233,12 @@ class Serde:
 
         The first record of each schema id goes through ``AvroDeserializer``; later ones are
         resolved by fastavro with the same writer and reader schemas, cached by id."""
-        if len(data) > 5:
-            fast = self._readers.get(int.from_bytes(data[1:5], "big"))
-            if fast is not None and data[0] == _MAGIC:
+        if len(data) > HEADER_SIZE:
+            fast = self._readers.get(int.from_bytes(data[ID_SLICE], "big"))
+            if fast is not None and data[0] == MAGIC:
                 cls, writer, reader = fast
                 try:
-                    values = schemaless_reader(io.BytesIO(data[5:]), writer, reader)
+                    values = schemaless_reader(io.BytesIO(data[HEADER_SIZE:]), writer, reader)
                 except Exception as exc:
                     raise DecodeError(f"cannot decode {cls.__name__}: {exc}", data) from exc
                 assert isinstance(values, dict)
@@ -278,8 +246,7 @@ class Serde:
         return self._decode_first(data, key, topic)
 
     def _decode_first(self, data: bytes, key: bytes | None, topic: str | None) -> Record:
-        framed = len(data) > 5 and data[0] == _MAGIC
-        if self._await_warm_up() and framed and int.from_bytes(data[1:5], "big") in self._readers:
+        if self._await_warm_up() and is_framed(data) and frame_schema_id(data) in self._readers:
             return self.decode(data, key, topic)
         name = self.record_name(data)
         cls = RECORD_TYPES.get(name)
@@ -321,5 +288,5 @@ class Serde:
             parsed = parse_schema(serde.catalog[name].parsed)
             serde._readers[schema_id] = (RECORD_TYPES[name], parsed, parsed)
             serde._names_by_id[schema_id] = name
-            serde._writers[name] = (bytes([_MAGIC]) + struct.pack(">I", schema_id), parsed)
+            serde._writers[name] = (frame_header(schema_id), parsed)
         return serde

@@ -15,6 +15,7 @@ from typing import Any
 
 from runtime.errors import AgentlogError
 from runtime.log.events import RECORD_TYPES, Event, RunStarted
+from runtime.log.status import RunState
 from runtime.workflow.app import App
 from runtime.workflow.machine import NonDeterminismError, RunMachine, Stamp
 
@@ -25,7 +26,7 @@ class ReplayResult:
 
     run_id: str
     workflow: str
-    status: str  # running | completed | failed | cancelled | parked | continued
+    status: RunState
     events_replayed: int
     divergence: NonDeterminismError | None
     result: Any

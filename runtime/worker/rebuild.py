@@ -26,7 +26,6 @@ from runtime.log.events import (
     EpochClaimed,
     Event,
     PartitionCheckpoint,
-    RunParked,
     RunRejected,
     RunStarted,
 )
@@ -151,7 +150,7 @@ def rebuild(settings: Settings, serde: Serde, log: EventLog, partition: int, epo
         size[0] += 1
         size[1] += len(record.value)
         events_by_run[run_id].append(event)
-        if isinstance(event, (*TERMINAL_TYPES, RunParked)):
+        if isinstance(event, TERMINAL_TYPES):
             terminal.add(run_id)
     result.fenced = fence.fenced_count
     for run_id, logged in events_by_run.items():

@@ -47,6 +47,7 @@ from runtime.log.events import (
     ToolCallFailed,
     ToolCallScheduled,
 )
+from runtime.log.status import RunState, status_after
 from runtime.workflow.app import App
 from runtime.workflow.canonical import args_hash, canonical_json, idempotency_key, sha256_hex
 from runtime.workflow.context import Context, ContinueAsNew
@@ -180,7 +181,7 @@ class RunMachine:
         self.stamp = stamp
         self.seq = started.seq
         self.now_ms = started.occurred_at
-        self.status = "running"
+        self.status: RunState = "running"
         self.outbox: list[Event] = []
         self.ready: list[Intent] = []
         self.commands: dict[int, Intent] = {}
@@ -529,13 +530,7 @@ class RunMachine:
         self._terminate(event)
 
     def _terminate(self, event: Event) -> None:
-        self.status = {
-            RunCompleted: "completed",
-            RunFailed: "failed",
-            RunCancelled: "cancelled",
-            RunContinuedAsNew: "continued",
-            RunParked: "parked",
-        }.get(type(event), self.status)
+        self.status = status_after(event.type, self.status)
         self._pending_terminal = None
         self._coro.close()
 

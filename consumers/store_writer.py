@@ -40,10 +40,11 @@ from clickhouse_connect.driver.client import Client
 
 from analytics.migrations import migrate, table_columns
 from analytics.tables import CLAIM_TYPE, DATABASE, EVENTS, WRITER_SCHEMAS, quote_identifier, quote_string
+from runtime.log.frame import HEADER_SIZE, ID_SIZE
 
 from . import rowbinary
 from .avro_wire import container
-from .batch import META, Batch, RawRecord, Undecodable, staged_body
+from .batch import META, Batch, SinkRecord, Undecodable, staged_body
 from .columns import (
     FRAME_COLUMN,
     META_COLUMN,
@@ -71,7 +72,7 @@ _UNDECODABLE_COLUMNS = [
 # What a record contributes to its partition's watermark; undecodable records contribute nothing.
 _WATERMARK_TERM = f"multiIf(type = '{CLAIM_TYPE}', offset, decode_error != '', toInt64(-1), epoch)"
 # The writer schema id in bytes 1-4 (big-endian) of the Confluent frame.
-_FRAME_SCHEMA_ID = f"toInt32(reinterpretAsUInt32(reverse(substring({FRAME_COLUMN}, 2, 4))))"
+_FRAME_SCHEMA_ID = f"toInt32(reinterpretAsUInt32(reverse(substring({FRAME_COLUMN}, 2, {ID_SIZE}))))"
 # Partition, offset and value size from the staged header (consumers.batch.META: little-endian).
 _META_FIELDS = (
     f"reinterpretAsInt32(substring({META_COLUMN}, 1, 4)) AS partition, "
@@ -110,14 +111,14 @@ class _PartitionMarks:
 class _GroupRejected(Exception):
     """The store refused one schema group's container (kept apart to look for corrupt datums)."""
 
-    def __init__(self, plan: ColumnPlan, records: Sequence[RawRecord], cause: Exception) -> None:
+    def __init__(self, plan: ColumnPlan, records: Sequence[SinkRecord], cause: Exception) -> None:
         super().__init__(str(cause))
         self.plan = plan
         self.records = records
         self.cause = cause
 
 
-class EventWriter:
+class StoreWriter:
     """Owns the events table and this sink's stage table for one topic."""
 
     def __init__(self, client: Client, topic: str, schemas: WriterSchemas) -> None:
@@ -199,7 +200,7 @@ class EventWriter:
                 reason = f"schema id {schema_id} is not an Avro record schema in the registry"
                 undecodable += [Undecodable(p, o, k, v, schema_id, reason) for p, o, k, v in group.records()]
                 continue
-            records: Sequence[RawRecord] | None = None  # only the rare paths need them
+            records: Sequence[SinkRecord] | None = None  # only the rare paths need them
             if excluded:
                 records = [r for r in group.records() if (r[0], r[1]) not in excluded]
                 body, count = staged_body(records), len(records)
@@ -251,14 +252,14 @@ class EventWriter:
             self._columns[name] = ch_type
             log.info("added column %s %s to %s for a new schema field", name, ch_type, EVENTS)
 
-    def _find_undecodable(self, plan: ColumnPlan, records: Sequence[RawRecord]) -> list[Undecodable]:
+    def _find_undecodable(self, plan: ColumnPlan, records: Sequence[SinkRecord]) -> list[Undecodable]:
         found = self.schemas.get(plan.schema_id)
         assert found is not None
         parsed = fastavro.parse_schema(found[0])
         bad: list[Undecodable] = []
         for partition, offset, key, value in records:
             reader = io.BytesIO(value)
-            reader.seek(5)
+            reader.seek(HEADER_SIZE)
             try:
                 fastavro.schemaless_reader(reader, parsed, None)
                 if reader.tell() != len(value):

@@ -1,0 +1,154 @@
+"""The one way to the schema registry (the Confluent REST API): every client and every request
+the runtime, the CLI and the sink make to it starts here.
+
+Two paths, each for a reason:
+
+- confluent-kafka's ``SchemaRegistryClient`` (:func:`registry_client`) for registering, checking
+  compatibility, and reading schemas by id -- the serializers use it too. Importing it loads
+  authlib's OAuth stack, httpx and joserfc (~250 ms of a cold worker's ~1 s recovery on a
+  2-vCPU machine), so it is imported when a client is first built, never at module import.
+- Plain HTTP over the standard library (:func:`lookup_ids`, :func:`compatibility_messages`) for
+  what must not pay that import or what the client does not expose. A recovering worker must
+  know the registry id of every schema it writes before its first record, and that is one
+  documented call per subject (``POST /subjects/{subject}``, "check if a schema has already
+  been registered under the subject"), asked over one kept-alive connection. The registry's
+  verbose compatibility explanation (``?verbose=true``) is not in the client's API.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote, urlsplit
+
+from runtime.config import Settings
+
+if TYPE_CHECKING:
+    from runtime.log.registry_client import Schema, SchemaRegistryClient, SchemaRegistryError
+
+_CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+# Error codes of the Confluent API for "no such subject / version / schema".
+_NOT_FOUND_CODES = (40401, 40402, 40403, 40408)
+
+
+class LookupUnavailable(Exception):
+    """The registry could not be asked over plain HTTP (not a "not registered" answer); the
+    caller falls back to the client."""
+
+
+# -- the confluent client ------------------------------------------------------------------------
+def registry_client(settings: Settings) -> SchemaRegistryClient:
+    """A registry client for the deployment (imports the client on first call: ~250 ms)."""
+    from runtime.log.registry_client import SchemaRegistryClient
+
+    return SchemaRegistryClient({"url": settings.schema_registry_url})
+
+
+def is_not_found(error: SchemaRegistryError) -> bool:
+    """Whether the registry's error means "no such subject, version or schema"."""
+    return error.http_status_code == 404 or error.error_code in _NOT_FOUND_CODES
+
+
+def schema_by_id(client: SchemaRegistryClient, schema_id: int) -> Schema | None:
+    """The schema registered under ``schema_id`` (cached by the client), or None if the registry
+    has no such id. Raises SchemaRegistryError for any other answer."""
+    from runtime.log.registry_client import SchemaRegistryError
+
+    try:
+        return client.get_schema(schema_id)
+    except SchemaRegistryError as error:
+        if is_not_found(error):
+            return None
+        raise
+
+
+def schema_ids(settings: Settings, subjects: Iterable[tuple[str, str]]) -> dict[str, int]:
+    """``{subject: id}`` for each ``(subject, Avro schema text)`` registered exactly so; others
+    are left out. Plain HTTP (:func:`lookup_ids`), so a cold worker does not import the client;
+    where that cannot ask, a throwaway client does. Either connection is closed before this
+    returns (a supervisor resolves ids before forking workers, and no child may inherit an
+    open connection)."""
+    wanted = list(subjects)
+    try:
+        return lookup_ids(settings.schema_registry_url, wanted)
+    except LookupUnavailable:
+        pass  # the client below asks the same question its own way
+    from runtime.log.registry_client import Schema, SchemaRegistryError
+
+    found: dict[str, int] = {}
+    with registry_client(settings) as scout:
+        for subject, text in wanted:
+            try:
+                registered = scout.lookup_schema(subject, Schema(text, schema_type="AVRO"))
+            except SchemaRegistryError:
+                continue
+            if registered.schema_id is not None:
+                found[subject] = registered.schema_id
+    return found
+
+
+# -- plain HTTP ----------------------------------------------------------------------------------
+@contextmanager
+def _connection(url: str, timeout: float) -> Iterator[tuple[http.client.HTTPConnection, str, dict[str, str]]]:
+    """One kept-alive connection to the registry at ``url``: (connection, base path, headers)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise LookupUnavailable(f"{url!r}: not an http(s) URL, left to the client")
+    headers = {"Content-Type": _CONTENT_TYPE, "Connection": "keep-alive"}
+    if parts.username is not None:  # as the client does: basic auth from the URL's user info
+        user_info = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        headers["Authorization"] = "Basic " + base64.b64encode(user_info.encode()).decode("ascii")
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    connection_type = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    connection = connection_type(netloc, timeout=timeout)
+    try:
+        yield connection, parts.path.rstrip("/"), headers
+    finally:
+        connection.close()
+
+
+def _post(
+    connection: http.client.HTTPConnection, path: str, headers: dict[str, str], body: dict[str, Any]
+) -> tuple[int, bytes]:
+    connection.request("POST", path, json.dumps(body), headers)
+    response = connection.getresponse()
+    return response.status, response.read()
+
+
+def lookup_ids(url: str, subjects: Iterable[tuple[str, str]], timeout: float = 10.0) -> dict[str, int]:
+    """``{subject: id}`` for each ``(subject, Avro schema text)`` registered exactly so; subjects
+    or schemas the registry does not know (404) are left out. Raises LookupUnavailable if the
+    registry cannot be asked or answers anything else."""
+    found: dict[str, int] = {}
+    try:
+        with _connection(url, timeout) as (connection, base, headers):
+            for subject, text in subjects:
+                path = f"{base}/subjects/{quote(subject, safe='')}"
+                status, payload = _post(connection, path, headers, {"schema": text, "schemaType": "AVRO"})
+                if status == 404:
+                    continue
+                if status != 200:
+                    raise LookupUnavailable(f"registry answered {status} for {subject}: {payload[:200]!r}")
+                found[subject] = int(json.loads(payload)["id"])
+    except (OSError, http.client.HTTPException, ValueError, KeyError) as error:
+        raise LookupUnavailable(f"registry lookup failed: {error}") from error
+    return found
+
+
+def compatibility_messages(url: str, subject: str, text: str, timeout: float = 10.0) -> list[str]:
+    """The registry's own explanation of why ``text`` is incompatible with ``subject``'s versions
+    (``verbose=true``); empty when it gives none or cannot be asked -- it is detail for a person,
+    the verdict comes from the client."""
+    path = f"/compatibility/subjects/{quote(subject, safe='')}/versions?verbose=true"
+    try:
+        with _connection(url, timeout) as (connection, base, headers):
+            _, payload = _post(connection, base + path, headers, {"schema": text, "schemaType": "AVRO"})
+        body = json.loads(payload)
+    except (LookupUnavailable, OSError, http.client.HTTPException, ValueError):
+        return []
+    messages = body.get("messages") if isinstance(body, dict) else None
+    return [str(m) for m in messages] if isinstance(messages, list) else []

@@ -1,0 +1,188 @@
+"""A run's status as read from its events: what ``Client.status`` returns and ``agentlog status`` prints."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from runtime.log.events import (
+    Event,
+    ModelCallCompleted,
+    ModelCallFailed,
+    ModelCallScheduled,
+    Redecided,
+    RunCancelled,
+    RunCompleted,
+    RunContinuedAsNew,
+    RunFailed,
+    RunParked,
+    RunRejected,
+    RunStarted,
+    ToolCallCompleted,
+    ToolCallFailed,
+    ToolCallScheduled,
+)
+from runtime.log.status import RunState, status_after
+
+
+@dataclass(frozen=True)
+class LoggedEvent:
+    """One of a run's events with where it sits in the events topic."""
+
+    offset: int
+    size: int  # bytes of the record's value
+    event: Event
+
+
+@dataclass(frozen=True)
+class InDoubtCall:
+    """A call that may or may not have taken effect: its worker died while it was in flight."""
+
+    kind: Literal["model", "tool"]
+    position: int
+    idempotency_key: str | None  # tools only: the key the service can deduplicate on
+    name: str | None  # the model or tool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "position": self.position,
+            "idempotency_key": self.idempotency_key,
+            "name": self.name,
+        }
+
+
+@dataclass(frozen=True)
+class Redecision:
+    """A recorded decision the current code replaced (``ctx.redecide``); values are decoded JSON."""
+
+    position: int
+    original: Any
+    replacement: Any
+    check: Any
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "position": self.position,
+            "original": self.original,
+            "replacement": self.replacement,
+            "check": self.check,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class ResetOrigin:
+    """The run and position a reset run was cut from (``agentlog reset``)."""
+
+    run_id: str | None
+    position: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "position": self.position}
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """A run's status, size, in-doubt calls and outcome, computed from its events."""
+
+    run_id: str
+    workflow: str | None
+    status: RunState
+    events: int
+    bytes: int
+    in_doubt: tuple[InDoubtCall, ...] = ()
+    redecided: tuple[Redecision, ...] = ()
+    reset_from: ResetOrigin | None = None
+    result: Any = None  # a completed run's result (decoded JSON); {"continued_as": id} when continued
+    reason: str | None = None  # why a run failed, was cancelled, parked, rejected or continued
+
+    def as_dict(self) -> dict[str, Any]:
+        """The keys and values of ``agentlog status --json``."""
+        return {
+            "run_id": self.run_id,
+            "workflow": self.workflow,
+            "status": self.status,
+            "events": self.events,
+            "bytes": self.bytes,
+            "in_doubt": [call.as_dict() for call in self.in_doubt],
+            "redecided": [entry.as_dict() for entry in self.redecided],
+            "reset_from": self.reset_from.as_dict() if self.reset_from is not None else None,
+            "result": self.result,
+            "reason": self.reason,
+        }
+
+    def to_json(self) -> str:
+        """``agentlog status --json``."""
+        return json.dumps(self.as_dict())
+
+
+def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
+    """The run's status from its events in log order (fenced records already left out)."""
+    status: RunState = "unknown"
+    workflow: str | None = None
+    result: Any = None
+    reason: str | None = None
+    scheduled_keys: dict[int, str | None] = {}
+    in_doubt: dict[int, tuple[Literal["model", "tool"], str | None]] = {}  # position -> kind, key
+    redecided: list[Redecision] = []
+    reset_from: ResetOrigin | None = None
+    names: dict[int, str] = {}
+    for item in logged:
+        event = item.event
+        if isinstance(event, Redecided):
+            redecided.append(
+                Redecision(
+                    position=event.position,
+                    original=json.loads(event.original),
+                    replacement=json.loads(event.replacement),
+                    check=json.loads(event.check),
+                    reason=event.reason,
+                )
+            )
+        elif isinstance(event, RunStarted):
+            workflow = event.workflow
+            if event.reset_position:
+                reset_from = ResetOrigin(event.parent_run_id, event.reset_position)
+        elif isinstance(event, ToolCallScheduled):
+            scheduled_keys[event.position] = event.idempotency_key
+            names[event.position] = event.tool
+        elif isinstance(event, ModelCallScheduled):
+            scheduled_keys[event.position] = None
+            names[event.position] = event.model
+        elif (
+            isinstance(event, (ModelCallCompleted, ToolCallCompleted, ModelCallFailed, ToolCallFailed))
+            and event.in_doubt
+        ):
+            kind: Literal["model", "tool"] = (
+                "model" if isinstance(event, (ModelCallCompleted, ModelCallFailed)) else "tool"
+            )
+            in_doubt.setdefault(event.position, (kind, scheduled_keys.get(event.position)))
+        status = status_after(event.type, status)
+        if isinstance(event, RunCompleted):
+            result = json.loads(event.result)
+        elif isinstance(event, RunFailed):
+            reason = f"{event.error_type}: {event.error}"
+        elif isinstance(event, (RunRejected, RunParked, RunCancelled)):
+            reason = event.reason
+            workflow = workflow or getattr(event, "workflow", None)
+        elif isinstance(event, RunContinuedAsNew):
+            result, reason = {"continued_as": event.new_run_id}, f"continued as {event.new_run_id}"
+    return RunStatus(
+        run_id=run_id,
+        workflow=workflow,
+        status=status,
+        events=len(logged),
+        bytes=sum(e.size for e in logged),
+        in_doubt=tuple(
+            InDoubtCall(kind, position, key, names.get(position))
+            for position, (kind, key) in in_doubt.items()
+        ),
+        redecided=tuple(redecided),
+        reset_from=reset_from,
+        result=result,
+        reason=reason,
+    )

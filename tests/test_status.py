@@ -1,0 +1,168 @@
+"""One vocabulary of run statuses: the runtime's mapping, the client's RunStatus and the store's view."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import get_args
+
+import pytest
+
+from analytics import migrations
+from runtime.log.events import (
+    EVENT_TYPES,
+    TERMINAL_TYPES,
+    Event,
+    ModelCallCompleted,
+    ModelCallScheduled,
+    Redecided,
+    RunCancelled,
+    RunCompleted,
+    RunContinuedAsNew,
+    RunFailed,
+    RunParked,
+    RunRejected,
+    RunStarted,
+    ToolCallCompleted,
+    ToolCallScheduled,
+)
+from runtime.log.status import ENDED, ENDING_EVENTS, RUN_STATES, STATUS_BY_EVENT, RunState, has_ended
+from runtime.run_status import InDoubtCall, LoggedEvent, Redecision, ResetOrigin, RunStatus, summarize
+from runtime.workflow.app import App
+from runtime.workflow.context import Context
+from runtime.workflow.machine import RunMachine, Stamp
+
+pytestmark = pytest.mark.unit
+
+_RUN_EVENTS = {cls.__name__ for cls in EVENT_TYPES if cls.__name__.startswith("Run")}
+
+
+def test_every_run_lifecycle_event_sets_a_status_of_the_vocabulary() -> None:
+    assert set(STATUS_BY_EVENT) == _RUN_EVENTS
+    assert set(STATUS_BY_EVENT.values()) <= set(RUN_STATES)
+    assert set(RUN_STATES) == set(STATUS_BY_EVENT.values()) | {"unknown"}
+    assert get_args(RunState) == RUN_STATES
+
+
+def test_the_statuses_that_end_a_run_and_the_events_that_set_them_agree() -> None:
+    assert set(RUN_STATES) - {"running", "unknown"} == ENDED
+    assert {cls.__name__ for cls in TERMINAL_TYPES} == set(ENDING_EVENTS)
+    assert all(has_ended(STATUS_BY_EVENT[name]) for name in ENDING_EVENTS)
+    assert not has_ended("running") and not has_ended("unknown")
+    assert STATUS_BY_EVENT["RunContinuedAsNew"] == "continued_as_new"  # ctx.continue_as_new's word
+
+
+def _status_arms(sql: str) -> dict[str, str]:
+    case = sql[sql.index("multiIf(") : sql.index(" AS status")]
+    return dict(re.findall(r"last_status_event = '(\w+)', '(\w+)'", case))
+
+
+def test_the_store_speaks_the_runtime_vocabulary() -> None:
+    latest = next(m for m in reversed(migrations.MIGRATIONS_LIST) if "VIEW agentlog.runs" in m.statements[0])
+    (runs_view,) = [s for s in latest.statements if "VIEW agentlog.runs" in s]
+    assert _status_arms(runs_view) == dict(STATUS_BY_EVENT)
+    assert "'unknown') AS status" in runs_view
+    ended = re.search(r"maxOrNullIf\(occurred_at, type IN \(([^)]*)\)\) AS ended_at", runs_view)
+    assert ended is not None and set(re.findall(r"'(\w+)'", ended.group(1))) == set(ENDING_EVENTS)
+
+
+def test_released_migrations_keep_their_text() -> None:
+    """An applied migration is never edited (the store refuses a changed checksum). If this fails
+    because the status vocabulary changed, keep the released text and add a new migration."""
+    assert {m.version: m.checksum for m in migrations.MIGRATIONS_LIST} == {
+        1: "2c82ec9c43155109",
+        2: "31be787fd23b89e9",
+        3: "e3c4aa44972468c9",
+        4: "3bb06f3eb19d0dec",
+        5: "c453cd1850e6c270",
+        6: "75e67e539343b00f",
+        7: "054d6e33d8dbf346",
+    }
+
+
+def _logged(*events: Event) -> list[LoggedEvent]:
+    return [LoggedEvent(offset, 10, event) for offset, event in enumerate(events)]
+
+
+def test_summarize_uses_the_vocabulary_for_every_ending_event() -> None:
+    started = RunStarted(run_id="r", workflow="w", input="{}", command_offset=0)
+    ending: list[Event] = [
+        RunCompleted(run_id="r", result="1"),
+        RunFailed(run_id="r", error_type="E", error="boom"),
+        RunCancelled(run_id="r", reason="asked", command_offset=1),
+        RunParked(run_id="r", reason="stuck"),
+        RunRejected(run_id="r", reason="bad input", command_offset=1),
+        RunContinuedAsNew(run_id="r", new_run_id="r2", input="{}"),
+    ]
+    assert {type(e) for e in ending} == set(TERMINAL_TYPES)
+    for event in ending:
+        status = summarize("r", _logged(started, event))
+        assert status.status == STATUS_BY_EVENT[event.type] and has_ended(status.status)
+        assert status.result is not None or status.reason
+    assert summarize("r", []).status == "unknown"
+    assert summarize("r", _logged(started)).status == "running"
+
+
+def test_run_status_as_dict_keeps_the_status_json_keys() -> None:
+    logged = _logged(
+        RunStarted(
+            run_id="r", workflow="w", input="{}", command_offset=0, parent_run_id="p", reset_position=3
+        ),
+        ModelCallScheduled(run_id="r", position=1, model="planner", args_hash="h"),
+        ModelCallCompleted(run_id="r", position=1, result="{}", in_doubt=True),
+        ToolCallScheduled(
+            run_id="r", position=2, tool="refund", args="{}", args_hash="h", idempotency_key="k"
+        ),
+        ToolCallCompleted(run_id="r", position=2, result="{}", in_doubt=True),
+        Redecided(run_id="r", position=3, original="1", check="{}", replacement="2", reason="why"),
+        RunParked(run_id="r", reason="stuck", position=3),
+    )
+    status = summarize("r", logged)
+    assert status == RunStatus(
+        run_id="r",
+        workflow="w",
+        status="parked",
+        events=7,
+        bytes=70,
+        in_doubt=(InDoubtCall("model", 1, None, "planner"), InDoubtCall("tool", 2, "k", "refund")),
+        redecided=(Redecision(position=3, original=1, replacement=2, check={}, reason="why"),),
+        reset_from=ResetOrigin("p", 3),
+        reason="stuck",
+    )
+    assert json.loads(status.to_json()) == {
+        "run_id": "r",
+        "workflow": "w",
+        "status": "parked",
+        "events": 7,
+        "bytes": 70,
+        "in_doubt": [
+            {"kind": "model", "position": 1, "idempotency_key": None, "name": "planner"},
+            {"kind": "tool", "position": 2, "idempotency_key": "k", "name": "refund"},
+        ],
+        "redecided": [{"position": 3, "original": 1, "replacement": 2, "check": {}, "reason": "why"}],
+        "reset_from": {"run_id": "p", "position": 3},
+        "result": None,
+        "reason": "stuck",
+    }
+
+
+def test_the_machine_reports_the_vocabulary() -> None:
+    app = App("t")
+
+    @app.workflow("done")
+    async def done(ctx: Context, value: int) -> int:
+        return value
+
+    started = RunStarted(run_id="r", workflow="done", input="1", command_offset=0)
+    machine = RunMachine(app, started, Stamp(lambda: 0, "test", 0), [])
+    machine.begin()
+    assert machine.status == "completed" and machine.status in RUN_STATES
+    machine.park("operator")  # a run that ended is not parked again
+    assert machine.status == "completed"
+
+
+def test_the_audit_refuses_a_status_outside_the_vocabulary() -> None:
+    from analytics import audit
+
+    with pytest.raises(audit.AuditError, match="continued_as_new"):
+        audit.runs(None, status="continued")  # type: ignore[arg-type]  # refused before any query
