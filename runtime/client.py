@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import logging
 import secrets
 import time
 from collections.abc import Iterator
@@ -17,13 +18,15 @@ from runtime.log.kafka import KafkaLog
 from runtime.log.partitioning import partition_for
 from runtime.log.payloads import PayloadMissing, inlined, read_back
 from runtime.log.port import EventLog
-from runtime.log.serde import Serde, record_to_dict
+from runtime.log.serde import DecodeError, Serde, record_to_dict
 from runtime.log.status import has_ended
 from runtime.replay.reset import SeedError, cut, encode_seed
 from runtime.run_status import LoggedEvent, RunStatus, summarize
 from runtime.workflow.canonical import canonical_json
 
 __all__ = ["Client", "LoggedEvent", "RunError", "RunStatus", "new_run_id", "summarize"]
+
+logger = logging.getLogger("agentlog.client")
 
 
 class RunError(AgentlogError):
@@ -176,7 +179,9 @@ class Client:
     def events(self, run_id: str, start: int | None = None) -> Iterator[LoggedEvent]:
         """The run's events in log order with their offsets and sizes, fenced (zombie) records
         left out; ``start``: the offset to read the partition from (default its beginning).
-        Raises KafkaException if the topic cannot be read, DecodeError on an undecodable record."""
+        A record this code cannot decode is left out with a warning: the worker parks a run
+        with such a record, naming its offset, so the run's status still says what is wrong.
+        Raises KafkaException if the topic cannot be read."""
         partition = self.partition(run_id)
         key = run_id.encode()
         fence = FenceFilter()
@@ -188,7 +193,11 @@ class Client:
         ):
             if record.value is None:
                 continue
-            event = self.serde.decode(record.value, record.key)
+            try:
+                event = self.serde.decode(record.value, record.key)
+            except DecodeError as error:
+                logger.warning("run %s: record at offset %s left out: %s", run_id, record.offset, error)
+                continue
             assert isinstance(event, Event)
             if not fence.admit(event, record.offset) or event.run_id != run_id:
                 continue

@@ -81,6 +81,11 @@ class MemoryLog:
                 item.ack(error)
         return len(held)
 
+    def held_count(self) -> int:
+        """How many appends wait for ``release``."""
+        with self._changed:
+            return len(self._held or ())
+
     def records(self, topic: str, partition: int) -> list[LogRecord]:
         """A copy of what the partition holds."""
         with self._changed:

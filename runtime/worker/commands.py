@@ -74,7 +74,6 @@ class CommandHandler:
             raise WorkerError(f"stopping at command {delivery.partition}@{offset}: {error}") from error
         except Exception as error:  # the command's own failure: it ends visibly, the partition goes on
             log.exception("command %s@%s of run %s", delivery.partition, offset, run_id)
-            owned.runs.pop(run_id, None)
             try:
                 self._reject(
                     owned, run_id, None, f"handling failed: {type(error).__name__}: {error}", "", offset
@@ -148,10 +147,10 @@ class CommandHandler:
             with_envelope(e, command.run_id, seq, e.occurred_at, self.worker_id, owned.epoch)
             for seq, e in enumerate(copies, start=2)
         ]
+        owned.sizes[command.run_id] = [0, 0]
+        self.batcher.append(owned, [started, *copies])  # first: a run whose start fails has no machine
         machine = RunMachine(self.app, started, owned.stamp, history=[started, *copies] if copies else ())
         owned.runs[command.run_id] = machine
-        owned.sizes[command.run_id] = [0, 0]
-        self.batcher.append(owned, [started, *copies])
         machine.begin()
         if copies:
             machine.replay(copies)

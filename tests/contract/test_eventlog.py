@@ -1,0 +1,176 @@
+"""The log port's contract, one suite run against every backend (in memory, and real Kafka).
+
+Each backend's test class differs only in ``make_log``: what the worker relies on -- ordered
+acks with offsets, bounded reads with a key filter, the commands feed, the ownership check --
+is what both provide. The Kafka class runs against the broker started by `agentlog infra up`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+
+import pytest
+
+from runtime.config import Settings
+from runtime.log.kafka import KafkaLog
+from runtime.log.memory import MemoryLog
+from runtime.log.partitioning import partition_for
+from runtime.log.port import Delivery, EventLog
+
+CLAIM = b"claim"  # the contract's stand-in for an encoded EpochClaimed (the port does not decode)
+
+
+def is_claim(value: bytes) -> bool:
+    return value == CLAIM
+
+
+class EventLogContract:
+    """Subclassed once per backend; ``settings`` names the topics, 3 partitions each."""
+
+    settings: Settings
+
+    def make_log(self) -> EventLog:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def log(self) -> Iterator[EventLog]:
+        log = self.make_log()
+        yield log
+        log.close()
+
+    def append_all(self, log: EventLog, topic: str, partition: int, values: list[bytes]) -> list[int]:
+        futures: list[Future[int]] = [log.append(topic, partition, b"k", v) for v in values]
+        return [f.result(timeout=30) for f in futures]
+
+    # -- appends -----------------------------------------------------------------------------------
+    def test_appends_to_a_partition_are_acknowledged_in_order_with_their_offsets(self, log: EventLog) -> None:
+        topic = self.settings.events_topic
+        offsets = self.append_all(log, topic, 1, [b"a", b"b", b"c"])
+        assert offsets == [0, 1, 2]
+        assert log.watermarks(topic, 1) == (0, 3)
+        assert log.watermarks(topic, 0) == (0, 0)
+        assert log.failure is None
+
+    def test_a_keyed_append_without_a_partition_goes_to_the_runs_partition(self, log: EventLog) -> None:
+        topic = self.settings.commands_topic
+        for run_id in ("run-a", "run-b", "run-c", "run-d"):
+            log.append(topic, None, run_id.encode(), b"x").result(timeout=30)
+            expected = partition_for(run_id, self.settings.partitions)
+            assert [r.key for r in log.read(topic, expected)][-1] == run_id.encode()
+
+    def test_a_batch_resolves_its_watched_futures_in_the_loop(self, log: EventLog) -> None:
+        topic = self.settings.events_topic
+
+        async def batch() -> tuple[int, int]:
+            loop = asyncio.get_running_loop()
+            first, last = loop.create_future(), loop.create_future()
+            records: list[tuple[bytes | None, bytes]] = [(b"r", b"0"), (b"r", b"1"), (None, b"2")]
+            log.append_batch(loop, topic, 2, records, {0: first, 2: last})
+            return await asyncio.wait_for(first, 30), await asyncio.wait_for(last, 30)
+
+        assert asyncio.run(batch()) == (0, 2)
+        assert [(r.offset, r.key, r.value) for r in log.read(topic, 2)] == [
+            (0, b"r", b"0"),
+            (1, b"r", b"1"),
+            (2, None, b"2"),
+        ]
+
+    def test_an_unwatched_append_is_vouched_for_by_a_later_ack(self, log: EventLog) -> None:
+        topic = self.settings.checkpoints_topic
+        log.append_unwatched(topic, 0, b"run/x", b"1")
+        assert log.append(topic, 0, b"checkpoint/0", b"cp").result(timeout=30) == 1
+        log.flush()
+        assert [r.key for r in log.read(topic, 0)] == [b"run/x", b"checkpoint/0"]
+        assert log.failure is None
+
+    # -- reads -------------------------------------------------------------------------------------
+    def test_read_is_bounded_by_start_and_end_and_filters_on_the_key(self, log: EventLog) -> None:
+        topic = self.settings.events_topic
+        for i in range(6):
+            log.append(topic, 0, b"even" if i % 2 == 0 else b"odd", str(i).encode()).result(timeout=30)
+        assert [r.offset for r in log.read(topic, 0)] == [0, 1, 2, 3, 4, 5]
+        assert [r.offset for r in log.read(topic, 0, start=2, end=5)] == [2, 3, 4]
+        assert [r.value for r in log.read(topic, 0, keep=lambda k: k == b"odd")] == [b"1", b"3", b"5"]
+        assert list(log.read(topic, 0, start=6)) == []
+        assert list(log.read(topic, 0, start=3, end=3)) == []
+
+    def test_reading_an_empty_partition_returns_nothing(self, log: EventLog) -> None:
+        assert list(log.read(self.settings.payloads_topic, 1)) == []
+
+    # -- the commands feed ---------------------------------------------------------------------------
+    def test_the_feed_delivers_from_where_the_assignment_says_in_order(self, log: EventLog) -> None:
+        topic = self.settings.commands_topic
+        for i in range(4):
+            log.append(topic, 0, b"run", f"c{i}".encode()).result(timeout=30)
+        assigned: list[list[int]] = []
+        revoked: list[list[int]] = []
+
+        def on_assign(partitions: list[int]) -> dict[int, int]:
+            assigned.append(sorted(partitions))
+            return {p: 1 if p == 0 else 0 for p in partitions}
+
+        feed = log.join("contract-worker", 6000)
+        feed.bind(on_assign, revoked.append)
+        got: list[Delivery] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 3 and time.monotonic() < deadline:
+            got += [d for d in feed.poll(100, 0.2) if d.error is None]
+        feed.commit(0, 4)
+        feed.close()
+        assert assigned == [[0, 1, 2]]
+        assert [(d.partition, d.offset, d.value) for d in got] == [
+            (0, 1, b"c1"),
+            (0, 2, b"c2"),
+            (0, 3, b"c3"),
+        ]
+
+    # -- ownership -----------------------------------------------------------------------------------
+    def test_ownership_holds_until_a_newer_claim_is_met(self, log: EventLog) -> None:
+        topic = self.settings.events_topic
+        epoch = log.append(topic, 0, None, CLAIM).result(timeout=30)
+        ours = self.append_all(log, topic, 0, [b"e1", b"e2"])
+
+        async def check() -> tuple[bool, bool, bool]:
+            ownership = log.ownership(asyncio.get_running_loop(), is_claim)
+            ownership.watch(0, epoch)
+            try:
+                before = await asyncio.wait_for(ownership.owned_through(0, ours[-1]), 30)
+                log.append(topic, 0, None, CLAIM).result(timeout=30)  # another worker's claim
+                after = self.append_all(log, topic, 0, [b"zombie"])[0]
+                fenced = await asyncio.wait_for(ownership.owned_through(0, after), 30)
+                earlier = await asyncio.wait_for(ownership.owned_through(0, ours[0]), 30)
+                return before, fenced, earlier
+            finally:
+                ownership.close()
+
+        before, fenced, earlier = asyncio.run(check())
+        assert before is True
+        assert fenced is False
+        assert earlier is False  # once fenced, the partition is not ours for anything
+
+
+@pytest.mark.unit
+class TestMemoryLog(EventLogContract):
+    settings = Settings(
+        partitions=3,
+        commands_topic="c.commands",
+        events_topic="c.events",
+        checkpoints_topic="c.checkpoints",
+        payloads_topic="c.payloads",
+    )
+
+    def make_log(self) -> EventLog:
+        return MemoryLog(self.settings)
+
+
+@pytest.mark.integration
+class TestKafkaLog(EventLogContract):
+    @pytest.fixture(autouse=True)
+    def _topics(self, deployment: Settings) -> None:
+        self.settings = deployment
+
+    def make_log(self) -> EventLog:
+        return KafkaLog(self.settings)

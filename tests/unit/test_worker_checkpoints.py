@@ -1,0 +1,88 @@
+"""Checkpoints cover only acknowledged records, and the commands offset follows them
+(the order is written in runtime/worker/checkpoint.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from memory_harness import Harness, until
+
+from runtime.workflow.app import App
+from runtime.workflow.context import Context
+
+pytestmark = pytest.mark.unit
+
+
+def waiting_app(started: list[str], gate: asyncio.Event) -> App:
+    app = App("checkpoints")
+
+    @app.tool("slow")
+    async def slow(n: int) -> int:
+        started.append(f"slow {n}")
+        await gate.wait()
+        return n
+
+    @app.workflow("two-steps")
+    async def two_steps(ctx: Context, n: int) -> int:
+        first: int = await ctx.tool("slow", n=n)
+        second: int = await ctx.tool("slow", n=n + 1)
+        return first + second
+
+    return app
+
+
+async def test_a_checkpoint_waits_for_the_ack_of_what_it_covers() -> None:
+    started: list[str] = []
+    gate = asyncio.Event()
+    h = Harness(waiting_app(started, gate))
+    worker = h.start(checkpoint_interval_s=0)
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    run = h.client.submit("two-steps", 1)
+    await until(lambda: started, what="the first call to start")
+    first = await until(h.checkpoints, what="a checkpoint of the started run")
+    assert first[-1].active_runs == {run: 0 + 1}  # the run's RunStarted, after the worker's claim at 0
+    assert h.log.group.committed[0] == 1  # the submission (commands offset 0) is covered
+
+    h.log.hold()  # from here nothing the worker appends is acknowledged
+    gate.set()
+    await until(lambda: h.log.held_count() >= 2, what="the first result and the next call appended")
+    events_end = h.log.watermarks(h.settings.events_topic, 0)[1]
+    count = len(h.checkpoints())
+    # A checkpoint of the held records has begun: it waits for their ack, and writes nothing yet.
+    await until(lambda: worker.owned[0].checkpoint_running, what="a checkpoint to begin")
+    assert len(h.checkpoints()) == count, "a checkpoint was written while what it covers was held"
+    assert all(c.covered_offset <= events_end for c in h.checkpoints())
+
+    h.log.release()
+    status = await h.ended(run)
+    assert status.status == "completed" and status.result == 3
+    latest = await until(
+        lambda: [c for c in h.checkpoints() if c.covered_offset > events_end],
+        what="a checkpoint past the release",
+    )
+    end_now = h.log.watermarks(h.settings.events_topic, 0)[1]
+    assert latest[-1].covered_offset <= end_now
+    await h.stop_all()
+
+
+async def test_a_checkpoint_lists_the_active_runs_and_drops_the_ended_ones() -> None:
+    started: list[str] = []
+    gate = asyncio.Event()
+    h = Harness(waiting_app(started, gate))
+    h.start(checkpoint_interval_s=0)
+    waiting = h.client.submit("two-steps", 1)
+    await until(lambda: started, what="the first run to wait in its call")
+    gate.set()
+    await h.ended(waiting)
+    gate.clear()
+    still = h.client.submit("two-steps", 10)
+    await until(lambda: "slow 10" in started, what="the second run to wait in its call")
+
+    def lists_only_the_second() -> Any:
+        return [c for c in h.checkpoints() if set(c.active_runs) == {still}]
+
+    latest = await until(lists_only_the_second, what="a checkpoint listing only the active run")
+    assert latest[-1].commands_offset == 2
+    await h.stop_all()
