@@ -79,6 +79,14 @@ class App:
     tools: dict[str, ToolSpec] = field(default_factory=dict)
 
     def workflow(self, name: str) -> Callable[[F], F]:
+        """Register an ``async def fn(ctx, input)`` as workflow ``name``.
+
+        The function is the run: deterministic code that reaches the world only through ``ctx``
+        (``ctx.model``, ``ctx.tool``, ``ctx.sleep``, ``ctx.wait_signal``, ``ctx.now`` ...), so a
+        worker can replay it from the log. The input parameter's annotation, if any, is the shape
+        a submission must have (a wrong one is rejected with the reason). Raises
+        RegistrationError for a sync function, a wrong signature or a name taken twice."""
+
         def register(fn: F) -> F:
             if not inspect.iscoroutinefunction(fn):
                 raise RegistrationError(f"workflow {name!r} must be an async function (async def)")
@@ -96,6 +104,11 @@ class App:
         return register
 
     def model(self, name: str, *, retry: RetryPolicy | None = None) -> Callable[[F], F]:
+        """Register a model client as ``name``: a callable ``fn(messages, **params)``, sync (run in
+        the worker's call threads) or async. Each call is recorded; on replay the recorded answer
+        is served instead of calling again. ``retry`` bounds attempts, backoff and the timeout of
+        one attempt (default ``RetryPolicy()``). Raises RegistrationError for a name taken twice."""
+
         def register(fn: F) -> F:
             if name in self.models:
                 raise RegistrationError(f"model {name!r} is registered twice")
@@ -112,6 +125,16 @@ class App:
         key_args: tuple[str, ...] | None = None,
         retry: RetryPolicy | None = None,
     ) -> Callable[[F], F]:
+        """Register a tool as ``name``: a callable taking keyword arguments, sync or async.
+
+        ``effect=True`` marks a tool that changes the world (a refund, an email): it must accept an
+        ``idempotency_key`` keyword, derived from the run and the arguments (never the clock) and
+        recorded before the call, to pass to the service it calls; it starts only once the worker
+        has proven it still owns the run's partition. ``key_args`` names the arguments that
+        identify the effect (a refund's order and amount, not a free-text reason), so a reworded
+        call keeps its key. ``retry`` as for ``model``. Raises RegistrationError for a bad
+        signature or a name taken twice."""
+
         def register(fn: F) -> F:
             if name in self.tools:
                 raise RegistrationError(f"tool {name!r} is registered twice")
