@@ -1,7 +1,11 @@
 """The ``agentlog`` command line: a thin layer over the Python API.
 
-Each area registers its own subcommands (``infra``, ``schemas``, the run commands, ``sink``,
-``audit``); every handler receives the parsed arguments and one validated ``Settings``.
+Each package registers its own subcommands in the ``agentlog.commands`` entry-point group: the
+entry point's name is the top-level subcommand it adds, its value a registrar
+``(subparsers) -> None``; a registrar that adds several subcommands is listed under each name.
+Every handler receives the parsed arguments and one validated ``Settings``. Any ``AgentlogError``
+-- from a handler, from loading a package's commands, from the configuration -- ends the process
+with one line, ``agentlog: <message>``, and no traceback.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import EntryPoint, entry_points
 
 from runtime.config import ConfigError, Settings, load_settings
 from runtime.errors import AgentlogError
@@ -16,9 +21,14 @@ from runtime.errors import AgentlogError
 Handler = Callable[[argparse.Namespace, Settings], int]
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
+COMMANDS_GROUP = "agentlog.commands"
 
 # Options of the top-level parser that take a value (to find the subcommand before parsing).
 _GLOBAL_OPTIONS_WITH_VALUE = ("--state-dir", "--bootstrap-servers", "--schema-registry-url", "--partitions")
+
+
+class CommandLoadError(AgentlogError):
+    """A package's commands could not be imported (a missing optional dependency, a broken install)."""
 
 
 def _subcommand(argv: Sequence[str]) -> str | None:
@@ -33,24 +43,38 @@ def _subcommand(argv: Sequence[str]) -> str | None:
     return None
 
 
-def _registrars(argv: Sequence[str] = ()) -> list[Registrar]:
-    # Imported here so `agentlog --help` stays fast and one broken area cannot hide the others.
-    from runtime.cli.runs import add_run_commands
-
-    if _subcommand(argv) == "worker":
-        # A restarted worker's recovery time starts with its imports: it loads only its own area
-        # (the infra and analytics commands cost ~90 ms of imports it never uses).
-        return [add_run_commands]
-    from infra.cli import add_infra_commands
-    from runtime.cli.schemas import add_schema_commands
-
-    registrars: list[Registrar] = [add_infra_commands, add_schema_commands, add_run_commands]
+def _load(entry: EntryPoint) -> Registrar:
     try:
-        from analytics.cli import add_analytics_commands
-    except ImportError:  # the analytics package is optional in a slim worker image
-        pass
-    else:
-        registrars.append(add_analytics_commands)
+        registrar: Registrar = entry.load()
+    except ImportError as exc:
+        raise CommandLoadError(f"cannot load the {entry.name!r} command ({entry.value}): {exc}") from exc
+    return registrar
+
+
+def _registrars(argv: Sequence[str] = ()) -> list[Registrar]:
+    """Only the registrar of the chosen subcommand is imported: a restarted worker's recovery time
+    starts with its imports, and the other packages' commands pull in modules it never uses. With no
+    known subcommand (``--help``, a typo) every package's commands load, so argparse can list them."""
+    chosen = _subcommand(argv)
+    if chosen is not None:
+        named = entry_points(group=COMMANDS_GROUP, name=chosen)
+        if named:
+            return [_load(next(iter(named)))]
+    registrars: list[Registrar] = []
+    seen: set[str] = set()
+    # runtime's own commands first, then each package's, in a stable order.
+    for entry in sorted(
+        entry_points(group=COMMANDS_GROUP), key=lambda e: (not e.value.startswith("runtime."), e.value)
+    ):
+        if entry.value in seen:
+            continue
+        seen.add(entry.value)
+        try:
+            registrars.append(_load(entry))
+        except CommandLoadError as exc:
+            # A slim image may lack a package's dependencies: its commands are left out of the
+            # listing, and said so, rather than hiding every other package's commands.
+            print(f"agentlog: {one_line(exc)}", file=sys.stderr)
     return registrars
 
 
@@ -72,26 +96,34 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     return parser
 
 
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(
+        state_dir=args.state_dir,
+        bootstrap_servers=args.bootstrap_servers,
+        schema_registry_url=args.schema_registry_url,
+        partitions=args.partitions,
+        **getattr(args, "settings_overrides", lambda: {})(),
+    )
+
+
+def one_line(error: BaseException) -> str:
+    """The error's message on one line (pydantic's, for one, spans several), or its class name."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return "; ".join(lines) or type(error).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
     try:
-        settings = load_settings(
-            state_dir=args.state_dir,
-            bootstrap_servers=args.bootstrap_servers,
-            schema_registry_url=args.schema_registry_url,
-            partitions=args.partitions,
-            **getattr(args, "settings_overrides", lambda: {})(),
-        )
-    except ConfigError as exc:
-        print(f"agentlog: configuration error: {exc}", file=sys.stderr)
-        return 2
-    handler: Handler = args.func
-    try:
+        args = build_parser(argv).parse_args(argv)
+        settings = _settings(args)
+        handler: Handler = args.func
         return handler(args, settings)
+    except ConfigError as exc:
+        print(f"agentlog: configuration error: {one_line(exc)}", file=sys.stderr)
+        return 2
     except AgentlogError as exc:
-        print(f"agentlog: {exc}", file=sys.stderr)
+        print(f"agentlog: {one_line(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -1,4 +1,5 @@
-"""``agentlog worker | submit | status | history | signal | cancel``: thin layers over Worker and Client."""
+"""``agentlog worker | submit | status | history | signal | cancel | reset | replay-check``: thin layers
+over Worker, Client and Replayer."""
 
 from __future__ import annotations
 
@@ -197,13 +198,6 @@ def _replay_check(args: argparse.Namespace, settings: Settings) -> int:
     return 1 if failed else 0
 
 
-def _demo(args: argparse.Namespace, settings: Settings) -> int:
-    del args, settings
-    from examples.demo import main as demo_main
-
-    return demo_main()
-
-
 def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     worker = subparsers.add_parser("worker", help="run a worker")
     worker.add_argument("--app", required=True, help="module:attribute of the App")
@@ -248,10 +242,6 @@ def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     check.add_argument("--file", action="append", default=[], help="a history saved with `history --json`")
     check.add_argument("runs", nargs="*", help="run ids to fetch from Kafka")
     check.set_defaults(func=_replay_check)
-
-    subparsers.add_parser("demo", help="the refund agent, killed at step 31 and recovered").set_defaults(
-        func=_demo
-    )
 
     reset = subparsers.add_parser(
         "reset", help="a new run from a run's history before a position (the original is cancelled)"
