@@ -9,9 +9,10 @@ chDB store either opened in-process or through the running sink's query port (se
 from __future__ import annotations
 
 from . import audit
+from .errors import StoreBusyError, StoreError
 from .migrations import MIGRATIONS_LIST, Migration, MigrationError, migrate, pending
 from .results import QueryResult
-from .store import QueryStore, StoreBusyError, StoreError, StoreLocation, connect, open_client, parse_dsn
+from .store import QueryStore, StoreLocation, connect, open_client, parse_dsn
 
 __all__ = [
     "MIGRATIONS_LIST",

@@ -15,15 +15,15 @@ import logging
 import os
 import secrets
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from .errors import StoreError
+from .proxy import Endpoint
 from .results import QueryResult
 from .sqlguard import ReadOnlyViolation, check_read_only
-from .store import ClientStore, Endpoint, StoreError
+from .store import ClientStore
 
 if TYPE_CHECKING:
     from clickhouse_connect.driver.client import Client
@@ -116,54 +116,3 @@ class QueryServer:
                     self._reply(200, {"result": result.to_json()})
 
         return Handler
-
-
-class ProxyStore:
-    """The audit CLI's side: sends queries to the sink that holds the store."""
-
-    def __init__(self, endpoint: Endpoint, timeout: float = 120.0) -> None:
-        self.endpoint = endpoint
-        self.timeout = timeout
-        self._base = f"http://{endpoint.host}:{endpoint.port}"
-
-    def _request(
-        self, path: str, body: Mapping[str, Any] | None, timeout: float
-    ) -> tuple[int, dict[str, Any]]:
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(
-            self._base + path,
-            data=data,
-            method="POST" if body is not None else "GET",
-            headers={"Authorization": f"Bearer {self.endpoint.token}", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return int(response.status), json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            try:
-                payload = json.loads(exc.read())
-            except ValueError:
-                payload = {"error": str(exc)}
-            return int(exc.code), payload
-
-    def ping(self) -> bool:
-        try:
-            status, body = self._request("/health", None, timeout=2.0)
-        except (OSError, ValueError):
-            return False
-        return status == 200 and body.get("pid") == self.endpoint.pid
-
-    def query(
-        self, sql: str, parameters: Mapping[str, Any] | None = None, *, readonly: bool = False
-    ) -> QueryResult:
-        try:
-            status, body = self._request(
-                "/query", {"sql": sql, "parameters": dict(parameters or {})}, self.timeout
-            )
-        except (OSError, ValueError) as exc:
-            raise StoreError(f"the sink's query port ({self._base}) did not answer: {exc}") from exc
-        if status == 403:
-            raise ReadOnlyViolation(str(body.get("error")))
-        if status != 200:
-            raise StoreError(f"query failed: {body.get('error')}")
-        return QueryResult.from_json(body["result"])

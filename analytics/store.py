@@ -6,7 +6,8 @@ does not itself stop a second one -- two processes on one path corrupt it. So ag
 the rule itself, with an exclusive ``flock`` on ``<path>.lock``:
 
 - the sink holds the lock for its whole life, and serves read-only queries on a local port
-  (``analytics.server``) that it advertises in ``<path>.sink.json`` with a random token;
+  (``analytics.server``) that it advertises in ``<path>.sink.json`` with a random token
+  (``analytics.proxy`` reads it and asks the port);
 - ``agentlog audit`` first tries the lock: if it gets it, no sink runs, and it opens the store
   itself for the one query; if the lock is held, it asks the advertised port.
 
@@ -18,29 +19,32 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlparse
 
-from runtime.errors import AgentlogError, RetryableError
-
+from .errors import StoreBusyError, StoreError
+from .proxy import Endpoint, ProxyStore
 from .results import QueryResult
 
 if TYPE_CHECKING:
     from clickhouse_connect.driver.client import Client
 
-
-class StoreError(AgentlogError):
-    """The analytics store cannot be reached or opened; the message says why and what to do."""
-
-
-class StoreBusyError(StoreError, RetryableError):
-    """The embedded store is held by another process that does not answer queries."""
+# Endpoint is listed for the sink (consumers.runner), which has always found it here.
+__all__ = [
+    "ClientStore",
+    "Endpoint",
+    "QueryStore",
+    "StoreLocation",
+    "StoreLock",
+    "connect",
+    "open_client",
+    "parse_dsn",
+]
 
 
 class QueryStore(Protocol):
@@ -148,31 +152,6 @@ class StoreLock:
             self._fd = None
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    """Where the sink holding an embedded store answers queries."""
-
-    host: str
-    port: int
-    token: str
-    pid: int
-
-    def write(self, path: Path) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(asdict(self), handle)
-        os.replace(tmp, path)
-
-    @classmethod
-    def read(cls, path: Path) -> Endpoint | None:
-        try:
-            data = json.loads(path.read_text())
-            return cls(str(data["host"]), int(data["port"]), str(data["token"]), int(data["pid"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-
-
 class ClientStore:
     """Queries through a clickhouse-connect client (a server, or chDB opened by this process)."""
 
@@ -195,8 +174,6 @@ class ClientStore:
 @contextlib.contextmanager
 def connect(dsn: str, *, wait: float = 15.0) -> Iterator[QueryStore]:
     """A read-only view of the store for one command (see the module docstring for the rule)."""
-    from .server import ProxyStore  # the proxy client; the server side lives in the sink process
-
     location = parse_dsn(dsn)
     if not location.embedded:
         client = open_client(location)

@@ -38,7 +38,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from analytics import audit  # noqa: E402
-from analytics.server import ProxyStore, QueryServer  # noqa: E402
+from analytics.proxy import ProxyStore  # noqa: E402
+from analytics.server import QueryServer  # noqa: E402
 from analytics.store import ClientStore, open_client, parse_dsn  # noqa: E402
 from consumers.core import SinkConfig, SinkCore  # noqa: E402
 from consumers.direct import run_direct  # noqa: E402

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from analytics import audit, render
+from analytics.errors import StoreError
+from analytics.proxy import Endpoint
 from analytics.results import QueryResult, json_safe
 from analytics.sqlguard import ReadOnlyViolation, check_read_only
-from analytics.store import Endpoint, StoreError, StoreLock, parse_dsn
+from analytics.store import StoreLock, parse_dsn
 
 pytestmark = pytest.mark.unit
 

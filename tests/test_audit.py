@@ -29,7 +29,8 @@ from test_sink_support import (
     with_epoch,
 )
 
-from analytics.store import Endpoint, StoreLock, parse_dsn
+from analytics.proxy import Endpoint
+from analytics.store import StoreLock, parse_dsn
 from runtime.config import Settings
 from runtime.log import events as ev
 

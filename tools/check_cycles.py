@@ -1,0 +1,107 @@
+"""Report import cycles between the modules of each agentlog package; exit 1 if there is one.
+
+import-linter's contracts say which way packages and layers may import; they do not forbid two
+modules of one layer importing each other. A cycle makes import order matter (one module sees the
+other half-initialised) and makes neither module testable alone, so every strongly connected
+component of the module import graph must have exactly one module.
+
+The graph is grimp's (the one import-linter checks): imports inside functions count -- a lazy
+import is still a dependency. Imports under ``if TYPE_CHECKING:`` are left out (``--with-type-checking``
+counts them too): they never run, so they cannot break import order, and annotations naming a
+type from a module that uses this one are how a two-way relation is typed.
+
+Usage: ``python tools/check_cycles.py [--with-type-checking] [package ...]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Mapping
+
+import grimp
+
+PACKAGES = ("runtime", "consumers", "analytics", "infra", "examples")
+
+
+def strongly_connected(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iterative (a deep package must not hit the recursion limit)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    components: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work: list[tuple[str, list[str]]] = [(root, sorted(graph[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, successors = work[-1]
+            if successors:
+                succ = successors.pop()
+                if succ not in index:
+                    index[succ] = low[succ] = len(index)
+                    stack.append(succ)
+                    on_stack.add(succ)
+                    work.append((succ, sorted(graph.get(succ, ()))))
+                elif succ in on_stack:
+                    low[node] = min(low[node], index[succ])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                components.append(sorted(component))
+    return components
+
+
+def cycles(packages: Iterable[str], with_type_checking: bool = False) -> list[list[str]]:
+    """Every group of two or more modules that import each other, directly or through others."""
+    packages = tuple(packages)
+    graph = grimp.build_graph(*packages, exclude_type_checking_imports=not with_type_checking, cache_dir=None)
+    edges = {module: graph.find_modules_directly_imported_by(module) for module in graph.modules}
+    return [component for component in strongly_connected(edges) if len(component) > 1]
+
+
+def _explain(graph: grimp.ImportGraph, component: list[str]) -> list[str]:
+    members = set(component)
+    lines = []
+    for importer in component:
+        for imported in sorted(graph.find_modules_directly_imported_by(importer) & members):
+            details = graph.get_import_details(importer=importer, imported=imported)
+            where = ", ".join(f"line {d['line_number']}" for d in details)
+            lines.append(f"    {importer} -> {imported} ({where})")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("packages", nargs="*", default=list(PACKAGES))
+    parser.add_argument("--with-type-checking", action="store_true", help="count TYPE_CHECKING imports")
+    args = parser.parse_args(argv)
+    graph = grimp.build_graph(
+        *args.packages, exclude_type_checking_imports=not args.with_type_checking, cache_dir=None
+    )
+    edges = {module: graph.find_modules_directly_imported_by(module) for module in graph.modules}
+    found = [c for c in strongly_connected(edges) if len(c) > 1]
+    for component in found:
+        print(f"import cycle between {len(component)} modules: {', '.join(component)}")
+        print("\n".join(_explain(graph, component)))
+    if not found:
+        print(f"no import cycles in {', '.join(args.packages)} ({len(edges)} modules)")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
