@@ -15,12 +15,12 @@ _logging.getLogger("httpx").setLevel(_logging.WARNING)
 _EXPORTS = {
     "AgentlogError": "runtime.errors",
     "App": "runtime.workflow.app",
-    "CallFailed": "runtime.workflow.machine",
+    "CallFailed": "runtime.errors",
     "Client": "runtime.client",
     "ConfigError": "runtime.config",
     "Context": "runtime.workflow.context",
-    "DecisionOutOfBounds": "runtime.workflow.machine",
-    "NonDeterminismError": "runtime.workflow.machine",
+    "DecisionOutOfBounds": "runtime.errors",
+    "NonDeterminismError": "runtime.errors",
     "Replayer": "runtime.replay.replayer",
     "RetryPolicy": "runtime.workflow.app",
     "RetryableError": "runtime.errors",
@@ -50,11 +50,17 @@ __all__ = [
 if TYPE_CHECKING:
     from runtime.client import Client, RunError
     from runtime.config import ConfigError, Settings, load_settings
-    from runtime.errors import AgentlogError, RetryableError, TerminalError
+    from runtime.errors import (
+        AgentlogError,
+        CallFailed,
+        DecisionOutOfBounds,
+        NonDeterminismError,
+        RetryableError,
+        TerminalError,
+    )
     from runtime.replay.replayer import Replayer
     from runtime.workflow.app import App, RetryPolicy
     from runtime.workflow.context import Context
-    from runtime.workflow.machine import CallFailed, DecisionOutOfBounds, NonDeterminismError
 
 
 def __getattr__(name: str) -> Any:

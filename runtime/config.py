@@ -15,6 +15,8 @@ from typing import Any, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from runtime.errors import TerminalError
+
 ENV_PREFIX = "AGENTLOG_"
 
 # librdkafka settings a user may pass through (security and client tuning of their cluster).
@@ -22,8 +24,9 @@ ENV_PREFIX = "AGENTLOG_"
 _PASSTHROUGH_PREFIXES = ("security.protocol", "sasl.", "ssl.", "client.dns.lookup", "socket.")
 
 
-class ConfigError(ValueError):
-    """A configuration key or value is wrong; the message names the key."""
+class ConfigError(TerminalError, ValueError):
+    """A configuration key or value is wrong; the message names the key. (A ValueError too: callers
+    written before the taxonomy catch it as one.)"""
 
 
 def _default_state_dir() -> Path:

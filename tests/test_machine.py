@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from machine_driver import drive
 
+from runtime.errors import CallFailed
 from runtime.log.events import (
     Event,
     ModelCallCompleted,
@@ -25,7 +26,7 @@ from runtime.log.events import (
 )
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
-from runtime.workflow.machine import CallFailed, Intent, RunMachine, Stamp
+from runtime.workflow.machine import Intent, RunMachine, Stamp
 
 pytestmark = pytest.mark.unit
 

@@ -10,8 +10,8 @@ from agent_apps import app
 
 import runtime
 import runtime.log.events
+from runtime.errors import NonDeterminismError
 from runtime.replay.replayer import Replayer, load_history
-from runtime.workflow.machine import NonDeterminismError
 
 pytestmark = pytest.mark.unit
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from runtime.config import Settings
+from runtime.errors import TerminalError
 
 DEFAULT_SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
 
 
-class SchemaFileError(ValueError):
+class SchemaFileError(TerminalError, ValueError):
     """A local schema file is unreadable or breaks the catalog's rules; names the file."""
 
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtime.errors import AgentlogError
+from runtime.errors import AgentlogError, NonDeterminismError
 from runtime.log.events import RECORD_TYPES, Event, RunStarted
 from runtime.log.status import RunState
 from runtime.workflow.app import App
-from runtime.workflow.machine import NonDeterminismError, RunMachine, Stamp
+from runtime.workflow.machine import RunMachine, Stamp
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from runtime.errors import TerminalError
 from runtime.log.events import (
     Event,
     ModelCallCompleted,
@@ -52,7 +53,7 @@ COPIED: dict[str, type[Event]] = {
 _RESTAMPED = {"run_id", "seq", "worker", "epoch", "schema_version"}  # the new run's writer sets them
 
 
-class SeedError(ValueError):
+class SeedError(TerminalError, ValueError):
     """A reset's copied events cannot be used; the message says which and why."""
 
 

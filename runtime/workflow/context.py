@@ -8,7 +8,7 @@ import uuid as _uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from runtime.errors import AgentlogError
+from runtime.errors import AgentlogError, DecisionOutOfBounds
 from runtime.workflow.canonical import NAMESPACE, canonical_json, sha256_hex
 from runtime.workflow.futures import DurableFuture, GatherFuture
 
@@ -131,8 +131,6 @@ class Context:
             reason=reason if in_bounds else f"{reason}; the replacement leaves its bound: escalated",
         )
         if not in_bounds:
-            from runtime.workflow.machine import DecisionOutOfBounds
-
             raise DecisionOutOfBounds(asked.position, canonical_json(replacement))
         return replacement
 

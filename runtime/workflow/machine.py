@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from runtime.errors import AgentlogError
+from runtime.errors import AgentlogError, CallFailed, DecisionOutOfBounds, NonDeterminismError
 from runtime.log.events import (
     Event,
     ModelCallCompleted,
@@ -57,39 +57,6 @@ from runtime.workflow.input_shape import coerce_input
 E = TypeVar("E", bound=Event)
 SCHEDULED_TYPES = (ModelCallScheduled, ToolCallScheduled, TimerScheduled, PatchRecorded)
 MODEL_ARGS_INLINE_LIMIT = 0  # model prompts are large; history keeps their hash (see DESIGN "Out of line")
-
-
-class CallFailed(AgentlogError):
-    """A model or tool call failed for good; raised into workflow code, which may catch it."""
-
-    def __init__(
-        self, kind: str, name: str, position: int, error_type: str, message: str, attempts: int
-    ) -> None:
-        super().__init__(
-            f"{kind} {name!r} at position {position} failed after {attempts} attempt(s): {error_type}: {message}"
-        )
-        self.kind, self.name, self.position = kind, name, position
-        self.error_type, self.message, self.attempts = error_type, message, attempts
-
-
-class NonDeterminismError(AgentlogError):
-    """Workflow code and recorded history disagree; names the position and both commands."""
-
-    def __init__(self, run_id: str, position: int, expected: str, issued: str) -> None:
-        super().__init__(
-            f"non-determinism in run {run_id} at position {position}: history holds {expected}, code issued {issued}"
-        )
-        self.run_id, self.position, self.expected, self.issued = run_id, position, expected, issued
-
-
-class DecisionOutOfBounds(AgentlogError):
-    """A re-decided plan left the bound its re-decide point set (``within``). Raised into workflow
-    code, which may catch it and escalate its own way; uncaught, the run is parked for an
-    operator -- never carried on with the out-of-bounds plan."""
-
-    def __init__(self, position: int, replacement: str) -> None:
-        super().__init__(f"re-decided plan at position {position} leaves its bound: {replacement}")
-        self.position, self.replacement = position, replacement
 
 
 @dataclass
