@@ -29,6 +29,8 @@ demo: up
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(PY) tools/check_cycles.py
 
 unit: setup
 	$(PY) -m pytest -m unit

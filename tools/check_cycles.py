@@ -66,12 +66,13 @@ def strongly_connected(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
     return components
 
 
-def cycles(packages: Iterable[str], with_type_checking: bool = False) -> list[list[str]]:
-    """Every group of two or more modules that import each other, directly or through others."""
-    packages = tuple(packages)
+def find_cycles(
+    packages: Iterable[str], with_type_checking: bool = False
+) -> tuple[grimp.ImportGraph, list[list[str]]]:
+    """The import graph, and every group of two or more modules that import each other."""
     graph = grimp.build_graph(*packages, exclude_type_checking_imports=not with_type_checking, cache_dir=None)
     edges = {module: graph.find_modules_directly_imported_by(module) for module in graph.modules}
-    return [component for component in strongly_connected(edges) if len(component) > 1]
+    return graph, [component for component in strongly_connected(edges) if len(component) > 1]
 
 
 def _explain(graph: grimp.ImportGraph, component: list[str]) -> list[str]:
@@ -90,16 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("packages", nargs="*", default=list(PACKAGES))
     parser.add_argument("--with-type-checking", action="store_true", help="count TYPE_CHECKING imports")
     args = parser.parse_args(argv)
-    graph = grimp.build_graph(
-        *args.packages, exclude_type_checking_imports=not args.with_type_checking, cache_dir=None
-    )
-    edges = {module: graph.find_modules_directly_imported_by(module) for module in graph.modules}
-    found = [c for c in strongly_connected(edges) if len(c) > 1]
+    graph, found = find_cycles(args.packages, args.with_type_checking)
     for component in found:
         print(f"import cycle between {len(component)} modules: {', '.join(component)}")
         print("\n".join(_explain(graph, component)))
     if not found:
-        print(f"no import cycles in {', '.join(args.packages)} ({len(edges)} modules)")
+        print(f"no import cycles in {', '.join(args.packages)} ({len(graph.modules)} modules)")
     return 1 if found else 0
 
 
