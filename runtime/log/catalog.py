@@ -3,6 +3,10 @@
 A schema's namespace says which topic it belongs to (``dev.agentlog.commands`` or
 ``dev.agentlog.events``); its subject in the registry follows TopicRecordNameStrategy,
 ``<topic>-<full record name>`` (see ``schemas/policy.json`` for why).
+
+The default folder is the ``schemas`` package's, found with ``importlib.resources``: the
+repository's top-level ``schemas/`` in a checkout or an editable install, ``site-packages/schemas``
+in a wheel install. Any other folder (``agentlog schemas ... --dir``) is read the same way.
 """
 
 from __future__ import annotations
@@ -10,17 +14,28 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cached_property
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from runtime.config import Settings
 from runtime.errors import TerminalError
 
-DEFAULT_SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
-
 
 class SchemaFileError(TerminalError, ValueError):
     """A local schema file is unreadable or breaks the catalog's rules; names the file."""
+
+
+def packaged_schema_dir() -> Path:
+    """The folder of the schemas shipped with agentlog. A folder on disk: agentlog is installed
+    unzipped (its native dependencies cannot be imported from a zip either)."""
+    root = files("schemas")
+    if not isinstance(root, Path):
+        raise SchemaFileError(f"the packaged schemas are not a folder on disk ({root}): pass a folder")
+    return root
+
+
+DEFAULT_SCHEMA_DIR = packaged_schema_dir()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Integration tests that need more than the root conftest's fixtures (which apply here too)."""

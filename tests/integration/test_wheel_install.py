@@ -1,0 +1,142 @@
+"""agentlog installed from a wheel, not from this checkout, works: the packaged schemas load,
+`agentlog schemas list` reaches the registry, and a workflow runs in-process with run_local.
+
+The wheel is built from the repository and installed WITHOUT -e into a fresh venv (no system
+site-packages; dependencies from the package index, pip's cache reused); every command then runs
+from a scratch folder with no PYTHONPATH, so nothing can be imported from the source tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from runtime.config import Settings
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]  # a cold pip cache downloads chdb
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_COUNT = 24
+
+
+@dataclass(frozen=True)
+class Installed:
+    venv: Path
+    workdir: Path  # outside the repository: the current folder is on sys.path for `python -c`
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+        env["PATH"] = f"{self.venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+        return {**env, **extra}
+
+    def run(self, *args: str | Path, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(a) for a in args],
+            cwd=self.workdir,
+            env=self.env(**extra),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
+
+def _check(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 0, f"{done.args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    base = tmp_path_factory.mktemp("wheel-install")
+    wheels, workdir = base / "dist", base / "work"
+    workdir.mkdir()
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert build.returncode == 0, build.stderr
+    (wheel,) = wheels.glob("agentlog-*.whl")
+    subprocess.run([sys.executable, "-m", "venv", str(base / "venv")], check=True, timeout=120)
+    target = Installed(base / "venv", workdir)
+    _check(target.run(target.python, "-m", "pip", "install", "-q", wheel))
+    return target
+
+
+def test_the_installed_package_is_not_the_checkout(installed: Installed) -> None:
+    out = _check(installed.run(installed.python, "-c", "import runtime, schemas; print(runtime.__file__)"))
+    assert Path(out.strip()).is_relative_to(installed.venv), out
+    assert not Path(out.strip()).is_relative_to(ROOT)
+
+
+def test_the_packaged_schema_catalog_loads(installed: Installed) -> None:
+    out = _check(
+        installed.run(
+            installed.python,
+            "-c",
+            "import json; from runtime.log.catalog import DEFAULT_SCHEMA_DIR, load_catalog, load_policy;"
+            "print(json.dumps([str(DEFAULT_SCHEMA_DIR), len(load_catalog()), load_policy().compatibility]))",
+        )
+    )
+    directory, count, compatibility = json.loads(out)
+    assert Path(directory).is_relative_to(installed.venv)
+    assert count == SCHEMA_COUNT
+    assert compatibility
+
+
+def test_agentlog_schemas_list_reaches_the_registry(installed: Installed, services: Settings) -> None:
+    done = installed.run(
+        installed.venv / "bin" / "agentlog",
+        "schemas",
+        "list",
+        AGENTLOG_SCHEMA_REGISTRY_URL=services.schema_registry_url,
+    )
+    out = _check(done)
+    subjects = [line for line in out.splitlines() if "versions=" in line]
+    assert subjects, out
+
+
+def test_a_workflow_runs_in_process_with_run_local(installed: Installed) -> None:
+    script = installed.workdir / "wheel_app.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import json
+            from typing import Any
+
+            from runtime import App, Context
+            from runtime.local import run_local
+
+            app = App("wheel-check")
+
+
+            @app.tool("double")
+            def double(x: int) -> int:
+                return 2 * x
+
+
+            @app.workflow("wf")
+            async def wf(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
+                return {"doubled": await ctx.tool("double", x=request["x"])}
+
+
+            print(json.dumps(run_local(app, "wf", {"x": 1})))
+            """
+        )
+    )
+    out = _check(installed.run(installed.python, script))
+    assert json.loads(out.strip().splitlines()[-1]) == {"doubled": 2}
