@@ -1,1 +1,0 @@
-"""Integration tests that need more than the root conftest's fixtures (which apply here too)."""
