@@ -7,7 +7,6 @@ import sys
 from collections.abc import Sequence
 
 from infra import stack
-from infra.errors import ServiceError
 from infra.topics import ensure_topics
 from runtime.config import Settings
 
@@ -37,22 +36,13 @@ def _progress(message: str) -> None:
 
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
-    try:
-        services = stack.up(settings, _progress)
-    except ServiceError as exc:
-        print(f"agentlog infra up failed: {exc}", file=sys.stderr)
-        return 1
-    print(format_table(services))
+    # A ServiceError reaches runtime.cli.main, which prints it on one line.
+    print(format_table(stack.up(settings, _progress)))
     return 0
 
 
 def cmd_down(args: argparse.Namespace, settings: Settings) -> int:
-    try:
-        lines = stack.down(settings)
-    except ServiceError as exc:
-        print(f"agentlog infra down failed: {exc}", file=sys.stderr)
-        return 1
-    for line in lines:
+    for line in stack.down(settings):
         print(line)
     return 0
 

@@ -1,9 +1,12 @@
-"""The one error the infra package raises when a service cannot be brought up."""
+"""The one error the infra package raises when a service cannot be brought up (an AgentlogError:
+the CLI prints it on one line; its message keeps the log excerpt for whoever catches it)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+from runtime.errors import AgentlogError
 
 TAIL_LINES = 20
 ERROR_LINES = 8
@@ -49,7 +52,7 @@ def _indent(lines: list[str]) -> str:
     return "\n".join("    " + line for line in lines)
 
 
-class ServiceError(RuntimeError):
+class ServiceError(AgentlogError, RuntimeError):
     """A service could not be set up, started, stopped or reached.
 
     The message names the service, the reason and the log file, then the log's first error lines

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import logging
 import sys
@@ -27,13 +28,31 @@ def _client(settings: Settings, identity: str = "client") -> Client:
     return Client(settings, identity=identity)
 
 
-def load_app(spec: str) -> App:
-    """``module:attr`` -> the App object (the module is imported from the working directory)."""
+def _app_module(spec: str) -> tuple[str, str]:
+    """``module:attr`` split, once the module is known to exist (``find_spec`` imports only its
+    parent packages), so that a mistyped ``--app`` fails before a worker joins its group."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise AgentlogError(f"--app must look like module:attribute, got {spec!r}")
-    sys.path.insert(0, ".")
-    app = getattr(importlib.import_module(module_name), attr, None)
+    if "." not in sys.path:
+        sys.path.insert(0, ".")  # the app is imported from the working directory
+    try:
+        found = importlib.util.find_spec(module_name)
+    except ImportError as exc:  # a parent package is missing
+        raise AgentlogError(f"--app {spec}: cannot import {module_name}: {exc}") from exc
+    if found is None:
+        raise AgentlogError(f"--app {spec}: no module named {module_name!r}")
+    return module_name, attr
+
+
+def load_app(spec: str) -> App:
+    """``module:attr`` -> the App object (the module is imported from the working directory)."""
+    module_name, attr = _app_module(spec)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:  # a missing name; other errors inside the user's code propagate
+        raise AgentlogError(f"--app {spec}: cannot import {module_name}: {exc}") from exc
+    app = getattr(module, attr, None)
     if not isinstance(app, App):
         raise AgentlogError(f"{spec} is not an agentlog App")
     return app
@@ -50,6 +69,7 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
         return _supervised_worker(args, settings, worker_id)
     from runtime.log.kafka import KafkaLog
 
+    _app_module(args.app)
     # Join the group first: the join runs in librdkafka's threads while the rest is imported.
     log = KafkaLog(settings)
     feed = log.join(worker_id, args.session_timeout_ms)
@@ -171,8 +191,15 @@ def _history(args: argparse.Namespace, settings: Settings) -> int:
 
 def _signal(args: argparse.Namespace, settings: Settings) -> int:
     with _client(settings, "cli") as client:
-        client.signal(args.run, args.name, json.loads(args.payload))
+        client.signal(args.run, args.name, _json_option("--payload", args.payload))
     return 0
+
+
+def _json_option(option: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AgentlogError(f"{option} is not JSON: {exc}") from exc
 
 
 def _cancel(args: argparse.Namespace, settings: Settings) -> int:

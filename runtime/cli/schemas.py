@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runtime.config import Settings
+from runtime.errors import RetryableError
 
 if TYPE_CHECKING:
     from runtime.log.registry_admin import SchemaAdmin, SubjectReport
@@ -38,8 +41,27 @@ def _admin(settings: Settings, directory: Path) -> SchemaAdmin:
     return SchemaAdmin(settings, directory)
 
 
+class RegistryUnavailable(RetryableError):
+    """The schema registry failed or could not be reached."""
+
+
+@contextmanager
+def _registry(settings: Settings) -> Iterator[None]:
+    """The registry clients' own errors as one agentlog error naming the registry: confluent's
+    client raises SchemaRegistryError for an answer and its HTTP transport's errors for no answer."""
+    import httpx
+    import httpx2  # confluent-kafka's schema-registry client speaks HTTP through it
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    try:
+        yield
+    except (SchemaRegistryError, httpx.HTTPError, httpx2.HTTPError) as exc:
+        raise RegistryUnavailable(f"schema registry {settings.schema_registry_url}: {exc}") from exc
+
+
 def _list(args: argparse.Namespace, settings: Settings) -> int:
-    rows = _admin(settings, args.dir).subjects()
+    with _registry(settings):
+        rows = _admin(settings, args.dir).subjects()
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -49,15 +71,21 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _register(args: argparse.Namespace, settings: Settings) -> int:
-    return _print_reports(_admin(settings, args.dir).register(), args.json)
+    with _registry(settings):
+        reports = _admin(settings, args.dir).register()
+    return _print_reports(reports, args.json)
 
 
 def _check(args: argparse.Namespace, settings: Settings) -> int:
-    return _print_reports(_admin(settings, args.dir).check(), args.json)
+    with _registry(settings):
+        reports = _admin(settings, args.dir).check()
+    return _print_reports(reports, args.json)
 
 
 def _diff(args: argparse.Namespace, settings: Settings) -> int:
-    return _print_reports(_admin(settings, args.dir).diff(), args.json)
+    with _registry(settings):
+        reports = _admin(settings, args.dir).diff()
+    return _print_reports(reports, args.json)
 
 
 def add_schema_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -77,15 +77,27 @@ def history_from_json(items: Sequence[dict[str, Any]]) -> list[Event]:
     """Events from the output of ``agentlog history --json`` (extra keys such as offset are ignored)."""
     events: list[Event] = []
     for item in items:
+        if not isinstance(item, dict) or "type" not in item:
+            raise AgentlogError(f"not an event (no type): {str(item)[:200]}")
         cls = RECORD_TYPES.get(item["type"])
         if cls is None:
             raise AgentlogError(f"unknown event type {item['type']!r} at seq {item.get('seq')}")
         fields = {k: v for k, v in item.items() if k in cls.__dataclass_fields__}
-        event = cls(**fields)
+        try:
+            event = cls(**fields)
+        except TypeError as exc:  # a required field missing
+            raise AgentlogError(f"{item['type']} at seq {item.get('seq')}: {exc}") from exc
         assert isinstance(event, Event)
         events.append(event)
     return events
 
 
 def load_history(path: Path) -> list[Event]:
-    return history_from_json(json.loads(path.read_text()))
+    """A history saved with ``agentlog history --json``; AgentlogError if the file is not one."""
+    try:
+        items = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise AgentlogError(f"{path}: cannot read a saved history: {exc}") from exc
+    if not isinstance(items, list):
+        raise AgentlogError(f"{path}: a saved history is a JSON array of events")
+    return history_from_json(items)
