@@ -271,9 +271,9 @@ FROM {DATABASE}.runs"""
 
 # Insert parts stay *compact* (all columns in one file) until merges grow them past 256 MiB. A
 # sink batch is one part of ~60 columns; written wide, that is ~200 files (data, marks, null
-# maps) per batch, and creating them cost more than encoding the data: compact parts cut the
-# store's CPU per 50k-row batch by ~40% (see bench/sink.py). Large merged parts still become
-# wide, which is what scans want.
+# maps) per batch, and creating them costs more than encoding the data, so compact parts take
+# a large share off the store's CPU per batch (bench/sink.py measures it). Large merged parts
+# still become wide, which is what scans want.
 _COMPACT_INSERT_PARTS = f"ALTER TABLE {EVENTS} MODIFY SETTING min_bytes_for_wide_part = 268435456"
 
 # Fields added to RunStarted for `agentlog reset` (a derived migration would add them as well,

@@ -35,7 +35,7 @@ _memory_calls: list[tuple[int, str]] = []
 # Read once: the planner runs 40 times a run (and os.environ lookups showed in the profile).
 _ENV = {k: v for k, v in os.environ.items() if k.startswith("REFUND_")}
 # A fresh nonce per call shows a re-executed call; it needs no cryptographic randomness (and a
-# getrandom() syscall per call cost 40 us here). Seeded from os.urandom: differs per process.
+# getrandom() syscall per call is wasted on a hot path). Seeded from os.urandom: differs per process.
 _nonces = random.Random()
 os.register_at_fork(after_in_child=_nonces.seed)  # a worker forked by `--respawn` draws its own
 

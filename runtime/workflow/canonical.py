@@ -1,6 +1,7 @@
 """Canonical JSON, argument hashes and idempotency keys (pure functions).
 
-Keys are derived from the run, never from the clock or a fresh uuid4 (DESIGN.md):
+Keys are derived from the run, never from the clock or a fresh uuid4, so a call re-executed
+after a crash carries the same key and the tool can recognise it:
 ``uuid5(NAMESPACE, f"{run_id}/{tool}/{sha256(canonical_json(args))}/{n}")`` where ``n``
 counts earlier identical (tool, args) calls in the same run -- not the step index, so a
 re-decided plan that shifts step numbers keeps the keys of the actions it repeats.
@@ -20,7 +21,8 @@ NAMESPACE = uuid.UUID("6d1c3a52-8f0e-5b8e-9a61-5f0c2f6a7b10")
 def canonical_json(value: Any) -> str:
     """Deterministic JSON: sorted keys, no spaces, UTF-8 kept; raises TypeError on non-JSON values.
 
-    orjson, because this runs for every argument hash and every recorded result (5x json's speed).
+    orjson, because this runs for every argument hash and every recorded result: the stdlib
+    encoder would make hashing a visible share of each step.
     """
     try:
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()

@@ -56,7 +56,9 @@ from runtime.workflow.input_shape import coerce_input
 
 E = TypeVar("E", bound=Event)
 SCHEDULED_TYPES = (ModelCallScheduled, ToolCallScheduled, TimerScheduled, PatchRecorded)
-MODEL_ARGS_INLINE_LIMIT = 0  # model prompts are large; history keeps their hash (see DESIGN "Out of line")
+# Model prompts are large and the model's answer is what replay needs: history keeps only the
+# prompt's hash (enough to detect a changed prompt), never the prompt itself.
+MODEL_ARGS_INLINE_LIMIT = 0
 
 
 @dataclass
