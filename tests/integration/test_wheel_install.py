@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -24,6 +25,17 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]  # a cold pip c
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_COUNT = 24
+_NOT_SOURCE = (
+    ".git",
+    ".venv",
+    ".agentlog",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".*_cache",
+    "tests",
+)
 
 
 @dataclass(frozen=True)
@@ -60,10 +72,13 @@ def _check(done: subprocess.CompletedProcess[str]) -> str:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     base = tmp_path_factory.mktemp("wheel-install")
-    wheels, workdir = base / "dist", base / "work"
+    source, wheels, workdir = base / "src", base / "dist", base / "work"
     workdir.mkdir()
+    # Built from a copy: setuptools reuses the source tree's build/ folder, where a module deleted
+    # since the last build would still be found and packed.
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*_NOT_SOURCE))
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(source)],
         capture_output=True,
         text=True,
         timeout=300,
