@@ -115,3 +115,12 @@ def test_every_agentlog_error_is_caught(
     monkeypatch.setattr(sys.modules[__name__], "_boom", raise_root)
     assert cli.main(["boom"]) == 1
     assert _stderr_lines(capsys) == ["agentlog: AgentlogError"]
+
+
+def test_no_installed_commands_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "entry_points", lambda group, name=None: [])
+    assert cli.main(["worker"]) == 1
+    (line,) = _stderr_lines(capsys)
+    assert line.startswith("agentlog: no commands in the 'agentlog.commands' entry-point group")

@@ -60,12 +60,16 @@ def _registrars(argv: Sequence[str] = ()) -> list[Registrar]:
         named = entry_points(group=COMMANDS_GROUP, name=chosen)
         if named:
             return [_load(next(iter(named)))]
+    found = entry_points(group=COMMANDS_GROUP)
+    if not found:
+        raise CommandLoadError(
+            f"no commands in the {COMMANDS_GROUP!r} entry-point group: agentlog's metadata is not "
+            "installed from this source (pip install -e .)"
+        )
     registrars: list[Registrar] = []
     seen: set[str] = set()
     # runtime's own commands first, then each package's, in a stable order.
-    for entry in sorted(
-        entry_points(group=COMMANDS_GROUP), key=lambda e: (not e.value.startswith("runtime."), e.value)
-    ):
+    for entry in sorted(found, key=lambda e: (not e.value.startswith("runtime."), e.value)):
         if entry.value in seen:
             continue
         seen.add(entry.value)
