@@ -93,7 +93,12 @@ def _serve(
         serde.warm_up_in_background()
     from runtime.worker.loop import Worker
 
-    app = load_app(args.app)
+    try:
+        app = load_app(args.app)
+    except BaseException:
+        feed.close()  # leave the group at once: the partitions go to another worker
+        log.close()
+        raise
     log.connect()  # the reader is connected before partitions arrive: rebuilds read with it
     try:
         Worker(app, settings, log=log, serde=serde, worker_id=worker_id, feed=feed).run(tune_gc=True)

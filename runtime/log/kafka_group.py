@@ -73,7 +73,10 @@ class KafkaCommandFeed:
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._on_assign is None:
-            raise RuntimeError("partitions assigned before the worker was bound")
+            # Not bound to a worker (it failed to start and the feed is closing): accept the
+            # assignment, unread, so the rebalance completes and close() can leave the group.
+            consumer.incremental_assign(partitions)
+            return
         starts = self._on_assign([tp.partition for tp in partitions])
         for tp in partitions:
             tp.offset = starts[tp.partition]
