@@ -25,6 +25,10 @@ _EXPORTS = {
     "RetryPolicy": "runtime.workflow.app",
     "RetryableError": "runtime.errors",
     "RunError": "runtime.client",
+    "RunState": "runtime.log.status",
+    "RunStatus": "runtime.run_status",
+    "InDoubtCall": "runtime.run_status",
+    "run_local": "runtime.local",
     "Settings": "runtime.config",
     "TerminalError": "runtime.errors",
     "load_settings": "runtime.config",
@@ -37,14 +41,18 @@ __all__ = [
     "ConfigError",
     "Context",
     "DecisionOutOfBounds",
+    "InDoubtCall",
     "NonDeterminismError",
     "Replayer",
     "RetryPolicy",
     "RetryableError",
     "RunError",
+    "RunState",
+    "RunStatus",
     "Settings",
     "TerminalError",
     "load_settings",
+    "run_local",
 ]
 
 if TYPE_CHECKING:
@@ -58,7 +66,10 @@ if TYPE_CHECKING:
         RetryableError,
         TerminalError,
     )
+    from runtime.local import run_local
+    from runtime.log.status import RunState
     from runtime.replay.replayer import Replayer
+    from runtime.run_status import InDoubtCall, RunStatus
     from runtime.workflow.app import App, RetryPolicy
     from runtime.workflow.context import Context
 

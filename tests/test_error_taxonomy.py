@@ -18,12 +18,6 @@ pytestmark = pytest.mark.unit
 EXEMPT = {
     # A BaseException control-flow signal (like StopIteration): ends a run and starts the next.
     "runtime.workflow.context.ContinueAsNew",
-    # Internal to the registry access path (caught there, which then falls back to the registry
-    # client); that module is being reworked separately -- to move under the root there.
-    "runtime.log.registry.LookupUnavailable",
-    # Raised by the Confluent frame helpers, caught by runtime.log.serde (which raises DecodeError);
-    # the frame module is being reworked separately -- to move under the root there.
-    "runtime.log.frame.NotFramed",
 }
 
 

@@ -99,7 +99,10 @@ def add_schema_commands(subparsers: argparse._SubParsersAction[argparse.Argument
     ):
         sub = actions.add_parser(name, help=text)
         sub.add_argument(
-            "--dir", type=Path, default=DEFAULT_SCHEMA_DIR, help="schema folder (default: the schemas shipped with agentlog)"
+            "--dir",
+            type=Path,
+            default=DEFAULT_SCHEMA_DIR,
+            help="schema folder (default: the schemas shipped with agentlog)",
         )
         sub.add_argument("--json", action="store_true", help="machine-readable output")
         sub.set_defaults(func=func)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from runtime.errors import AgentlogError
+
 MAGIC: Final = 0
 MAGIC_BYTE: Final = b"\x00"
 ID_SIZE: Final = 4  # the schema id: unsigned 32-bit, big-endian
@@ -16,7 +18,7 @@ HEADER_SIZE: Final = 1 + ID_SIZE  # the datum starts here
 ID_SLICE: Final = slice(1, HEADER_SIZE)  # value[ID_SLICE]: the id's bytes, e.g. as a grouping key
 
 
-class NotFramed(ValueError):
+class NotFramed(AgentlogError, ValueError):
     """Bytes that do not start with a Confluent frame followed by a datum."""
 
 

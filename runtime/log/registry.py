@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
 from runtime.config import Settings
+from runtime.errors import AgentlogError
 
 if TYPE_CHECKING:
     from runtime.log.registry_client import Schema, SchemaRegistryClient, SchemaRegistryError
@@ -35,7 +36,7 @@ _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 _NOT_FOUND_CODES = (40401, 40402, 40403, 40408)
 
 
-class LookupUnavailable(Exception):
+class LookupUnavailable(AgentlogError):
     """The registry could not be asked over plain HTTP (not a "not registered" answer); the
     caller falls back to the client."""
 
