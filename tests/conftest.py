@@ -1,131 +1,64 @@
-"""Fixtures that reach the real services started by `agentlog infra up` (see the Makefile).
+"""Fixtures for every folder; the helpers they use live in tests/support.
 
-A missing service fails the session: these tests never skip because Kafka is not there.
-Each test that runs workers gets a deployment of its own -- fresh topics, its own consumer
-group, schemas registered under its topics' subjects -- so tests cannot see each other's runs.
+tests/unit needs no service; tests/integration reaches the real Kafka, registry and ClickHouse;
+tests/chaos kills or stops processes. A missing service fails the session: these tests never skip
+because Kafka is not there. Each test that runs workers gets a deployment of its own -- fresh
+topics, its own consumer group, schemas registered under its topics' subjects -- so tests cannot
+see each other's runs.
 """
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
+from support.services import make_deployment, reach_services
+from support.workers import WorkerProcess
 
-from infra.deployment import environment, scratch_deployment
-from runtime.config import Settings, load_settings
+from runtime.config import Settings
 
-ROOT = Path(__file__).resolve().parent.parent
+SERVICE_FIXTURES = {"services", "deployment", "workers"}
+FOLDER_MARKERS = {"unit": "unit", "integration": "integration", "chaos": "chaos"}
 
 
-def _reachable(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=2):
-            return True
-    except OSError:
-        return False
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The folders and the markers agree: a test in tests/<folder> carries the folder's marker, a
+    test in tests/unit asks for no service, and every test marked chaos lives in tests/chaos."""
+    tests = Path(__file__).resolve().parent
+    wrong: list[str] = []
+    for item in items:
+        try:
+            folder = item.path.resolve().relative_to(tests).parts[0]
+        except ValueError:
+            continue
+        marks = {mark.name for mark in item.iter_markers()}
+        expected = FOLDER_MARKERS.get(folder)
+        if expected is not None and expected not in marks:
+            wrong.append(f"{item.nodeid}: in tests/{folder} but not marked {expected}")
+        needs = SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if folder == "unit" and needs:
+            wrong.append(f"{item.nodeid}: a unit test that uses {sorted(needs)}")
+        if "chaos" in marks and folder != "chaos":
+            wrong.append(f"{item.nodeid}: marked chaos but not in tests/chaos")
+    if wrong:
+        raise pytest.UsageError("tests in the wrong folder:\n" + "\n".join(wrong))
 
 
 @pytest.fixture(scope="session")
 def services() -> Settings:
-    settings = load_settings()
-    host, _, port = settings.bootstrap_servers.split(",")[0].rpartition(":")
-    if not _reachable(host, int(port)):
-        pytest.fail(
-            f"Kafka is not reachable at {settings.bootstrap_servers}: run `agentlog infra up` (make test does)"
-        )
     try:
-        httpx.get(f"{settings.schema_registry_url}/subjects", timeout=5).raise_for_status()
-    except httpx.HTTPError as error:
-        pytest.fail(f"schema registry not reachable at {settings.schema_registry_url}: {error}")
-    return settings
-
-
-def make_deployment(base: Settings, partitions: int = 3) -> Settings:
-    return scratch_deployment(base, partitions)
+        return reach_services()
+    except AssertionError as missing:
+        pytest.fail(str(missing))
 
 
 @pytest.fixture
 def deployment(services: Settings) -> Settings:
     """Fresh topics (3 partitions), a consumer group and registered schemas for one test."""
     return make_deployment(services)
-
-
-def deployment_env(settings: Settings, **extra: str) -> dict[str, str]:
-    return environment(settings, f"{ROOT}{os.pathsep}{ROOT / 'tests'}", **extra)
-
-
-class WorkerProcess:
-    """`agentlog worker` as a real subprocess; its log is kept for assertions."""
-
-    def __init__(
-        self, settings: Settings, app: str, worker_id: str, log_path: Path, *args: str, **env: str
-    ) -> None:
-        self.log_path = log_path
-        self.worker_id = worker_id
-        self._log = open(log_path, "ab")  # noqa: SIM115 - lives as long as the process
-        self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "runtime.cli",
-                "worker",
-                "--app",
-                app,
-                "--worker-id",
-                worker_id,
-                "--session-timeout-ms",
-                env.pop("SESSION_TIMEOUT_MS", "6000"),
-                *args,
-            ],
-            cwd=ROOT,
-            env=deployment_env(settings, **env),
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_for(self, text: str, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in self.log():
-            if self.proc.poll() is not None and text not in self.log():
-                raise AssertionError(
-                    f"worker {self.worker_id} exited ({self.proc.returncode}) before {text!r}:\n{self.log()[-3000:]}"
-                )
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"worker {self.worker_id}: no {text!r} within {timeout}s:\n{self.log()[-3000:]}"
-                )
-            time.sleep(0.05)
-
-    def wait_ready(self, partitions: int, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while self.log().count('"partition_taken"') < partitions:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(
-                    f"worker {self.worker_id} did not take {partitions} partitions:\n{self.log()[-3000:]}"
-                )
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import WorkerProcess
-from test_sink_support import SinkProcess, agentlog, kafka_offsets, query, wait_for_rows
+from support.sink import SinkProcess, agentlog, kafka_offsets, query, wait_for_rows
 
 from runtime.client import Client
 from runtime.config import Settings

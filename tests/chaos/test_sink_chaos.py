@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_sink_support import (
+from support.sink import (
     SinkProcess,
     bulk_fill,
     kafka_offsets,
@@ -89,5 +89,5 @@ def test_a_sink_killed_mid_batch_resumes_with_no_duplicate_and_no_gap(
     try:
         wait_for_rows(dsn, settings.events_topic, total, timeout=300, proc=final.proc)
     finally:
-        assert final.stop() == 0, final.log()[-3000:]
+        assert final.stop() == 0, final.log_tail()
     _assert_exactly_once(dsn, settings, total)

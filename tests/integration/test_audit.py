@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_sink_support import (
+from support.sink import (
     EventLog,
     RunWriter,
     SinkProcess,

@@ -1,91 +1,24 @@
-"""Runtime semantics against real Kafka and registry, with the worker as a subprocess."""
+"""Runtime semantics against real Kafka and registry, with the worker as a subprocess.
+
+The semantics that need a worker killed (a restart mid-run) are in tests/chaos/test_runtime_restarts.py.
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from conftest import ROOT, WorkerProcess, deployment_env
 
 from runtime.client import Client, RunError
 from runtime.config import Settings
 from runtime.run_status import ResetOrigin
+from support.services import agentlog
+from support.wait import wait_for_event
+from support.workers import WorkerProcess, start_worker
 
 pytestmark = pytest.mark.integration
-APP = "agent_apps:app"
-
-
-def start_worker(
-    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path, worker_id: str = "w1", **env: str
-) -> WorkerProcess:
-    worker = WorkerProcess(
-        deployment,
-        APP,
-        worker_id,
-        tmp_path / f"{worker_id}-{len(workers)}.log",
-        TEST_COUNTER_DIR=str(tmp_path),
-        **env,
-    )
-    workers.append(worker)
-    return worker
-
-
-def wait_for_event(client: Client, run_id: str, event_type: str, count: int = 1, timeout: float = 30) -> None:
-    """Until the run's history holds ``count`` events of ``event_type``."""
-    deadline = time.monotonic() + timeout
-    while [e["type"] for e in client.history(run_id)].count(event_type) < count:
-        assert time.monotonic() < deadline, (
-            f"no {count} x {event_type} within {timeout}s: {client.history(run_id)}"
-        )
-        time.sleep(0.1)
-
-
-def test_nondeterminism_by_arguments_at_step_1_parks_the_run(
-    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
-) -> None:
-    first = start_worker(deployment, workers, tmp_path, DIVERGE_STEP="1")
-    client = Client(deployment)
-    run_id = client.submit("divergent", {"order": "48211"})
-    client.flush()
-    wait_for_event(client, run_id, "ToolCallCompleted")
-    os.kill(first.proc.pid, signal.SIGKILL)
-    first.proc.wait()
-    start_worker(deployment, workers, tmp_path, DIVERGE_STEP="2")  # the code changed under an in-flight run
-    with pytest.raises(RunError) as parked:
-        client.result(run_id, timeout=30)
-    assert parked.value.status == "parked"
-    detected = [e for e in client.history(run_id) if e["type"] == "NonDeterminismDetected"]
-    assert len(detected) == 1 and detected[0]["position"] == 1
-    assert '"step":1' in detected[0]["expected"] and '"step":2' in detected[0]["issued"]
-    assert "position 1" in detected[0]["message"] and "lookup" in detected[0]["message"]
-    assert client.status(run_id).status == "parked"
-    client.close()
-
-
-def test_timer_and_signal_survive_a_worker_restart(
-    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
-) -> None:
-    first = start_worker(deployment, workers, tmp_path)
-    client = Client(deployment)
-    run_id = client.submit("sleepy", {"sleep": 3})
-    client.flush()
-    wait_for_event(client, run_id, "TimerScheduled")
-    os.kill(first.proc.pid, signal.SIGKILL)  # dies while the timer runs
-    first.proc.wait()
-    start_worker(deployment, workers, tmp_path)
-    wait_for_event(client, run_id, "TimerScheduled", count=2)  # the signal wait's timeout
-    client.signal(run_id, "approval", {"ok": True})
-    assert client.result(run_id, timeout=30) == {"approval": {"ok": True}, "slept_s": True}
-    types = [e["type"] for e in client.history(run_id)]
-    assert types.count("TimerFired") == 1 and types.count("SignalReceived") == 1
-    client.close()
 
 
 def test_signal_wait_times_out_durably(
@@ -184,24 +117,12 @@ def test_cancel_ends_a_waiting_run(
     client = Client(deployment)
     run_id = client.submit("waiter", {})
     client.flush()
-    time.sleep(1)
+    wait_for_event(client, run_id, "RunStarted")  # the run is live and waiting for its signal
     client.cancel(run_id, "customer withdrew")
     with pytest.raises(RunError) as cancelled:
         client.result(run_id, timeout=30)
     assert cancelled.value.status == "cancelled" and cancelled.value.reason == "customer withdrew"
     client.close()
-
-
-def agentlog(deployment: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "runtime.cli", *args],
-        cwd=ROOT,
-        env=deployment_env(deployment),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def test_cli_submit_wait_status_and_history(
@@ -245,36 +166,7 @@ def test_a_run_at_its_history_limit_is_parked_with_the_reason(
         client.result(big, timeout=30)
     assert parked.value.status == "parked" and "history limit reached: 12 events" in parked.value.reason
     assert client.status(big).events == 13  # the 12 that reached the limit, then RunParked
-    assert '"history_size_warning"' in workers[0].log()
-    client.close()
-
-
-def test_a_decision_gone_stale_while_the_worker_was_dead_is_re_decided_not_acted_on(
-    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
-) -> None:
-    """The planner decides to refund, the run waits, the worker is SIGKILLed; meanwhile the order
-    closes. The restarted worker's re-decide point checks the recorded decision against the world
-    as it is now, asks the model again, records why -- and refunds nothing."""
-    (tmp_path / "open-orders.json").write_text(json.dumps(["48211"]))
-    first = start_worker(deployment, workers, tmp_path)
-    client = Client(deployment)
-    run_id = client.submit("stale_refund", {"order": "48211", "wait": 3})
-    client.flush()
-    wait_for_event(client, run_id, "TimerScheduled")
-    os.kill(first.proc.pid, signal.SIGKILL)  # dies while the run waits
-    first.proc.wait()
-    (tmp_path / "open-orders.json").write_text("[]")  # the world moved while nobody watched
-    start_worker(deployment, workers, tmp_path)
-    result = client.result(run_id, timeout=30)
-    assert result["action"] == "hold" and result["call"] == 2
-    assert not (tmp_path / "issue_refund").exists()  # the stale refund never went out
-    status = client.status(run_id)
-    (redecided,) = status.redecided
-    assert redecided.original["action"] == "refund" and redecided.replacement["action"] == "hold"
-    assert redecided.reason == "order 48211 was closed meanwhile"
-    assert redecided.check["verdict"] == {"valid": False, "reason": "order 48211 was closed meanwhile"}
-    types = [e["type"] for e in client.history(run_id)]
-    assert types.count("Redecided") == 1 and types.count("ModelCallScheduled") == 2
+    # The warning at 6 events is a log record only: tests/unit/test_history_limit.py checks it.
     client.close()
 
 
@@ -307,36 +199,4 @@ def test_reset_copies_the_history_before_the_position_and_repeats_effects_with_t
     ]
     missing = agentlog(deployment, "reset", "no-such-run", "--to", "1")
     assert missing.returncode != 0 and "no-such-run has no RunStarted" in missing.stderr
-    client.close()
-
-
-def test_a_large_result_is_stored_out_of_line_and_served_on_replay(
-    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
-) -> None:
-    """A 44 KB tool result goes to the payloads topic; the event keeps offset, size and sha256.
-    A worker killed after it is recorded is replaced, and the replay serves the stored result
-    (checked against its sha256) instead of calling the tool again."""
-    first = start_worker(deployment, workers, tmp_path)
-    client = Client(deployment)
-    run_id = client.submit("report", {"order": "48211", "wait": 2})
-    client.flush()
-    wait_for_event(client, run_id, "TimerScheduled")
-    os.kill(first.proc.pid, signal.SIGKILL)
-    first.proc.wait()
-    start_worker(deployment, workers, tmp_path)
-    assert client.result(run_id, timeout=30) == {
-        "call": 1,
-        "chars": 44_000,
-        "head": "line 1 of the report. li",
-    }
-    assert (tmp_path / "big_report").read_text() == "1"  # served from the log, not called again
-    (stored,) = [e for e in client.history(run_id) if e["type"] == "ToolCallCompleted"]
-    assert stored["result"] == "" and stored["result_size"] > 44_000 and len(stored["result_sha256"]) == 64
-    assert isinstance(stored["result_offset"], int)
-    assert client.status(run_id).bytes < 2_000  # the history stays small
-    (read_back,) = [e for e in client.history(run_id, payloads=True) if e["type"] == "ToolCallCompleted"]
-    assert json.loads(read_back["result"])["text"].startswith("line 1 of the report.")
-    again = client.reset(run_id, 2)  # a reset copies the stored result, read back, and replays it
-    assert client.result(again, timeout=30)["call"] == 1
-    assert (tmp_path / "big_report").read_text() == "1"
     client.close()

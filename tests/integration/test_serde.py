@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry import Schema
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from support.services import ROOT
 
 from runtime.cli.main import main as cli_main
 from runtime.config import Settings
@@ -175,7 +176,7 @@ def test_warm_up_over_plain_http_finds_the_ids_the_registry_client_finds(deploym
         capture_output=True,
         text=True,
         check=True,
-        cwd=Path(__file__).parent.parent,
+        cwd=ROOT,
     )
     resolved, total, imported = done.stdout.split()
     assert resolved == total and imported == "False", done.stdout + done.stderr

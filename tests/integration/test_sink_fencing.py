@@ -11,7 +11,7 @@ import random
 from pathlib import Path
 
 import pytest
-from test_sink_support import EventLog, make_deployment, read_partition
+from support.sink import EventLog, make_deployment, read_partition
 
 from analytics.store import open_client, parse_dsn
 from consumers.batch import Batch

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from test_sink_support import (
+from support.sink import (
     EventLog,
     InProcessSink,
     RunWriter,
@@ -192,7 +192,7 @@ def test_records_of_an_aborted_transaction_never_land(events4: Settings, tmp_pat
         try:
             wait_for_rows(dsn, events4.events_topic, total, proc=sink.proc)
         finally:
-            assert sink.stop() == 0, sink.log()[-3000:]
+            assert sink.stop() == 0, sink.log_tail()
     assert scalar(dsn, "SELECT count() FROM agentlog.events WHERE run_id LIKE 'run-aborted%'") == 0
     assert scalar(dsn, "SELECT count() FROM agentlog.events WHERE run_id = 'run-committed'") == committed
     assert store_offsets(dsn, events4.events_topic) == kafka_offsets(events4)

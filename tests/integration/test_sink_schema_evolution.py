@@ -10,7 +10,7 @@ from typing import Any
 import fastavro
 import pytest
 from confluent_kafka.schema_registry import Schema
-from test_sink_support import EventLog, InProcessSink, RunWriter, make_deployment, query, wait_for_rows
+from support.sink import EventLog, InProcessSink, RunWriter, make_deployment, query, wait_for_rows
 
 from analytics import audit
 from analytics.store import connect

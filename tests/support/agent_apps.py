@@ -1,4 +1,4 @@
-"""Workflows the runtime tests run in real worker subprocesses (`--app agent_apps:app`).
+"""Workflows the runtime tests run in real worker subprocesses (`--app support.agent_apps:app`).
 
 Scripted stand-ins for models and tools live here, in tests/, never in runtime/.
 """

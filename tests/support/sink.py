@@ -1,4 +1,4 @@
-"""Shared helpers for the sink, audit and analytics tests (this module holds no tests itself).
+"""Helpers of the sink, audit and analytics tests: writing real events, reading Kafka and the store back.
 
 Everything here talks to the real services: events are encoded by ``runtime.log.serde`` through the
 registry and produced with an idempotent producer, read back with read_committed consumers, and
@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
-from conftest import ROOT, deployment_env, make_deployment
 
 from analytics.results import QueryResult
 from analytics.store import connect
@@ -30,8 +29,10 @@ from runtime.log import events as ev
 from runtime.log.fencing import FenceFilter
 from runtime.log.partitioning import partition_for
 from runtime.log.serde import Serde
+from support.services import ROOT, agentlog, deployment_env, make_deployment
+from support.wait import wait_until
 
-__all__ = ["ROOT", "make_deployment"]
+__all__ = ["ROOT", "agentlog", "make_deployment"]
 
 
 def producer(settings: Settings, **extra: Any) -> Producer:
@@ -258,21 +259,26 @@ def scalar(dsn: str, sql: str, parameters: dict[str, Any] | None = None) -> Any:
 def wait_for_rows(
     dsn: str, topic: str, expected: int, timeout: float = 60.0, proc: subprocess.Popen[bytes] | None = None
 ) -> int:
-    deadline = time.monotonic() + timeout
-    count = -1
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the sink exited with {proc.returncode}")
+    """Until the store holds ``expected`` rows of ``topic`` (fails at once if the sink ``proc`` exits)."""
+
+    def count() -> int:
         try:
-            count = int(
+            return int(
                 scalar(dsn, "SELECT count() FROM agentlog.events WHERE topic = {t:String}", {"t": topic})
             )
         except Exception:  # the store may not exist or be migrated yet
-            count = -1
-        if count >= expected:
-            return count
-        time.sleep(0.2)
-    raise AssertionError(f"{count} rows after {timeout}s, expected {expected}")
+            return -1
+
+    landed: list[int] = []
+    wait_until(
+        lambda: landed.append(n := count()) or n >= expected,
+        timeout,
+        f"{expected} rows of {topic} in the store",
+        interval=0.2,
+        process=proc,
+        detail=lambda: f"{landed[-1]} rows so far",
+    )
+    return landed[-1]
 
 
 def store_offsets(dsn: str, topic: str) -> dict[int, list[int]]:
@@ -302,8 +308,9 @@ class SinkProcess:
             stderr=subprocess.STDOUT,
         )
 
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+    def log_tail(self, chars: int = 3000) -> str:
+        """The end of the sink's output, for failure messages only."""
+        return self.log_path.read_text(errors="replace")[-chars:]
 
     def kill(self) -> None:
         os.kill(self.proc.pid, signal.SIGKILL)
@@ -319,19 +326,6 @@ class SinkProcess:
                 self.proc.wait()
         self._log.close()
         return int(self.proc.returncode)
-
-
-def agentlog(settings: Settings, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run the ``agentlog`` CLI in a subprocess with the deployment's settings."""
-    return subprocess.run(
-        [sys.executable, "-m", "runtime.cli", *args],
-        cwd=ROOT,
-        env=deployment_env(settings, **env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def seq_types(events: Sequence[dict[str, Any]]) -> list[tuple[int, str]]:

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from support.services import ROOT
 
 from runtime.cli.main import build_parser
 from runtime.config import Settings, load_settings
 
 pytestmark = pytest.mark.unit
-COMPOSE = Path(__file__).resolve().parent.parent / "docker-compose.yml"
+COMPOSE = ROOT / "docker-compose.yml"
 
 
 @pytest.fixture(scope="module")

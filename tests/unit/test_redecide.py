@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from machine_driver import drive
+from support.machine_driver import drive
 
 from runtime.log.events import (
     Event,

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from support.services import ROOT
 
 from runtime.log.registry import LookupUnavailable, compatibility_messages, lookup_ids
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).parent.parent
+
 
 
 def test_the_serde_and_the_registry_module_load_without_the_registry_client() -> None:

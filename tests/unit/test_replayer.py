@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from agent_apps import app
+from support.agent_apps import app
 
 import runtime
 import runtime.log.events
@@ -14,7 +14,7 @@ from runtime.errors import NonDeterminismError
 from runtime.replay.replayer import Replayer, load_history
 
 pytestmark = pytest.mark.unit
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
 
 def test_golden_history_replays_to_the_recorded_result() -> None:

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from machine_driver import drive
+from support.machine_driver import drive
 
 from runtime.log.events import (
     Event,

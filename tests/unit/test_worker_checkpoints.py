@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from memory_harness import Harness, until
+from support.memory_harness import Harness, until
 
 from runtime.workflow.app import App
 from runtime.workflow.context import Context

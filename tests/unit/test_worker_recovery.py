@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from memory_harness import SETTINGS, Harness, until
+from support.memory_harness import SETTINGS, Harness, until
 
 from runtime.errors import RetryableError
 from runtime.log.events import Record, RunRejected

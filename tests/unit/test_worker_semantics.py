@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from memory_harness import Harness, until
+from support.memory_harness import Harness, until
 
 from runtime.log.events import (
     EpochClaimed,
