@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
-from conftest import WorkerProcess
 from support.sink import SinkProcess, agentlog, kafka_offsets, query, wait_for_rows
+from support.wait import wait_until
+from support.workers import WorkerProcess
 
 from runtime.client import Client
 from runtime.config import Settings
@@ -34,10 +34,8 @@ def test_audit_tells_the_same_story_as_history_for_runtime_events(
     client = Client(deployment)
     refund_run = client.submit("refund", {"order": "48211", "steps": 23})
     client.flush()
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "world.db.hang-IN_EFFECT-refund").exists():
-        assert time.monotonic() < deadline, "the refund never started"
-        time.sleep(0.05)
+    hang = tmp_path / "world.db.hang-IN_EFFECT-refund"  # the scripted refund is under way
+    wait_until(hang.exists, 60, "the refund to start", process=first.proc, detail=first.log_tail)
     os.kill(first.proc.pid, signal.SIGKILL)
     first.proc.wait()
     workers.append(WorkerProcess(deployment, "examples.refund_agent:app", "w1", tmp_path / "w1b.log", **env))

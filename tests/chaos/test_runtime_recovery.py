@@ -6,23 +6,25 @@ a SQLite file with UNIQUE idempotency keys that counts every attempt (examples/r
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sqlite3
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import WorkerProcess
+from support.events import LogReader
+from support.services import make_deployment
+from support.wait import wait_until
+from support.workers import APP, WorkerProcess, child_pids
 
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.events import EpochClaimed
+from runtime.log.events import ModelCallCompleted
+from runtime.log.kafka import KafkaLog
 from runtime.log.kafka_reader import read_partition
 from runtime.log.serde import Serde
 from runtime.run_status import InDoubtCall
+from runtime.worker.rebuild import rebuild
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 REFUND_APP = "examples.refund_agent:app"
@@ -38,14 +40,6 @@ def world(path: Path) -> sqlite3.Connection:
         """
     )
     return conn
-
-
-def wait_until(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def model_calls_at(db: sqlite3.Connection, step: int) -> int:
@@ -80,6 +74,7 @@ def test_refund40_killed_when_step_31_model_call_starts(
     second = WorkerProcess(deployment, REFUND_APP, "w1", tmp_path / "w1b.log", **env)
     workers.append(second)
     result = client.result(run_id, timeout=60)
+    epoch = second.wait_ready(deployment.partitions)[client.partition(run_id)]
 
     calls = dict(db.execute("SELECT step, COUNT(*) FROM model_calls GROUP BY step").fetchall())
     assert [step for step in range(1, 31) if calls[step] != 1] == []  # 0 re-executed model calls for 1-30
@@ -96,14 +91,17 @@ def test_refund40_killed_when_step_31_model_call_starts(
     status = client.status(run_id)
     assert status.status == "completed"
     assert status.in_doubt == (InDoubtCall(kind="model", position=61, idempotency_key=None, name="planner"),)
-    taken = [
-        json.loads(line.split(" INFO ", 1)[1])
-        for line in second.log().splitlines()
-        if '"partition_taken"' in line
+    # The worker that took over found the call in doubt and re-ran it: the only in-doubt
+    # completion in the run's log was written under its epoch.
+    serde = Serde(deployment)
+    in_doubt = [
+        (e.position, e.epoch)
+        for r in read_partition(deployment, deployment.events_topic, client.partition(run_id))
+        if r.key == run_id.encode() and r.value
+        for e in [serde.decode(r.value, r.key)]
+        if isinstance(e, ModelCallCompleted) and e.in_doubt
     ]
-    assert [t["in_doubt"] for t in taken if t["in_doubt"]] == [
-        [{"run": run_id, "kind": "model", "name": "planner", "position": 61, "idempotency_key": None}]
-    ]
+    assert in_doubt == [(61, epoch)], second.log_tail()
     client.close()
 
 
@@ -136,7 +134,7 @@ def test_zombie_writes_after_losing_its_partition_stay_invisible(
     deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
 ) -> None:
     env = {"TEST_COUNTER_DIR": str(tmp_path), "STALL_SECONDS": "2"}
-    zombie = WorkerProcess(deployment, "agent_apps:app", "zombie", tmp_path / "zombie.log", **env)
+    zombie = WorkerProcess(deployment, APP, "zombie", tmp_path / "zombie.log", **env)
     workers.append(zombie)
     zombie.wait_ready(deployment.partitions)
     client = Client(deployment)
@@ -145,37 +143,47 @@ def test_zombie_writes_after_losing_its_partition_stay_invisible(
     wait_until((tmp_path / "stall").exists, 30, "the zombie's model call to start")
     os.kill(zombie.proc.pid, signal.SIGSTOP)  # frozen mid-call, holding the partition
     try:
-        successor = WorkerProcess(
-            deployment, "agent_apps:app", "successor", tmp_path / "successor.log", **env
-        )
+        successor = WorkerProcess(deployment, APP, "successor", tmp_path / "successor.log", **env)
         workers.append(successor)
         assert client.result(run_id, timeout=90) == "charged"  # taken over after the session timeout
     finally:
         os.kill(zombie.proc.pid, signal.SIGCONT)
     # On SIGCONT the zombie's stalled call returns at once and it records the result and the
     # charge's Scheduled record with its old epoch, before it can learn it lost the partition.
-    zombie.wait_for('"partition_lost"', timeout=30)
-    time.sleep(1)
+    partition = client.partition(run_id)
+    successor_claims = successor.claimed()  # it took all partitions while the zombie was frozen
+    successor_claim = successor_claims[partition]
+    reader = LogReader(deployment)
+
+    def zombie_late() -> list[tuple[int, str]]:
+        return [
+            (o, e.type)
+            for o, e in reader.events(partition, successor_claim)
+            if e.worker == "zombie" and e.run_id == run_id
+        ]
+
+    wait_until(lambda: len(zombie_late()) >= 2, 30, "the zombie's late records", detail=zombie.log_tail)
+    # Then it rejoins the workers' group, which first takes its old partitions from it: once it
+    # claims a partition again, it acts on none it lost (and never will).
+    wait_until(
+        lambda: reader.claimed_by("zombie", {p: e + 1 for p, e in successor_claims.items()}),
+        60,
+        "the zombie to rejoin and claim a partition anew",
+        process=zombie.proc,
+        detail=zombie.log_tail,
+    )
+    late = zombie_late()
+    reader.close()
 
     charges = (tmp_path / "charge-attempts").read_text().splitlines()
     assert len(charges) == 1 and str(successor.proc.pid) in charges[0]  # no duplicate effect
-    serde = Serde(deployment)
-    partition = client.partition(run_id)
-    raw = [
-        (r.offset, serde.decode(r.value, r.key))
-        for r in read_partition(deployment, deployment.events_topic, partition)
-        if r.value
-    ]
-    successor_claim = max(o for o, e in raw if isinstance(e, EpochClaimed) and e.worker == "successor")
-    zombie_late = [
-        (o, e.type) for o, e in raw if o > successor_claim and e.worker == "zombie" and e.run_id == run_id
-    ]
-    assert [t for _, t in zombie_late] == [
+    assert [t for _, t in late] == [
         "ModelCallCompleted",
         "ToolCallScheduled",
     ]  # written, in the log...
+    zombie_late_offsets = {o for o, _ in late}
     history = client.history(run_id)
-    assert not {e["offset"] for e in history} & {o for o, _ in zombie_late}  # ...and invisible
+    assert not {e["offset"] for e in history} & zombie_late_offsets  # ...and invisible
     assert [e["seq"] for e in history] == list(range(1, len(history) + 1))
     assert [e["type"] for e in history][-3:] == ["ToolCallScheduled", "ToolCallCompleted", "RunCompleted"]
     assert client.status(run_id).status == "completed"
@@ -185,11 +193,9 @@ def test_zombie_writes_after_losing_its_partition_stay_invisible(
 def test_recovery_decodes_the_active_run_not_the_partition(
     services: Settings, workers: list[WorkerProcess], tmp_path: Path
 ) -> None:
-    from conftest import make_deployment
-
     deployment = make_deployment(services, partitions=1)
     env = {"TEST_COUNTER_DIR": str(tmp_path)}
-    first = WorkerProcess(deployment, "agent_apps:app", "w1", tmp_path / "w1.log", **env)
+    first = WorkerProcess(deployment, APP, "w1", tmp_path / "w1.log", **env)
     workers.append(first)
     first.wait_ready(1)
     client = Client(deployment)
@@ -198,35 +204,42 @@ def test_recovery_decodes_the_active_run_not_the_partition(
     client.flush()
     for run_id in done:
         client.result(run_id, timeout=60)
-    time.sleep(3)  # at least one checkpoint after the runs completed (interval 2 s)
+    reader = LogReader(deployment)
+    written = reader.end(0)  # everything the runs wrote lies below
+    # A checkpoint (every 2 s) that covers it, listing only the run still active.
+    checkpoint = wait_until(
+        lambda: next((c for c in reader.checkpoints(0) if c.covered_offset >= written), None),
+        30,
+        f"a checkpoint covering offset {written}",
+        process=first.proc,
+        detail=first.log_tail,
+    )
+    assert list(checkpoint.active_runs) == [active]
     os.kill(first.proc.pid, signal.SIGKILL)
     first.proc.wait()
 
-    second = WorkerProcess(deployment, "agent_apps:app", "w1", tmp_path / "w1b.log", **env)
+    second = WorkerProcess(deployment, APP, "w1", tmp_path / "w1b.log", **env)
     workers.append(second)
-    second.wait_ready(1)
-    taken = json.loads(
-        next(line for line in second.log().splitlines() if '"partition_taken"' in line).split(" INFO ", 1)[1]
-    )
+    epoch = second.wait_ready(1)[0]
+    # What the second worker's takeover read: the rebuild it ran, run again over the same log up
+    # to its claim (a read only: it writes nothing).
+    log = KafkaLog(deployment)
+    try:
+        rebuilt = rebuild(deployment, Serde(deployment), log, 0, epoch)
+    finally:
+        log.close()
+    reader.close()
     active_history = client.status(active).events
     total = sum(1 for _ in read_partition(deployment, deployment.events_topic, 0))
     print(
-        f"partition holds {total} records; rebuild read {taken['records_read']}, decoded {taken['records_decoded']}"
+        f"partition holds {total} records; rebuild read {rebuilt.records_read}, decoded {rebuilt.records_decoded}"
     )
     assert total > 40 * 8
-    assert taken["active_runs"] == 1
-    assert taken["records_decoded"] <= active_history + 5  # the active run plus the claims/tail
+    assert list(rebuilt.active) == [active]
+    assert rebuilt.records_decoded <= active_history + 5  # the active run plus the claims/tail
     client.signal(active, "go", {"ok": 1})
-    assert client.result(active, timeout=30) == {"ok": 1}
+    assert client.result(active, timeout=30) == {"ok": 1}  # and the second worker resumed it
     client.close()
-
-
-def started_pids(worker: WorkerProcess) -> list[int]:
-    return [
-        json.loads(line.split(" INFO ", 1)[1])["pid"]
-        for line in worker.log().splitlines()
-        if '"worker_started"' in line
-    ]
 
 
 def test_respawn_forks_a_new_worker_when_the_worker_is_killed(
@@ -237,14 +250,16 @@ def test_respawn_forks_a_new_worker_when_the_worker_is_killed(
     run_id = client.submit("refund", {"order": "48211"})
     client.flush()
     wait_until(lambda: model_calls_at(db, 31) == 1, 60, "step 31's model call to start")
-    [child] = started_pids(supervisor)
-    assert child != supervisor.proc.pid  # the worker runs in a forked child
+    [[child]] = db.execute("SELECT pid FROM model_calls WHERE step = 31").fetchall()
+    # the worker runs in a forked child: the supervisor's only child, the one calling the model
+    assert child != supervisor.proc.pid and child_pids(supervisor.proc.pid) == [child]
     os.kill(child, signal.SIGKILL)
 
     result = client.result(run_id, timeout=60)
     assert supervisor.proc.poll() is None  # the supervisor lived on ...
-    respawned = started_pids(supervisor)
-    assert len(respawned) == 2 and respawned[1] not in (child, supervisor.proc.pid)  # ... and forked anew
+    [[_], [respawned]] = db.execute("SELECT pid FROM model_calls WHERE step = 31 ORDER BY id").fetchall()
+    assert respawned not in (child, supervisor.proc.pid)  # ... and forked anew: the new worker
+    assert child_pids(supervisor.proc.pid) == [respawned], supervisor.log_tail()  # re-ran step 31
     calls = dict(db.execute("SELECT step, COUNT(*) FROM model_calls GROUP BY step").fetchall())
     assert [step for step in range(1, 31) if calls[step] != 1] == [] and calls[31] == 2
     assert db.execute("SELECT COUNT(*) FROM effects").fetchone()[0] == 3
@@ -256,5 +271,5 @@ def test_respawn_forks_a_new_worker_when_the_worker_is_killed(
     supervisor.proc.send_signal(signal.SIGTERM)  # forwarded: the worker stops, then the supervisor
     assert supervisor.proc.wait(timeout=30) == 0
     with pytest.raises(ProcessLookupError):
-        os.kill(respawned[1], 0)
+        os.kill(respawned, 0)
     client.close()

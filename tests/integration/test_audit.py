@@ -1,5 +1,7 @@
 """``agentlog audit`` against a store the sink filled from real Kafka, through the real CLI.
 
+(Audit after the sink was SIGKILLed: tests/chaos/test_audit_store_handoff.py.)
+
 One deployment holds the cases every question needs: a run continued by a new worker while
 the fenced old one (a zombie) keeps writing, a run over a low history threshold, a tool whose
 effect completed twice under one idempotency key, and a run that diverged and was parked.
@@ -8,10 +10,8 @@ effect completed twice under one idempotency key, and a run that diverged and wa
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,8 +29,6 @@ from support.sink import (
     with_epoch,
 )
 
-from analytics.proxy import Endpoint
-from analytics.store import StoreLock, parse_dsn
 from runtime.config import Settings
 from runtime.log import events as ev
 
@@ -237,33 +235,3 @@ def test_sql_is_read_only(scenario: Scenario) -> None:
     )
     assert sneaky.returncode == 1
     assert _json(scenario, "sql", "SELECT count() AS n FROM agentlog.events")[0]["n"] == count[0]["n"] + 2
-
-
-def test_while_the_sink_runs_audit_asks_it_and_after_a_kill_audit_opens_the_store(
-    services: Settings, tmp_path: Path
-) -> None:
-    settings = make_deployment(services, partitions=2)
-    log = EventLog(settings)
-    run = RunWriter("run-one-process")
-    log.append(run.history(1))
-    dsn = f"chdb://{tmp_path / 'analytics'}"
-    location = parse_dsn(dsn)
-    sink = SinkProcess(settings, dsn, tmp_path / "sink.log")
-    try:
-        wait_for_rows(dsn, settings.events_topic, 6, proc=sink.proc)
-        endpoint = Endpoint.read(location.endpoint_path)
-        assert endpoint is not None and endpoint.pid == sink.proc.pid
-        assert not StoreLock(location).try_acquire()  # nobody else may open the store now
-        served = agentlog(settings, "audit", "run", run.run_id, "--dsn", dsn, "--json")
-        assert served.returncode == 0, served.stderr
-        sink.kill()
-    finally:
-        sink.stop()
-    assert Endpoint.read(location.endpoint_path) == endpoint  # stale, and ignored: the lock is free
-    started = time.monotonic()
-    direct = agentlog(settings, "audit", "run", run.run_id, "--dsn", dsn, "--json")
-    assert direct.returncode == 0, direct.stderr
-    assert json.loads(direct.stdout) == json.loads(served.stdout)  # same answer either way
-    assert time.monotonic() - started < 30
-    missing = agentlog(settings, "audit", "run", "no-such-run", "--dsn", dsn)
-    assert missing.returncode == 1 and "no events" in missing.stderr

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from support.services import agentlog
+from support.wait import wait_for_event
+from support.workers import WorkerProcess, start_worker
 
 from runtime.client import Client, RunError
 from runtime.config import Settings
 from runtime.run_status import ResetOrigin
-from support.services import agentlog
-from support.wait import wait_for_event
-from support.workers import WorkerProcess, start_worker
 
 pytestmark = pytest.mark.integration
 
@@ -159,7 +159,7 @@ def test_a_run_at_its_history_limit_is_parked_with_the_reason(
         deployment, workers, tmp_path, AGENTLOG_HISTORY_WARN_EVENTS="6", AGENTLOG_HISTORY_LIMIT_EVENTS="12"
     )
     client = Client(deployment)
-    small = client.submit("short", {"order": "fits", "steps": 2})  # 6 events: warned, not parked
+    small = client.submit("short", {"order": "fits", "steps": 2})  # 6 events: not parked
     big = client.submit("short", {"order": "too-long", "steps": 20})
     assert client.result(small, timeout=30) == "fits"
     with pytest.raises(RunError) as parked:

@@ -49,7 +49,9 @@ class LogReader:
         """(offset, event) of the events partition from ``start``, in offset order."""
         out: list[tuple[int, Event]] = []
         topic = self.settings.events_topic
-        for record in read_partition(self.settings, topic, partition, start, consumer=self.consumer, keep=keep):
+        for record in read_partition(
+            self.settings, topic, partition, start, consumer=self.consumer, keep=keep
+        ):
             if record.value:
                 decoded = self.serde.decode(record.value, record.key)
                 assert isinstance(decoded, Event), decoded

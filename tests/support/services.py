@@ -36,7 +36,9 @@ def reach_services() -> Settings:
     try:
         httpx.get(f"{settings.schema_registry_url}/subjects", timeout=5).raise_for_status()
     except httpx.HTTPError as error:
-        raise AssertionError(f"schema registry not reachable at {settings.schema_registry_url}: {error}") from error
+        raise AssertionError(
+            f"schema registry not reachable at {settings.schema_registry_url}: {error}"
+        ) from error
     return settings
 
 

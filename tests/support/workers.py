@@ -53,9 +53,10 @@ class WorkerProcess:
 
     def log_tail(self, chars: int = 3000) -> str:
         """The end of the worker's output, for failure messages only."""
-        return f"--- {self.log_path.name} (worker {self.worker_id}) ---\n" + self.log_path.read_text(
-            errors="replace"
-        )[-chars:]
+        return (
+            f"--- {self.log_path.name} (worker {self.worker_id}) ---\n"
+            + self.log_path.read_text(errors="replace")[-chars:]
+        )
 
     def claimed(self) -> dict[int, int]:
         """Partition -> epoch of the partitions this worker claimed since it started."""

@@ -5,8 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ from analytics.errors import StoreError
 from analytics.proxy import Endpoint
 from analytics.results import QueryResult, json_safe
 from analytics.sqlguard import ReadOnlyViolation, check_read_only
-from analytics.store import StoreLock, parse_dsn
+from analytics.store import parse_dsn
 
 pytestmark = pytest.mark.unit
 
@@ -62,31 +60,6 @@ def test_dsns() -> None:
     for bad in ("chdb://memory", "postgres://x", "chdb://"):
         with pytest.raises(StoreError):
             parse_dsn(bad)
-
-
-def test_the_store_lock_is_exclusive_across_processes_and_dies_with_its_holder(tmp_path: Path) -> None:
-    location = parse_dsn(f"chdb://{tmp_path / 'store'}")
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time; from analytics.store import StoreLock, parse_dsn;"
-            f"lock = StoreLock(parse_dsn('chdb://{tmp_path / 'store'}')); assert lock.try_acquire();"
-            "print('held', flush=True); time.sleep(60)",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        lock = StoreLock(location)
-        assert not lock.try_acquire()
-        assert lock.holder() == holder.pid
-    finally:
-        holder.kill()
-        holder.wait()
-    assert lock.try_acquire()  # the kernel released it with the process
-    lock.release()
 
 
 def test_endpoint_file_round_trips_and_tolerates_garbage(tmp_path: Path) -> None:

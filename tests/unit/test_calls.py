@@ -34,6 +34,15 @@ def slow_sync(seconds: float) -> None:
     time.sleep(seconds)
 
 
+CALL_STARTED: dict[str, asyncio.Event] = {}  # set by "announced" when its call begins
+
+
+@app.tool("announced", retry=RetryPolicy(timeout=0.05))
+async def announced(seconds: float) -> None:
+    CALL_STARTED["announced"].set()
+    await asyncio.sleep(seconds)
+
+
 @app.tool("patient", retry=RetryPolicy(timeout=None))
 async def patient(seconds: float) -> str:
     await asyncio.sleep(seconds)
@@ -69,8 +78,9 @@ def test_a_cancellation_from_outside_stays_a_cancellation() -> None:
     """A lost partition cancels its calls: that must not be recorded as a timed-out call."""
 
     async def cancel_midway() -> None:
-        task = asyncio.get_running_loop().create_task(attempt(tool_call("slow_async", seconds=1.0)))
-        await asyncio.sleep(0.01)
+        started = CALL_STARTED["announced"] = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(attempt(tool_call("announced", seconds=1.0)))
+        await asyncio.wait_for(started.wait(), 5)  # the call is under way (and 0.05 s from its timeout)
         task.cancel()
         await task
 

@@ -13,8 +13,6 @@ from runtime.log.registry import LookupUnavailable, compatibility_messages, look
 pytestmark = pytest.mark.unit
 
 
-
-
 def test_the_serde_and_the_registry_module_load_without_the_registry_client() -> None:
     """A cold worker must not pay the client's import (authlib, httpx) before its first record."""
     probe = (
