@@ -14,6 +14,7 @@ from support.sink import (
     SinkProcess,
     kafka_offsets,
     make_deployment,
+    query,
     read_partition,
     scalar,
     store_offsets,
@@ -80,8 +81,6 @@ def test_every_record_lands_once_with_its_kafka_coordinates(events4: Settings, t
 
 
 def _one_row(dsn: str, sql: str) -> list[object]:
-    from test_sink_support import query
-
     rows = query(dsn, sql).rows
     assert len(rows) == 1, rows
     return rows[0]
@@ -216,8 +215,6 @@ def test_undecodable_records_land_flagged_and_never_stall_the_partition(
     with InProcessSink(events4, dsn) as sink:
         wait_for_rows(dsn, events4.events_topic, 6)
     assert sink.stats.undecodable == 4
-    from test_sink_support import query
-
     rows = query(
         dsn,
         "SELECT type, decode_error != '', run_id, length(raw_value) FROM agentlog.events ORDER BY offset",
