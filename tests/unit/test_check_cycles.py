@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from support.services import ROOT
 
 pytestmark = pytest.mark.unit
 
-TOOL = Path(__file__).resolve().parent.parent / "tools" / "check_cycles.py"
+TOOL = ROOT / "tools" / "check_cycles.py"
 
 
 @pytest.fixture(scope="module")
