@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.services import make_deployment, reach_services
-from support.workers import WorkerProcess
 
 from runtime.config import Settings
+from support.services import make_deployment, reach_services
+from support.workers import WorkerProcess
 
 SERVICE_FIXTURES = {"services", "deployment", "workers"}
 FOLDER_MARKERS = {"unit": "unit", "integration": "integration", "chaos": "chaos"}

@@ -13,12 +13,12 @@ import signal
 from pathlib import Path
 
 import pytest
-from support.sink import SinkProcess, agentlog, kafka_offsets, query, wait_for_rows
-from support.wait import wait_until
-from support.workers import WorkerProcess
 
 from runtime.client import Client
 from runtime.config import Settings
+from support.sink import SinkProcess, agentlog, kafka_offsets, query, wait_for_rows
+from support.wait import wait_until
+from support.workers import WorkerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 

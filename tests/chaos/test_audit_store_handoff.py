@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 
 import pytest
-from support.sink import EventLog, RunWriter, SinkProcess, agentlog, make_deployment, wait_for_rows
 
 from analytics.proxy import Endpoint
 from analytics.store import StoreLock, parse_dsn
 from runtime.config import Settings
+from support.sink import EventLog, RunWriter, SinkProcess, agentlog, make_deployment, wait_for_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from support.stack import ALL_PORTS, KAFKA_PORT, PARTITIONS, REGISTRY_PORT, private_stack
 
 from infra import postgres, process, stack
 from runtime.config import Settings
+from support.stack import ALL_PORTS, KAFKA_PORT, PARTITIONS, REGISTRY_PORT, private_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 

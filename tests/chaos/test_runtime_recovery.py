@@ -12,10 +12,6 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from support.events import LogReader
-from support.services import make_deployment
-from support.wait import wait_until
-from support.workers import APP, WorkerProcess, child_pids
 
 from runtime.client import Client
 from runtime.config import Settings
@@ -25,6 +21,10 @@ from runtime.log.kafka_reader import read_partition
 from runtime.log.serde import Serde
 from runtime.run_status import InDoubtCall
 from runtime.worker.rebuild import rebuild
+from support.events import LogReader
+from support.services import make_deployment
+from support.wait import wait_until
+from support.workers import APP, WorkerProcess, child_pids
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 REFUND_APP = "examples.refund_agent:app"

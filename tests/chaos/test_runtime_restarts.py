@@ -9,11 +9,11 @@ import signal
 from pathlib import Path
 
 import pytest
-from support.wait import wait_for_event
-from support.workers import WorkerProcess, start_worker
 
 from runtime.client import Client, RunError
 from runtime.config import Settings
+from support.wait import wait_for_event
+from support.workers import WorkerProcess, start_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 

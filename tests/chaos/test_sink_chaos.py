@@ -6,6 +6,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from runtime.config import Settings
 from support.sink import (
     SinkProcess,
     bulk_fill,
@@ -16,8 +18,6 @@ from support.sink import (
     store_offsets,
     wait_for_rows,
 )
-
-from runtime.config import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 

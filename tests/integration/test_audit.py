@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+
+from runtime.config import Settings
+from runtime.log import events as ev
 from support.sink import (
     EventLog,
     RunWriter,
@@ -28,9 +31,6 @@ from support.sink import (
     wait_for_rows,
     with_epoch,
 )
-
-from runtime.config import Settings
-from runtime.log import events as ev
 
 pytestmark = pytest.mark.integration
 

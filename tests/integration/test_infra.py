@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource  # the public name is not in __all__
-from support.stack import PARTITIONS, private_stack, stack_settings
 
 from infra import postgres, stack
 from infra.errors import ServiceError
 from runtime.config import Settings
+from support.stack import PARTITIONS, private_stack, stack_settings
 
 pytestmark = [pytest.mark.integration]
 

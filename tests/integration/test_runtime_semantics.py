@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from support.services import agentlog
-from support.wait import wait_for_event
-from support.workers import WorkerProcess, start_worker
 
 from runtime.client import Client, RunError
 from runtime.config import Settings
 from runtime.run_status import ResetOrigin
+from support.services import agentlog
+from support.wait import wait_for_event
+from support.workers import WorkerProcess, start_worker
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,6 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry import Schema
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from support.services import ROOT
 
 from runtime.cli.main import main as cli_main
 from runtime.config import Settings
@@ -22,6 +21,7 @@ from runtime.log.events import RECORD_TYPES, Record
 from runtime.log.kafka_config import reader_config
 from runtime.log.registry_admin import SchemaAdmin
 from runtime.log.serde import Serde, record_to_dict, schema_id_of
+from support.services import ROOT
 
 pytestmark = pytest.mark.integration
 

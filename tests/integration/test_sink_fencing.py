@@ -11,7 +11,6 @@ import random
 from pathlib import Path
 
 import pytest
-from support.sink import EventLog, make_deployment, read_partition
 
 from analytics.store import open_client, parse_dsn
 from consumers.batch import Batch
@@ -22,6 +21,7 @@ from runtime.log import events as ev
 from runtime.log.fencing import FenceFilter
 from runtime.log.registry import registry_client
 from runtime.log.serde import Serde
+from support.sink import EventLog, make_deployment, read_partition
 
 pytestmark = pytest.mark.integration
 

@@ -7,6 +7,14 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+
+from analytics.store import open_client, parse_dsn
+from consumers.batch import Batch
+from consumers.registry import WriterSchemas
+from consumers.store_writer import StoreWriter
+from runtime.config import Settings
+from runtime.log.frame import HEADER_SIZE, frame_header
+from runtime.log.registry import registry_client
 from support.sink import (
     EventLog,
     InProcessSink,
@@ -20,14 +28,6 @@ from support.sink import (
     store_offsets,
     wait_for_rows,
 )
-
-from analytics.store import open_client, parse_dsn
-from consumers.batch import Batch
-from consumers.registry import WriterSchemas
-from consumers.store_writer import StoreWriter
-from runtime.config import Settings
-from runtime.log.frame import HEADER_SIZE, frame_header
-from runtime.log.registry import registry_client
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,6 @@ from typing import Any
 import fastavro
 import pytest
 from confluent_kafka.schema_registry import Schema
-from support.sink import EventLog, InProcessSink, RunWriter, make_deployment, query, wait_for_rows
 
 from analytics import audit
 from analytics.store import connect
@@ -20,6 +19,7 @@ from runtime.log.catalog import load_catalog
 from runtime.log.frame import frame_header
 from runtime.log.registry import registry_client
 from runtime.log.serde import record_to_dict
+from support.sink import EventLog, InProcessSink, RunWriter, make_deployment, query, wait_for_rows
 
 pytestmark = pytest.mark.integration
 

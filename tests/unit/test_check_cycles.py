@@ -7,6 +7,7 @@ import sys
 from types import ModuleType
 
 import pytest
+
 from support.services import ROOT
 
 pytestmark = pytest.mark.unit

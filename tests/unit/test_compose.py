@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 import yaml
-from support.services import ROOT
 
 from runtime.cli.main import build_parser
 from runtime.config import Settings, load_settings
+from support.services import ROOT
 
 pytestmark = pytest.mark.unit
 COMPOSE = ROOT / "docker-compose.yml"

@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import pytest
-from support.machine_driver import drive
 
 from runtime.errors import CallFailed
 from runtime.log.events import (
@@ -27,6 +26,7 @@ from runtime.log.events import (
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
 from runtime.workflow.machine import Intent, RunMachine, Stamp
+from support.machine_driver import drive
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from support.machine_driver import drive
 
 from runtime.log.events import (
     Event,
@@ -26,6 +25,7 @@ from runtime.log.events import (
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
 from runtime.workflow.machine import Intent, RunMachine, Stamp
+from support.machine_driver import drive
 
 pytestmark = pytest.mark.unit
 

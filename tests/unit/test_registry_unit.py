@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
-from support.services import ROOT
 
 from runtime.log.registry import LookupUnavailable, compatibility_messages, lookup_ids
+from support.services import ROOT
 
 pytestmark = pytest.mark.unit
 

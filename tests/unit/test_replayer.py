@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from support.agent_apps import app
 
 import runtime
 import runtime.log.events
 from runtime.errors import NonDeterminismError
 from runtime.replay.replayer import Replayer, load_history
+from support.agent_apps import app
 
 pytestmark = pytest.mark.unit
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

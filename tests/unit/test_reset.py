@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import pytest
-from support.machine_driver import drive
 
 from runtime.log.events import (
     Event,
@@ -22,6 +21,7 @@ from runtime.replay.reset import SeedError, cut, decode_seed, encode_seed
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
 from runtime.workflow.machine import Intent, RunMachine, Stamp
+from support.machine_driver import drive
 
 pytestmark = pytest.mark.unit
 

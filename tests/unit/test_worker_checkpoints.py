@@ -7,10 +7,10 @@ import asyncio
 from typing import Any
 
 import pytest
-from support.memory_harness import Harness, until
 
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
+from support.memory_harness import Harness, until
 
 pytestmark = pytest.mark.unit
 

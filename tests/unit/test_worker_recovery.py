@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from support.memory_harness import SETTINGS, Harness, until
 
 from runtime.errors import RetryableError
 from runtime.log.events import Record, RunRejected
@@ -16,6 +15,7 @@ from runtime.log.serde import Serde
 from runtime.worker.commands import WorkerError
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
+from support.memory_harness import SETTINGS, Harness, until
 
 pytestmark = pytest.mark.unit
 

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from support.memory_harness import Harness, until
 
 from runtime.log.events import (
     EpochClaimed,
@@ -23,6 +22,7 @@ from runtime.log.events import (
 )
 from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.context import Context
+from support.memory_harness import Harness, until
 
 pytestmark = pytest.mark.unit
 
