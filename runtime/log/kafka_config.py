@@ -41,8 +41,8 @@ def reader_config(settings: Settings, **extra: Any) -> dict[str, Any]:
         "isolation.level": "read_committed",
         # Reads here stop at an end known beforehand, so a fetch held at the end for more data
         # is never useful -- and it holds up the connection: the broker answers one request per
-        # connection at a time, so the next partition's offset query waited behind it (10 ms
-        # per partition of a worker's rebuild at 10 ms).
+        # connection at a time, so the next partition's offset query would wait behind it, once
+        # per partition of a worker's rebuild.
         "fetch.wait.max.ms": 1,
         **extra,
     }

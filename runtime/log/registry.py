@@ -5,8 +5,7 @@ Two paths, each for a reason:
 
 - confluent-kafka's ``SchemaRegistryClient`` (:func:`registry_client`) for registering, checking
   compatibility, and reading schemas by id -- the serializers use it too. Importing it loads
-  authlib's OAuth stack, httpx and joserfc (~250 ms of a cold worker's ~1 s recovery on a
-  2-vCPU machine), so it is imported when a client is first built, never at module import.
+  authlib's OAuth stack, httpx and joserfc (a large share of a cold worker's recovery), so it is imported when a client is first built, never at module import.
 - Plain HTTP over the standard library (:func:`lookup_ids`, :func:`compatibility_messages`) for
   what must not pay that import or what the client does not expose. A recovering worker must
   know the registry id of every schema it writes before its first record, and that is one
@@ -43,7 +42,7 @@ class LookupUnavailable(AgentlogError):
 
 # -- the confluent client ------------------------------------------------------------------------
 def registry_client(settings: Settings) -> SchemaRegistryClient:
-    """A registry client for the deployment (imports the client on first call: ~250 ms)."""
+    """A registry client for the deployment (imports the client on first call: a heavy import)."""
     from runtime.log.registry_client import SchemaRegistryClient
 
     return SchemaRegistryClient({"url": settings.schema_registry_url})

@@ -34,7 +34,7 @@ from runtime.log.frame import HEADER_SIZE, ID_SLICE, MAGIC, NotFramed, frame_hea
 from runtime.log.frame import schema_id_of as frame_schema_id
 from runtime.log.registry import registry_client, schema_by_id, schema_ids
 
-# The registry client is imported where it is first used, not here: the import costs ~250 ms
+# The registry client is imported where it is first used, not here: its import is heavy
 # (see runtime.log.registry), and a recovering worker does not need it to start.
 if TYPE_CHECKING:
     from runtime.log.registry_client import AvroDeserializer, AvroSerializer, SchemaRegistryClient
@@ -106,8 +106,7 @@ class Serde:
 
     @property
     def client(self) -> SchemaRegistryClient:
-        """The registry client, built on first use: building one loads the CA store (30-70 ms),
-        which a recovering worker does in its warm-up thread rather than on its start-up path."""
+        """The registry client, built on first use: building one loads the CA store, which a recovering worker does in its warm-up thread rather than on its start-up path."""
         client = self._client
         if client is None:
             with self._client_lock:
@@ -124,7 +123,7 @@ class Serde:
         """Confluent wire format. The first record of each type goes through ``AvroSerializer``,
         which finds the schema id in the registry (and refuses an unregistered schema); after
         that the same bytes are written by fastavro directly with the cached id -- the
-        serializer's per-call machinery (subject strategy, rule engine) cost 25 us a record."""
+        serializer's per-call machinery (subject strategy, rule engine) is skipped per record."""
         name = record.type
         fast = self._writers.get(name)
         if fast is None:

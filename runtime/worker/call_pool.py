@@ -1,7 +1,7 @@
 """Threads for sync model and tool calls, answering straight into the event loop.
 
 ``asyncio.to_thread`` costs a concurrent Future, a context copy and a chained asyncio Future per
-call -- about 150 us of CPU, twice per agent step. This pool hands each call to a thread over a
+call, twice per agent step. This pool hands each call to a thread over a
 queue and sets the loop's own future from the thread with one ``call_soon_threadsafe``.
 """
 
