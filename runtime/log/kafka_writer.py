@@ -21,7 +21,7 @@ from confluent_kafka import (
 
 from runtime.config import Settings
 from runtime.log.kafka_config import offset_of, producer_config
-from runtime.log.port import WriteError
+from runtime.log.port import WriteError, settle
 
 
 class EventWriter:
@@ -139,15 +139,6 @@ def _loop_settler(
             outcome: int | BaseException = WriteError(f"write to {topic}[{partition}] failed: {error}")
         else:
             outcome = offset_of(message)
-        loop.call_soon_threadsafe(_settle, future, outcome)
+        loop.call_soon_threadsafe(settle, future, outcome)
 
     return delivered
-
-
-def _settle(future: asyncio.Future[int], outcome: int | BaseException) -> None:
-    if future.done():
-        return
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)

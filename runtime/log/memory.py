@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from runtime.config import Settings
 from runtime.log.partitioning import partition_for
-from runtime.log.port import AssignCallback, Delivery, LogRecord, RevokeCallback, WriteError
+from runtime.log.port import AssignCallback, Delivery, LogRecord, RevokeCallback, WriteError, settle
 
 _Ack = Callable[[int | BaseException], None]
 
@@ -206,18 +206,9 @@ def _loop_ack(loop: asyncio.AbstractEventLoop, future: asyncio.Future[int]) -> _
     """Resolve ``future`` in its loop, later, as a Kafka delivery callback would."""
 
     def ack(outcome: int | BaseException) -> None:
-        loop.call_soon_threadsafe(_settle, future, outcome)
+        loop.call_soon_threadsafe(settle, future, outcome)
 
     return ack
-
-
-def _settle(future: asyncio.Future[int], outcome: int | BaseException) -> None:
-    if future.done():
-        return
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
 
 
 class MemoryCommandFeed:

@@ -61,6 +61,17 @@ class ReadError(RetryableError):
     """A partition could not be read to the requested offset."""
 
 
+def settle(future: asyncio.Future[int], outcome: int | BaseException) -> None:
+    """Resolve an append's future with its offset or its error, in the future's own loop (a
+    backend's acks arrive on other threads: they call this through ``call_soon_threadsafe``)."""
+    if future.done():  # cancelled meanwhile (its partition was lost): the ack is dropped
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
 # Called with the partitions given to (or taken from) this member; an assignment callback returns
 # the offset each given partition's feed must start at.
 AssignCallback = Callable[[list[int]], dict[int, int]]
