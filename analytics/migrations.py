@@ -296,6 +296,33 @@ _PAYLOAD_COLUMNS = f"ALTER TABLE {EVENTS} " + ", ".join(
     f"ADD COLUMN IF NOT EXISTS {quote_identifier(name)} {ch_type}" for name, ch_type in _V6_FIELD_COLUMNS
 )
 
+# Fields of PromptDrifted (a model call served from history under a changed prompt, seed 003)
+# and the view the audit reads: "position 1 decided under prompt v1; code now issues v2".
+_V8_FIELD_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("recorded_prompt_version", "Nullable(String)"),
+    ("issued_prompt_version", "Nullable(String)"),
+    ("recorded_args_hash", "Nullable(String)"),
+    ("issued_args_hash", "Nullable(String)"),
+)
+_DRIFT_COLUMNS = f"ALTER TABLE {EVENTS} " + ", ".join(
+    f"ADD COLUMN IF NOT EXISTS {quote_identifier(name)} {ch_type}" for name, ch_type in _V8_FIELD_COLUMNS
+)
+_PROMPT_DRIFT_VIEW = f"""CREATE OR REPLACE VIEW {DATABASE}.prompt_drift AS
+SELECT
+    run_id,
+    occurred_at,
+    position,
+    model,
+    recorded_prompt_version,
+    issued_prompt_version,
+    recorded_args_hash,
+    issued_args_hash,
+    concat('position ', toString(position), ' decided under prompt ', ifNull(recorded_prompt_version, 'none'),
+           '; code now issues ', ifNull(issued_prompt_version, 'none')) AS detail,
+    topic, partition, offset, seq
+FROM {EVENTS}
+WHERE fenced = 0 AND type = 'PromptDrifted'"""
+
 MIGRATIONS_LIST: tuple[Migration, ...] = (
     Migration(1, "events table", (f"CREATE DATABASE IF NOT EXISTS {DATABASE}", _EVENTS_TABLE)),
     Migration(2, "writer schemas table", (_WRITER_SCHEMAS_TABLE,)),
@@ -308,6 +335,7 @@ MIGRATIONS_LIST: tuple[Migration, ...] = (
     Migration(5, "reset columns", (_RESET_COLUMNS,)),
     Migration(6, "out-of-line result columns", (_PAYLOAD_COLUMNS,)),
     Migration(7, "runs view: the runtime's status vocabulary", (_RUNS_VIEW_V7,)),
+    Migration(8, "prompt drift columns and view", (_DRIFT_COLUMNS, _PROMPT_DRIFT_VIEW)),
 )
 
 _LEDGER = f"""CREATE TABLE IF NOT EXISTS {MIGRATIONS} (

@@ -12,6 +12,7 @@ from runtime.log.events import (
     ModelCallCompleted,
     ModelCallFailed,
     ModelCallScheduled,
+    PromptDrifted,
     Redecided,
     RunCancelled,
     RunCompleted,
@@ -75,6 +76,30 @@ class Redecision:
 
 
 @dataclass(frozen=True)
+class PromptDrift:
+    """A model call served from history although the code now issues another prompt (PromptDrifted)."""
+
+    position: int
+    model: str
+    recorded_prompt_version: str | None
+    issued_prompt_version: str | None
+
+    def describe(self) -> str:
+        return (
+            f"position {self.position} decided under prompt {self.recorded_prompt_version}; "
+            f"code now issues {self.issued_prompt_version}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "position": self.position,
+            "model": self.model,
+            "recorded_prompt_version": self.recorded_prompt_version,
+            "issued_prompt_version": self.issued_prompt_version,
+        }
+
+
+@dataclass(frozen=True)
 class ResetOrigin:
     """The run and position a reset run was cut from (``agentlog reset``)."""
 
@@ -99,6 +124,7 @@ class RunStatus:
     reset_from: ResetOrigin | None = None
     result: Any = None  # a completed run's result (decoded JSON); {"continued_as": id} when continued
     reason: str | None = None  # why a run failed, was cancelled, parked, rejected or continued
+    drift: tuple[PromptDrift, ...] = ()  # model calls whose prompt changed under replay
 
     def as_dict(self) -> dict[str, Any]:
         """The keys and values of ``agentlog status --json``."""
@@ -113,6 +139,7 @@ class RunStatus:
             "reset_from": self.reset_from.as_dict() if self.reset_from is not None else None,
             "result": self.result,
             "reason": self.reason,
+            "drift": [entry.as_dict() for entry in self.drift],
         }
 
     def to_json(self) -> str:
@@ -129,6 +156,7 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
     scheduled_keys: dict[int, str | None] = {}
     in_doubt: dict[int, tuple[Literal["model", "tool"], str | None]] = {}  # position -> kind, key
     redecided: list[Redecision] = []
+    drift: list[PromptDrift] = []
     reset_from: ResetOrigin | None = None
     names: dict[int, str] = {}
     for item in logged:
@@ -141,6 +169,12 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
                     replacement=json.loads(event.replacement),
                     check=json.loads(event.check),
                     reason=event.reason,
+                )
+            )
+        elif isinstance(event, PromptDrifted):
+            drift.append(
+                PromptDrift(
+                    event.position, event.model, event.recorded_prompt_version, event.issued_prompt_version
                 )
             )
         elif isinstance(event, RunStarted):
@@ -185,4 +219,5 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
         reset_from=reset_from,
         result=result,
         reason=reason,
+        drift=tuple(drift),
     )

@@ -176,6 +176,8 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
         print(f"reset     from {status.reset_from.run_id} at position {status.reset_from.position}")
     for entry in status.redecided:
         print(f"redecided at position {entry.position}: {entry.reason}")
+    for drift in status.drift:
+        print(f"drift     {drift.describe()}")
     return 0 if status.status != "unknown" else 1
 
 

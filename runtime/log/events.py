@@ -121,6 +121,18 @@ class PatchRecorded(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class PromptDrifted(Event):
+    """On replay a model call matched its record by name but not by prompt: the recorded decision was served and the drift recorded (once per position and issued prompt)."""
+
+    position: int
+    model: str
+    recorded_args_hash: str
+    issued_args_hash: str
+    recorded_prompt_version: str | None = None
+    issued_prompt_version: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Redecided(Event):
     """A re-decide point found a recorded decision stale and replaced it."""
 
@@ -286,6 +298,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     NonDeterminismDetected,
     PartitionCheckpoint,
     PatchRecorded,
+    PromptDrifted,
     Redecided,
     RunCancelled,
     RunCompleted,

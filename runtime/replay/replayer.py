@@ -17,7 +17,7 @@ from runtime.errors import AgentlogError, NonDeterminismError
 from runtime.log.events import RECORD_TYPES, Event, RunStarted
 from runtime.log.status import RunState
 from runtime.workflow.app import App
-from runtime.workflow.machine import RunMachine, Stamp
+from runtime.workflow.machine import Drift, RunMachine, Stamp
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,8 @@ class ReplayResult:
     events_replayed: int
     divergence: NonDeterminismError | None
     result: Any
+    # Model calls served from history under a changed prompt (not a failure: seed 003).
+    drift: tuple[Drift, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -60,7 +62,13 @@ class Replayer:
         if machine.divergence is not None and self.raise_on_replay_failure:
             raise machine.divergence
         return ReplayResult(
-            started.run_id, started.workflow, machine.status, len(history), machine.divergence, machine.result
+            started.run_id,
+            started.workflow,
+            machine.status,
+            len(history),
+            machine.divergence,
+            machine.result,
+            tuple(machine.drift),
         )
 
     def replay_all(self, histories: Iterable[Sequence[Event]]) -> list[ReplayResult]:

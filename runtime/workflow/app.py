@@ -77,6 +77,10 @@ class App:
     workflows: dict[str, WorkflowSpec] = field(default_factory=dict)
     models: dict[str, ModelSpec] = field(default_factory=dict)
     tools: dict[str, ToolSpec] = field(default_factory=dict)
+    # True: a model call whose prompt, params or prompt_version changed under replay parks the
+    # run (NonDeterminismDetected), as a tool call's changed arguments do. False (the default):
+    # the drift is recorded (PromptDrifted) and the recorded decision served.
+    strict_prompts: bool = False
 
     def workflow(self, name: str) -> Callable[[F], F]:
         """Register an ``async def fn(ctx, input)`` as workflow ``name``.

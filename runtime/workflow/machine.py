@@ -33,6 +33,7 @@ from runtime.log.events import (
     ModelCallScheduled,
     NonDeterminismDetected,
     PatchRecorded,
+    PromptDrifted,
     Redecided,
     RunCancelled,
     RunCompleted,
@@ -126,6 +127,18 @@ class Stamp:
     epoch: int
 
 
+@dataclass(frozen=True)
+class Drift:
+    """A model call whose prompt (messages, params or prompt_version) differs from its record."""
+
+    position: int
+    model: str
+    recorded_prompt_version: str | None
+    issued_prompt_version: str | None
+    recorded_args_hash: str
+    issued_args_hash: str
+
+
 @dataclass
 class InDoubt:
     kind: str
@@ -157,6 +170,7 @@ class RunMachine:
         self.in_doubt: list[InDoubt] = []
         self.result: Any = None
         self.divergence: NonDeterminismError | None = None
+        self.drift: list[Drift] = []  # model calls served from history under a changed prompt
         self._position = 0
         self._identical: Counter[str] = Counter()
         self._signals: dict[str, deque[str]] = {}
@@ -165,6 +179,10 @@ class RunMachine:
         self._pending_terminal: Event | None = None
         self._history_records = {e.position: e for e in history if isinstance(e, SCHEDULED_TYPES)}
         self._redecided_in_history = {e.position for e in history if isinstance(e, Redecided)}
+        # (position, issued args hash): a replay meeting the same drift again records nothing.
+        self._drift_in_history = {
+            (e.position, e.issued_args_hash) for e in history if isinstance(e, PromptDrifted)
+        }
         self._after_replay: list[Event] = []  # emitted during replay: stamped once history is done
         self.replaying = bool(history)
         self._ctx = Context(self)
@@ -289,7 +307,7 @@ class RunMachine:
         elif isinstance(event, (RunCompleted, RunFailed, RunCancelled, RunContinuedAsNew, RunParked)):
             self._terminate(event)
             return
-        elif isinstance(event, (NonDeterminismDetected, Redecided)):
+        elif isinstance(event, (NonDeterminismDetected, Redecided, PromptDrifted)):
             return
         self._drive()
 
@@ -391,7 +409,9 @@ class RunMachine:
             return command.future
         recorded = self._history_records.get(command.position)
         if recorded is not None:
-            if record_signature(recorded) != command.signature():
+            if self._prompt_drift(recorded, command):
+                pass  # matched by kind and name: the recorded decision is served
+            elif record_signature(recorded) != command.signature():
                 self._diverge(command.position, describe_record(recorded), command.describe())
             elif isinstance(recorded, TimerScheduled):
                 command.fire_at = recorded.fire_at
@@ -400,6 +420,46 @@ class RunMachine:
         elif not self.replaying:
             self._record(command)
         return command.future
+
+    def _prompt_drift(self, recorded: Event, command: Intent) -> bool:
+        """A model call whose record names the same model but another args hash: a prompt is
+        activity input (seed 003), so this is drift to record, not a divergence -- unless the app
+        asked for ``strict_prompts``. Recorded once per (position, issued hash): a later replay
+        of a history that holds the PromptDrifted record finds it and records nothing."""
+        if (
+            self.app.strict_prompts
+            or command.kind != "model"
+            or not isinstance(recorded, ModelCallScheduled)
+            or recorded.model != command.name
+            or recorded.args_hash == command.hash
+        ):
+            return False
+        drift = Drift(
+            command.position,
+            command.name,
+            recorded.prompt_version,
+            command.prompt_version,
+            recorded.args_hash,
+            command.hash,
+        )
+        self.drift.append(drift)
+        if (drift.position, drift.issued_args_hash) in self._drift_in_history:
+            return True
+        self._drift_in_history.add((drift.position, drift.issued_args_hash))
+        event = PromptDrifted(
+            run_id=self.run_id,
+            position=drift.position,
+            model=drift.model,
+            recorded_prompt_version=drift.recorded_prompt_version,
+            issued_prompt_version=drift.issued_prompt_version,
+            recorded_args_hash=drift.recorded_args_hash,
+            issued_args_hash=drift.issued_args_hash,
+        )
+        if self.replaying:
+            self._after_replay.append(event)  # its seq must follow the recorded events'
+        else:
+            self._emit(event)
+        return True
 
     def _record(self, command: Intent) -> None:
         """Live: emit the command's record; calls and timers then wait in ``ready`` for durability."""

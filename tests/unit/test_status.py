@@ -15,6 +15,7 @@ from runtime.log.events import (
     Event,
     ModelCallCompleted,
     ModelCallScheduled,
+    PromptDrifted,
     Redecided,
     RunCancelled,
     RunCompleted,
@@ -27,7 +28,15 @@ from runtime.log.events import (
     ToolCallScheduled,
 )
 from runtime.log.status import ENDED, ENDING_EVENTS, RUN_STATES, STATUS_BY_EVENT, RunState, has_ended
-from runtime.run_status import InDoubtCall, LoggedEvent, Redecision, ResetOrigin, RunStatus, summarize
+from runtime.run_status import (
+    InDoubtCall,
+    LoggedEvent,
+    PromptDrift,
+    Redecision,
+    ResetOrigin,
+    RunStatus,
+    summarize,
+)
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
 from runtime.workflow.machine import RunMachine, Stamp
@@ -77,6 +86,7 @@ def test_released_migrations_keep_their_text() -> None:
         5: "c453cd1850e6c270",
         6: "75e67e539343b00f",
         7: "054d6e33d8dbf346",
+        8: "5ccee703f36fc8a6",
     }
 
 
@@ -143,6 +153,7 @@ def test_run_status_as_dict_keeps_the_status_json_keys() -> None:
         "reset_from": {"run_id": "p", "position": 3},
         "result": None,
         "reason": "stuck",
+        "drift": [],
     }
 
 
@@ -166,3 +177,24 @@ def test_the_audit_refuses_a_status_outside_the_vocabulary() -> None:
 
     with pytest.raises(audit.AuditError, match="continued_as_new"):
         audit.runs(None, status="continued")  # type: ignore[arg-type]  # refused before any query
+
+
+def test_status_lists_prompt_drift() -> None:
+    events = (
+        RunStarted(run_id="r", workflow="w", input="{}", command_offset=0),
+        PromptDrifted(
+            run_id="r",
+            position=1,
+            model="drafter",
+            recorded_prompt_version="v1",
+            issued_prompt_version="v2",
+            recorded_args_hash="a",
+            issued_args_hash="b",
+        ),
+    )
+    status = summarize("r", tuple(LoggedEvent(offset, 10, event) for offset, event in enumerate(events)))
+    assert status.drift == (PromptDrift(1, "drafter", "v1", "v2"),)
+    assert status.drift[0].describe() == "position 1 decided under prompt v1; code now issues v2"
+    assert status.as_dict()["drift"] == [
+        {"position": 1, "model": "drafter", "recorded_prompt_version": "v1", "issued_prompt_version": "v2"}
+    ]
