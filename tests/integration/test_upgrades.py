@@ -1,0 +1,102 @@
+"""Upgrades with runs in flight, with real workers (issue 12; seed 003's P-204 story).
+
+A v1 worker drafts a purchase order and the run waits for approval; the v1 worker is stopped;
+a v2 worker (reworded prompt, prompt_version v2, a compliance check behind a patch marker) takes
+over; the approval arrives; the run finishes on the path it started on, the order is placed
+once, and its status shows the drift. A new run on v2 takes the new path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runtime.client import Client
+from runtime.config import Settings
+from support.po_apps import placed_orders
+from support.services import agentlog
+from support.wait import wait_for_event
+from support.workers import WorkerProcess
+
+pytestmark = pytest.mark.integration
+
+REQUEST = {"item": "paper", "quantity": 40}
+
+
+def po_worker(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path, version: str
+) -> WorkerProcess:
+    worker = WorkerProcess(
+        deployment,
+        f"support.po_apps:app_{version}",
+        f"po-{version}",
+        tmp_path / f"po-{version}-{len(workers)}.log",
+        TEST_COUNTER_DIR=str(tmp_path),
+    )
+    workers.append(worker)
+    return worker
+
+
+def waiting_run(client: Client, run_id: str) -> None:
+    """Submit a purchase order and wait until it waits for approval (its two tool calls done)."""
+    client.submit("purchase_order", REQUEST, run_id=run_id)
+    client.flush()
+    wait_for_event(client, run_id, "ToolCallCompleted", count=2)
+
+
+def types(client: Client, run_id: str) -> list[str]:
+    return [e["type"] for e in client.history(run_id)]
+
+
+def test_p204_finishes_on_the_old_path_after_a_prompt_and_patch_deploy(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    client = Client(deployment)
+    v1 = po_worker(deployment, workers, tmp_path, "v1")
+    waiting_run(client, "P-204")
+    v1.stop()  # Monday's code is undeployed while the run waits
+
+    po_worker(deployment, workers, tmp_path, "v2")  # Wednesday's deploy
+    client.signal("P-204", "approve", {"by": "maria"})  # Friday
+    result = client.result("P-204", timeout=60)
+    assert result["order"] == "PO-P-204" and result["compliance"] is None  # the old path
+
+    history = client.history("P-204")
+    kinds = [e["type"] for e in history]
+    tools = [e["tool"] for e in history if e["type"] == "ToolCallScheduled"]
+    assert tools == ["lookup_vendor", "check_budget", "place_order"]  # no compliance check
+    assert "PatchRecorded" not in kinds and "NonDeterminismDetected" not in kinds
+    drifted = [e for e in history if e["type"] == "PromptDrifted"]
+    assert len(drifted) == 1 and drifted[0]["position"] == 1
+    assert (drifted[0]["recorded_prompt_version"], drifted[0]["issued_prompt_version"]) == ("v1", "v2")
+    assert kinds.count("ModelCallScheduled") == 1  # the recorded draft was served, not re-asked
+    assert [row[0] for row in placed_orders(tmp_path / "orders.sqlite")] == ["P-204"]  # placed once
+
+    status = client.status("P-204")
+    assert status.status == "completed"
+    assert [(d.position, d.recorded_prompt_version, d.issued_prompt_version) for d in status.drift] == [
+        (1, "v1", "v2")
+    ]
+    shown = agentlog(deployment, "status", "P-204")
+    assert shown.returncode == 0, shown.stderr
+    assert "drift     position 1 decided under prompt v1; code now issues v2" in shown.stdout
+    print(shown.stdout)
+
+    # A new run on v2 takes the new path.
+    waiting_run(client, "P-205")
+    client.signal("P-205", "approve", {"by": "maria"})
+    fresh = client.result("P-205", timeout=60)
+    assert fresh["compliance"] == {"vendor": "acme", "item": "paper", "compliant": True}
+    history = client.history("P-205")
+    assert [e["patch_id"] for e in history if e["type"] == "PatchRecorded"] == ["compliance-check"]
+    assert [e["tool"] for e in history if e["type"] == "ToolCallScheduled"] == [
+        "lookup_vendor",
+        "check_budget",
+        "compliance_check",
+        "place_order",
+    ]
+    assert "PromptDrifted" not in types(client, "P-205")
+    assert client.status("P-205").drift == ()
+    assert [row[0] for row in placed_orders(tmp_path / "orders.sqlite")] == ["P-204", "P-205"]
+    client.close()
