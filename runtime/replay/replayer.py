@@ -32,6 +32,9 @@ class ReplayResult:
     result: Any
     # Model calls served from history under a changed prompt (not a failure: seed 003).
     drift: tuple[Drift, ...] = ()
+    # Patch ids whose old branch this history keeps (``ctx.patched`` returned False): while such
+    # a run is in flight, the marker and its old branch must stay in the code.
+    old_patches: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -69,6 +72,7 @@ class Replayer:
             machine.divergence,
             machine.result,
             tuple(machine.drift),
+            tuple(dict.fromkeys(machine.old_patches)),
         )
 
     def replay_all(self, histories: Iterable[Sequence[Event]]) -> list[ReplayResult]:

@@ -171,6 +171,7 @@ class RunMachine:
         self.result: Any = None
         self.divergence: NonDeterminismError | None = None
         self.drift: list[Drift] = []  # model calls served from history under a changed prompt
+        self.old_patches: list[str] = []  # patch ids whose old branch this run keeps (recorded before)
         self._position = 0
         self._identical: Counter[str] = Counter()
         self._signals: dict[str, deque[str]] = {}
@@ -394,6 +395,7 @@ class RunMachine:
         if recorded is not None and not (
             isinstance(recorded, PatchRecorded) and recorded.patch_id == change_id
         ):
+            self.old_patches.append(change_id)
             return False  # recorded before the patch: keep the old code path, use no position
         self._next_position()
         command = Intent(

@@ -8,6 +8,7 @@ once, and its status shows the drift. A new run on v2 takes the new path.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -99,4 +100,50 @@ def test_p204_finishes_on_the_old_path_after_a_prompt_and_patch_deploy(
     assert "PromptDrifted" not in types(client, "P-205")
     assert client.status("P-205").drift == ()
     assert [row[0] for row in placed_orders(tmp_path / "orders.sqlite")] == ["P-204", "P-205"]
+    client.close()
+
+
+def test_upgrade_check_tells_a_safe_change_a_prompt_change_and_a_reordering_apart(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    client = Client(deployment)
+    po_worker(deployment, workers, tmp_path, "v1")
+    waiting_run(client, "P-300")
+    client.submit("purchase_order", REQUEST, run_id="P-299")  # a finished run is not in flight
+    client.flush()
+    wait_for_event(client, "P-299", "ToolCallCompleted", count=2)
+    client.signal("P-299", "approve", {"by": "maria"})
+    client.result("P-299", timeout=60)
+
+    safe = agentlog(deployment, "upgrade", "check", "--app", "support.po_apps:app_safe")
+    print(safe.stdout)
+    assert safe.returncode == 0, safe.stdout + safe.stderr
+    assert "P-300  purchase_order  ok" in safe.stdout and "P-299" not in safe.stdout
+    assert "patches still needed: none" in safe.stdout
+
+    prompt = agentlog(deployment, "upgrade", "check", "--app", "support.po_apps:app_v2")
+    print(prompt.stdout)
+    assert prompt.returncode == 0, prompt.stdout + prompt.stderr
+    assert "P-300  purchase_order  drift at 1: v1 -> v2" in prompt.stdout
+    assert "patches still needed: compliance-check (old branch kept by P-300)" in prompt.stdout
+
+    reordered = agentlog(deployment, "upgrade", "check", "--app", "support.po_apps:app_reordered")
+    print(reordered.stdout)
+    assert reordered.returncode == 1, reordered.stdout + reordered.stderr
+    assert (
+        "P-300  purchase_order  would park at position 2: history holds tool 'lookup_vendor'"
+        in reordered.stdout
+    )
+    assert "code issues tool 'check_budget'" in reordered.stdout
+
+    as_json = json.loads(
+        agentlog(deployment, "upgrade", "check", "--app", "support.po_apps:app_v2", "--json").stdout
+    )
+    assert as_json["ok"] is True
+    assert [(r["run_id"], r["verdict"]) for r in as_json["runs"]] == [("P-300", "drift")]
+    assert as_json["patches_still_needed"] == {"compliance-check": ["P-300"]}
+
+    # The run itself is untouched by the checks: still waiting, nothing written for it.
+    assert client.status("P-300").status == "running"
+    assert "PromptDrifted" not in types(client, "P-300")
     client.close()

@@ -4,6 +4,7 @@ and ``strict_prompts`` keep the full comparison."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from typing import Any
@@ -262,3 +263,25 @@ def test_a_new_history_with_the_marker_does_not_replay_on_code_without_it() -> N
     _, full = resume(app, waiting_history(app))
     result = Replayer(app=po_app(version="v2"), raise_on_replay_failure=False).replay(full)
     assert not result.ok and result.divergence is not None and result.divergence.position == 1
+
+
+def test_shadow_replay_reports_drift_and_the_patches_an_in_flight_run_still_needs() -> None:
+    from runtime.replay.upgrade import UpgradeReport, shadow_replay
+
+    old_run = waiting_history(po_app())
+    new_run = waiting_history(po_app(version="v2", patch=True))
+    new_run = [dataclasses.replace(e, run_id="p205") for e in new_run]
+    verdicts = shadow_replay(po_app(version="v2", patch=True), [old_run, new_run])
+    assert [(v.run_id, v.verdict, v.detail) for v in verdicts] == [
+        ("p204", "drift", "drift at 1: v1 -> v2"),
+        ("p205", "ok", "ok"),
+    ]
+    report = UpgradeReport((), verdicts)
+    assert report.ok
+    assert report.patches_still_needed() == {"compliance-check": ("p204",)}
+    assert report.patches_recorded() == {"compliance-check": ("p205",)}
+    parked = shadow_replay(po_app(model="other"), [old_run])
+    assert parked[0].verdict == "park" and parked[0].detail.startswith(
+        "would park at position 1: history holds"
+    )
+    assert not UpgradeReport((), parked).ok
