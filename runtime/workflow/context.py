@@ -135,7 +135,14 @@ class Context:
         return replacement
 
     def patched(self, change_id: str) -> bool:
-        """True on runs that take the new code path; in-flight runs recorded before it keep the old."""
+        """True on runs that take the new code path; in-flight runs recorded before it keep the old.
+
+        The decision is taken where this is called: history holding another command at this
+        position means the run was recorded before the marker (False, nothing recorded); else a
+        ``PatchRecorded`` is written (True). A run that waits (a signal) *before* the call reaches
+        it live and takes the new branch; to keep such runs on the path they started on, call it
+        before the run's first command and branch on the value later. ``agentlog upgrade check``
+        lists the markers in-flight runs still need ("patches still needed")."""
         return self._machine.patched(change_id)
 
     def now(self) -> dt.datetime:
