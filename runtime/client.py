@@ -241,12 +241,14 @@ class Client:
         code cannot decode."""
         return summarize(run_id, list(self.events(run_id)))
 
-    def result(self, run_id: str, timeout: float = 60.0) -> Any:
+    def result(self, run_id: str, timeout: float = 60.0, *, follow: bool = False) -> Any:
         """Wait for the run to end and return its result (decoded JSON).
 
-        Raises RunError if it ended otherwise (``status`` failed, cancelled, parked, rejected or
-        continued_as_new, with the reason), or with status "timeout" if it is still running
-        (or not started) after ``timeout`` seconds."""
+        ``follow``: a run that continued as new is followed along its chain (``ctx.continue_as_new``)
+        to the last run, whose result is returned; ``timeout`` covers the whole chain.
+        Raises RunError if it ended otherwise (``status`` failed, cancelled, parked, rejected or,
+        without ``follow``, continued_as_new, with the reason), or with status "timeout" if it is
+        still running (or not started) after ``timeout`` seconds."""
         self.flush()
         deadline = time.monotonic() + timeout
         start = self._floor.get(self.partition(run_id))
@@ -255,6 +257,10 @@ class Client:
             summary = summarize(run_id, logged)
             if summary.status == "completed":
                 return summary.result
+            if follow and summary.continued_as is not None:
+                run_id = summary.continued_as
+                start = self._floor.get(self.partition(run_id))
+                continue
             if has_ended(summary.status):
                 raise RunError(run_id, summary.status, summary.reason or "")
             if time.monotonic() > deadline:

@@ -125,6 +125,8 @@ class RunStatus:
     result: Any = None  # a completed run's result (decoded JSON); {"continued_as": id} when continued
     reason: str | None = None  # why a run failed, was cancelled, parked, rejected or continued
     drift: tuple[PromptDrift, ...] = ()  # model calls whose prompt changed under replay
+    continued_as: str | None = None  # the run this one continued as (ctx.continue_as_new)
+    continued_from: str | None = None  # the run that continued as this one
 
     def as_dict(self) -> dict[str, Any]:
         """The keys and values of ``agentlog status --json``."""
@@ -140,6 +142,8 @@ class RunStatus:
             "result": self.result,
             "reason": self.reason,
             "drift": [entry.as_dict() for entry in self.drift],
+            "continued_as": self.continued_as,
+            "continued_from": self.continued_from,
         }
 
     def to_json(self) -> str:
@@ -159,6 +163,8 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
     drift: list[PromptDrift] = []
     reset_from: ResetOrigin | None = None
     names: dict[int, str] = {}
+    continued_as: str | None = None
+    continued_from: str | None = None
     for item in logged:
         event = item.event
         if isinstance(event, Redecided):
@@ -181,6 +187,8 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
             workflow = event.workflow
             if event.reset_position:
                 reset_from = ResetOrigin(event.parent_run_id, event.reset_position)
+            else:  # a reset cuts at position 1 or later: a parent without one continued as this run
+                continued_from = event.parent_run_id
         elif isinstance(event, ToolCallScheduled):
             scheduled_keys[event.position] = event.idempotency_key
             names[event.position] = event.tool
@@ -205,6 +213,7 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
             workflow = workflow or getattr(event, "workflow", None)
         elif isinstance(event, RunContinuedAsNew):
             result, reason = {"continued_as": event.new_run_id}, f"continued as {event.new_run_id}"
+            continued_as = event.new_run_id
     return RunStatus(
         run_id=run_id,
         workflow=workflow,
@@ -220,4 +229,6 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
         result=result,
         reason=reason,
         drift=tuple(drift),
+        continued_as=continued_as,
+        continued_from=continued_from,
     )

@@ -214,6 +214,7 @@ class RunSubmitted(Command):
     reset_position: int = 0
     key_root: str | None = None
     seed: str | None = None
+    continued_from: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -87,5 +87,9 @@ class TurnBatcher:
 
 
 def _remember_first(owned: OwnedPartition, run_id: str, future: asyncio.Future[int]) -> None:
-    if not future.cancelled() and future.exception() is None and run_id in owned.runs:
+    if (
+        not future.cancelled()
+        and future.exception() is None
+        and (run_id in owned.runs or run_id in owned.continuing)
+    ):
         owned.first_offsets.setdefault(run_id, future.result())

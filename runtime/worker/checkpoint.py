@@ -64,7 +64,7 @@ class Checkpointer:
         """One checkpoint of ``owned``, in the order of the module docstring."""
         try:
             assert owned.last_write is not None
-            runs = list(owned.runs)
+            runs = [*owned.runs, *owned.continuing]
             next_command = owned.next_command
             owned.writes_since_checkpoint = 0
             last = await owned.last_write

@@ -138,7 +138,8 @@ class CommandHandler:
             workflow=command.workflow,
             input=command.input,
             command_offset=offset,
-            parent_run_id=command.reset_from,
+            # The chain: a continued run's parent (a reset's parent has a reset_position too).
+            parent_run_id=command.reset_from or command.continued_from,
             reset_position=command.reset_position,
             key_root=command.key_root,
         )
@@ -149,7 +150,13 @@ class CommandHandler:
         ]
         owned.sizes[command.run_id] = [0, 0]
         self.batcher.append(owned, [started, *copies])  # first: a run whose start fails has no machine
-        machine = RunMachine(self.app, started, owned.stamp, history=[started, *copies] if copies else ())
+        machine = RunMachine(
+            self.app,
+            started,
+            owned.stamp,
+            history=[started, *copies] if copies else (),
+            history_warn_events=self.executor.settings.history_warn_events,
+        )
         owned.runs[command.run_id] = machine
         machine.begin()
         if copies:

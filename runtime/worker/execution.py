@@ -17,12 +17,13 @@ import time
 from collections.abc import Callable
 
 from runtime.config import Settings
-from runtime.log.events import TimerFired
+from runtime.log.events import RunContinuedAsNew, TimerFired
 from runtime.log.payloads import outlined
 from runtime.log.port import EventLog, OwnershipCheck, WriteError
 from runtime.worker.batching import TurnBatcher
 from runtime.worker.call_pool import CallPool
 from runtime.worker.calls import attempt_once, completed, failed, is_retryable, retry_policy
+from runtime.worker.continuation import Continuer
 from runtime.worker.partition import OwnedPartition
 from runtime.workflow.app import App
 from runtime.workflow.machine import Intent, RunMachine
@@ -50,6 +51,10 @@ class Executor:
         self.ownership: OwnershipCheck | None = None
         # Set when a record the run depends on was not acknowledged: the worker stops on it.
         self.failure: str | None = None
+        self.continuer = Continuer(settings, batcher.serde, log, self._fail)
+
+    def _fail(self, why: str) -> None:
+        self.failure = self.failure or why
 
     def start(self, pool: CallPool, ownership: OwnershipCheck) -> None:
         self.pool, self.ownership = pool, ownership
@@ -62,7 +67,13 @@ class Executor:
             ready = []  # parked: nothing more runs
             durable = self.batcher.append(owned, machine.drain()[0]) or durable
         if not machine.active:
-            owned.forget(machine.run_id)
+            continued = next((e for e in events if isinstance(e, RunContinuedAsNew)), None)
+            if continued is not None:  # its first offset stays until the successor is submitted
+                owned.runs.pop(machine.run_id, None)
+                owned.sizes.pop(machine.run_id, None)
+                self.continuer.after(owned, continued, machine.workflow, durable)
+            else:
+                owned.forget(machine.run_id)
         for intent in ready:
             owned.spawn(self._carry_out(owned, machine, intent, durable))
 

@@ -27,6 +27,9 @@ class OwnedPartition:
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     writes_since_checkpoint: int = 0
     warned: set[str] = field(default_factory=set)  # runs warned of their history size
+    # Runs that continued as new whose successor's submission is not acknowledged yet: listed in
+    # checkpoints (with their first offsets) so a rebuild reads them and submits again.
+    continuing: set[str] = field(default_factory=set)
     checkpoint_running: bool = False
     # Records appended during this turn of the event loop, sent together at its end (TurnBatcher).
     pending: list[tuple[bytes | None, bytes]] = field(default_factory=list)

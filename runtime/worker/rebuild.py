@@ -26,6 +26,7 @@ from runtime.log.events import (
     EpochClaimed,
     Event,
     PartitionCheckpoint,
+    RunContinuedAsNew,
     RunRejected,
     RunStarted,
 )
@@ -59,6 +60,8 @@ class RebuiltPartition:
     checkpoint: PartitionCheckpoint | None = None
     undecodable: list[int] = field(default_factory=list)
     unloadable: dict[str, str] = field(default_factory=dict)  # run id -> why it cannot be replayed
+    # Runs read that continued as new: their successors are submitted again (idempotent).
+    to_continue: dict[str, tuple[RunContinuedAsNew, str]] = field(default_factory=dict)
 
 
 def claim(settings: Settings, serde: Serde, log: EventLog, partition: int, worker: str) -> Future[int]:
@@ -152,6 +155,12 @@ def rebuild(settings: Settings, serde: Serde, log: EventLog, partition: int, epo
         events_by_run[run_id].append(event)
         if isinstance(event, TERMINAL_TYPES):
             terminal.add(run_id)
+        if isinstance(event, RunContinuedAsNew):
+            first = events_by_run[run_id][0]
+            if isinstance(first, RunStarted):
+                result.to_continue[run_id] = (event, first.workflow)
+            else:
+                logger.error("run %s continued as new, but its RunStarted was not read", run_id)
     result.fenced = fence.fenced_count
     for run_id, logged in events_by_run.items():
         if run_id in terminal or not logged or not isinstance(logged[0], RunStarted):

@@ -56,7 +56,13 @@ class Takeover:
                 self._park(owned, events[-1], rebuilt.unloadable[run_id])
                 continue
             try:
-                machine = RunMachine(self.app, started_event, stamp, history=events)
+                machine = RunMachine(
+                    self.app,
+                    started_event,
+                    stamp,
+                    history=events,
+                    history_warn_events=self.settings.history_warn_events,
+                )
             except AgentlogError as error:  # e.g. a workflow this code no longer has: parked, visibly
                 self._park(owned, events[-1], str(error))
                 continue
@@ -66,10 +72,15 @@ class Takeover:
             in_doubt += [{"run": run_id, **d.__dict__} for d in machine.in_doubt]
             owned.runs[run_id] = machine
             self.executor.flush(owned, machine)
+        for run_id, (ended, workflow) in rebuilt.to_continue.items():
+            # Its successor may not have been submitted before the crash: submit (again).
+            owned.first_offsets[run_id] = rebuilt.first_offsets[run_id]
+            self.executor.continuer.submit(owned, ended, workflow)
         log.info(
             json.dumps(
                 {
                     "event": "partition_taken",
+                    "to_continue": sorted(rebuilt.to_continue),
                     "partition": partition,
                     "epoch": rebuilt.epoch,
                     "records_read": rebuilt.records_read,

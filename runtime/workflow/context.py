@@ -158,6 +158,18 @@ class Context:
         """A float in [0, 1) from a generator seeded by the run id."""
         return self._random.random()
 
+    def history_events(self) -> int:
+        """How many events the run's history held when the workflow last resumed (the seq of the
+        event that resumed it): recorded, so replay sees the same number at the same point."""
+        return self._machine.resumed_seq
+
+    def history_near_limit(self) -> bool:
+        """True once the history is past the worker's warn threshold (``history_warn_events``):
+        time to carry the state into a fresh run with ``continue_as_new`` before the limit parks it.
+        Derived from ``history_events()``, so a replay takes the same branch (as long as the
+        threshold is not changed under a run in flight)."""
+        return self._machine.resumed_seq >= self._machine.history_warn_events
+
     def continue_as_new(self, input: Any) -> None:
         """End this run and carry ``input`` into a fresh run of the same workflow."""
         raise ContinueAsNew(input)

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from runtime.config import Settings
 from runtime.errors import AgentlogError, CallFailed, DecisionOutOfBounds, NonDeterminismError
 from runtime.log.events import (
     Event,
@@ -60,6 +61,8 @@ SCHEDULED_TYPES = (ModelCallScheduled, ToolCallScheduled, TimerScheduled, PatchR
 # Model prompts are large and the model's answer is what replay needs: history keeps only the
 # prompt's hash (enough to detect a changed prompt), never the prompt itself.
 MODEL_ARGS_INLINE_LIMIT = 0
+# ctx.history_near_limit(): the warn threshold of Settings unless the worker passes its own.
+HISTORY_WARN_EVENTS: int = Settings.model_fields["history_warn_events"].default
 
 
 @dataclass
@@ -150,7 +153,14 @@ class InDoubt:
 class RunMachine:
     """One run's workflow coroutine, its commands and their results."""
 
-    def __init__(self, app: App, started: RunStarted, stamp: Stamp, history: Sequence[Event] = ()) -> None:
+    def __init__(
+        self,
+        app: App,
+        started: RunStarted,
+        stamp: Stamp,
+        history: Sequence[Event] = (),
+        history_warn_events: int = HISTORY_WARN_EVENTS,
+    ) -> None:
         spec = app.workflows.get(started.workflow)
         if spec is None:
             raise AgentlogError(f"workflow {started.workflow!r} is not registered")
@@ -163,6 +173,9 @@ class RunMachine:
         self.stamp = stamp
         self.seq = started.seq
         self.now_ms = started.occurred_at
+        # The seq of the event that last resumed the workflow (like now_ms): replay sees the same.
+        self.resumed_seq = started.seq
+        self.history_warn_events = history_warn_events
         self.status: RunState = "running"
         self.outbox: list[Event] = []
         self.ready: list[Intent] = []
@@ -259,6 +272,7 @@ class RunMachine:
             self._apply_record(event)
             return
         self.now_ms = event.occurred_at
+        self.resumed_seq = event.seq
         if isinstance(event, (ModelCallCompleted, ToolCallCompleted)):
             if event.result_offset is not None:
                 raise AgentlogError(

@@ -154,6 +154,8 @@ def test_run_status_as_dict_keeps_the_status_json_keys() -> None:
         "result": None,
         "reason": "stuck",
         "drift": [],
+        "continued_as": None,
+        "continued_from": None,
     }
 
 

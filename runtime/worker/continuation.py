@@ -1,0 +1,103 @@
+"""Continue-as-new: starting the run a ``RunContinuedAsNew`` names, exactly once.
+
+The successor's id is deterministic (recorded in ``RunContinuedAsNew.new_run_id``), and its
+commands partition may belong to another worker, so the successor is started the portable way: a
+``RunSubmitted`` (with ``continued_from``) is produced to the commands topic, keyed by the new id.
+Exactly once = at least once submission + idempotent start: a worker ignores a submission whose
+run id its partition already knows (the run index), so a repeated submission starts nothing.
+
+Order:
+1. the old run's ``RunContinuedAsNew`` is appended and acknowledged (a submission never precedes
+   the record that decides it: a lost record is re-decided by replay, perhaps differently);
+2. the submission is produced; until it is acknowledged the old run stays in
+   ``OwnedPartition.continuing`` and every checkpoint lists it, so a rebuild reads its events;
+3. a rebuild that finds a ``RunContinuedAsNew`` in what it reads submits again (a duplicate at
+   worst). A crash between 1 and 2 therefore ends with the successor started once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+
+from runtime.config import Settings
+from runtime.log.events import RunContinuedAsNew, RunSubmitted
+from runtime.log.port import EventLog
+from runtime.log.serde import Serde
+from runtime.worker.partition import OwnedPartition
+
+log = logging.getLogger("agentlog.worker")
+
+
+class Continuer:
+    """Submits the successors of runs that continued as new."""
+
+    def __init__(self, settings: Settings, serde: Serde, log: EventLog, fail: Callable[[str], None]) -> None:
+        self.settings = settings
+        self.serde = serde
+        self.log = log
+        self.fail = fail  # the worker stops on it; a restarted worker submits again
+
+    def after(
+        self,
+        owned: OwnedPartition,
+        ended: RunContinuedAsNew,
+        workflow: str,
+        durable: asyncio.Future[int] | None,
+    ) -> None:
+        """Submit ``ended``'s successor once ``durable`` (the ack of its record) resolves."""
+        owned.continuing.add(ended.run_id)
+        if durable is None:
+            self.submit(owned, ended, workflow)
+            return
+
+        def acked(future: asyncio.Future[int]) -> None:
+            if future.cancelled() or future.exception() is not None or owned.lost:
+                return  # not durable: the worker stops on it, and a rebuild decides again
+            self.submit(owned, ended, workflow)
+
+        durable.add_done_callback(acked)
+
+    def submit(self, owned: OwnedPartition, ended: RunContinuedAsNew, workflow: str) -> None:
+        """Produce the successor's RunSubmitted (``ended`` is durable)."""
+        owned.continuing.add(ended.run_id)
+        command = RunSubmitted(
+            run_id=ended.new_run_id,
+            occurred_at=int(time.time() * 1000),
+            worker=owned.stamp.worker,
+            workflow=workflow,
+            input=ended.input,
+            continued_from=ended.run_id,
+        )
+        try:
+            value = self.serde.encode(command)
+            sent = self.log.append(self.settings.commands_topic, None, ended.new_run_id.encode(), value)
+        except Exception as error:  # e.g. an unregistered schema: stop, a restart submits again
+            self.fail(
+                f"run {ended.run_id}: the submission of its successor {ended.new_run_id} failed: {error}"
+            )
+            return
+        loop = asyncio.get_running_loop()
+
+        def delivered(future: Future[int]) -> None:
+            loop.call_soon_threadsafe(self._delivered, owned, ended, future)
+
+        sent.add_done_callback(delivered)
+
+    def _delivered(self, owned: OwnedPartition, ended: RunContinuedAsNew, future: Future[int]) -> None:
+        error = future.exception()
+        if error is not None:
+            self.fail(
+                f"run {ended.run_id}: the submission of its successor {ended.new_run_id} failed: {error}"
+            )
+            return
+        owned.continuing.discard(ended.run_id)
+        if ended.run_id not in owned.runs:
+            owned.first_offsets.pop(ended.run_id, None)
+        log.info(
+            json.dumps({"event": "continued_as_new", "run": ended.run_id, "successor": ended.new_run_id})
+        )
