@@ -20,7 +20,7 @@ from runtime.log.payloads import PayloadMissing, inlined, read_back
 from runtime.log.port import EventLog
 from runtime.log.serde import DecodeError, Serde, record_to_dict
 from runtime.log.status import has_ended
-from runtime.replay.reset import SeedError, cut, encode_seed
+from runtime.replay.reset import SeedError, UncleanSeam, cut, encode_seed
 from runtime.run_status import LoggedEvent, RunStatus, summarize
 from runtime.workflow.canonical import canonical_json
 
@@ -83,19 +83,32 @@ class Client:
         self._send(RunSubmitted(run_id=run_id, workflow=workflow, input=text))
         return run_id
 
-    def reset(self, run_id: str, position: int, new_id: str | None = None) -> str:
+    def reset(
+        self, run_id: str, position: int, new_id: str | None = None, *, allow_in_doubt: bool = False
+    ) -> str:
         """A new run from ``run_id``'s recorded history before ``position`` (runtime.replay.reset): no
         call before it runs again, everything from it runs with the current code, and effects it
         repeats keep their idempotency keys. A still-running original is cancelled first.
         Returns the new run's id (produced at once, like ``submit``). Raises AgentlogError if the
         run has no RunStarted, ``position`` is outside its history, a stored result is missing,
-        or the history before ``position`` is too large for one submission."""
+        or the history before ``position`` is too large for one submission, and (``UncleanSeam``)
+        if ``position`` cuts between a call's Scheduled record and its outcome -- unless
+        ``allow_in_doubt``: the new run then executes that call again, in doubt (its status names
+        it), with its recorded key."""
         logged = list(self.events(run_id))
         started = next((e.event for e in logged if isinstance(e.event, RunStarted)), None)
         if started is None:
             raise AgentlogError(f"run {run_id} has no RunStarted in the log: nothing to reset")
         try:
-            seed = encode_seed(cut(self.with_payloads(run_id, [e.event for e in logged]), position))
+            seed = encode_seed(
+                cut(
+                    self.with_payloads(run_id, [e.event for e in logged]),
+                    position,
+                    allow_in_doubt=allow_in_doubt,
+                )
+            )
+        except UncleanSeam:
+            raise
         except SeedError as error:
             raise AgentlogError(str(error)) from error
         if len(seed) > _SEED_LIMIT:

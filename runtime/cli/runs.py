@@ -158,7 +158,8 @@ def _print_run(client: Client, run_id: str, args: argparse.Namespace) -> int:
 
 def _reset(args: argparse.Namespace, settings: Settings) -> int:
     with _client(settings, "cli") as client:
-        return _print_run(client, client.reset(args.run, args.to, new_id=args.run_id), args)
+        new = client.reset(args.run, args.to, new_id=args.run_id, allow_in_doubt=args.allow_in_doubt)
+        return _print_run(client, new, args)
 
 
 def _status(args: argparse.Namespace, settings: Settings) -> int:
@@ -283,6 +284,12 @@ def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     reset.add_argument("run")
     reset.add_argument("--to", type=int, required=True, help="first position to execute again (1-based)")
     reset.add_argument("--run-id", help="the new run's id (default: a fresh one)")
+    reset.add_argument(
+        "--allow-in-doubt",
+        action="store_true",
+        help="cut between a call's Scheduled record and its outcome anyway: the new run executes it "
+        "again, in doubt (its status names it)",
+    )
     reset.add_argument("--wait", action="store_true", help="wait and print the new run's result as JSON")
     reset.add_argument("--timeout", type=float, default=60.0)
     reset.set_defaults(func=_reset)

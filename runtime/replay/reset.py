@@ -14,6 +14,7 @@ the new run reads nothing outside its own partition.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from runtime.errors import TerminalError
@@ -57,12 +58,52 @@ class SeedError(TerminalError, ValueError):
     """A reset's copied events cannot be used; the message says which and why."""
 
 
-def cut(history: list[Event], position: int) -> list[Event]:
+@dataclass(frozen=True)
+class OpenCall:
+    """A model or tool call whose Scheduled record a cut keeps and whose outcome it does not."""
+
+    kind: str  # model | tool
+    name: str
+    position: int
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.name!r} at position {self.position}"
+
+
+class UncleanSeam(SeedError):
+    """A cut between a call's Scheduled record and its outcome: the new run would run it again
+    in doubt. The message names the position, the open calls and the nearest clean seams."""
+
+    def __init__(
+        self, position: int, open_calls: list[OpenCall], below: int | None, above: int | None
+    ) -> None:
+        seams = " or ".join(f"--to {seam}" for seam in (below, above) if seam is not None) or "none"
+        super().__init__(
+            f"position {position} is not a clean seam: it cuts between the Scheduled record and the "
+            f"outcome of {', '.join(call.describe() for call in open_calls)}, which the new run would "
+            f"execute again, in doubt. Nearest clean seams: {seams}; or pass --allow-in-doubt "
+            "(Client.reset(..., allow_in_doubt=True)) to reset there anyway"
+        )
+        self.position, self.open_calls, self.below, self.above = position, open_calls, below, above
+
+
+def cut(history: list[Event], position: int, *, allow_in_doubt: bool = False) -> list[Event]:
     """The events to copy: those in log order before the first one at ``position`` or later.
-    A call before the cut whose outcome was logged after it is copied without its outcome, so
-    the new run re-executes it (in doubt, with its recorded key)."""
+    A cut that keeps a call's Scheduled record without its outcome (logged after the cut, or
+    never) is refused with ``UncleanSeam``; with ``allow_in_doubt`` the call is copied without
+    its outcome, so the new run re-executes it (in doubt, with its recorded key)."""
     if position < 1:
         raise SeedError(f"reset position must be 1 or more, not {position}")
+    kept = _kept(history, position)
+    if not allow_in_doubt:
+        open_calls = open_calls_in(kept)
+        if open_calls:
+            below, above = nearest_clean_seams(history, position)
+            raise UncleanSeam(position, open_calls, below, above)
+    return kept
+
+
+def _kept(history: list[Event], position: int) -> list[Event]:
     kept: list[Event] = []
     for event in history:
         at = getattr(event, "position", None)
@@ -71,6 +112,36 @@ def cut(history: list[Event], position: int) -> list[Event]:
         if type(event).__name__ in COPIED:
             kept.append(event)
     return kept
+
+
+def open_calls_in(kept: list[Event]) -> list[OpenCall]:
+    """The model and tool calls scheduled in ``kept`` without a final outcome in it."""
+    open_calls: dict[int, OpenCall] = {}
+    for event in kept:
+        if isinstance(event, ModelCallScheduled):
+            open_calls[event.position] = OpenCall("model", event.model, event.position)
+        elif isinstance(event, ToolCallScheduled):
+            open_calls[event.position] = OpenCall("tool", event.tool, event.position)
+        elif isinstance(event, (ModelCallCompleted, ToolCallCompleted)) or (
+            isinstance(event, (ModelCallFailed, ToolCallFailed)) and event.final
+        ):
+            open_calls.pop(event.position, None)
+    return [open_calls[p] for p in sorted(open_calls)]
+
+
+def clean_seams(history: list[Event]) -> list[int]:
+    """Every position a reset may cut at without leaving a call in doubt (1 .. last position + 1)."""
+    positions = [at for e in history if isinstance(at := getattr(e, "position", None), int)]
+    last = max(positions, default=0)
+    return [p for p in range(1, last + 2) if not open_calls_in(_kept(history, p))]
+
+
+def nearest_clean_seams(history: list[Event], position: int) -> tuple[int | None, int | None]:
+    """The closest clean seam below ``position`` and the closest above it (None where none is)."""
+    seams = clean_seams(history)
+    below = max((s for s in seams if s < position), default=None)
+    above = min((s for s in seams if s > position), default=None)
+    return below, above
 
 
 def encode_seed(events: list[Event]) -> str:
