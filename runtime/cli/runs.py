@@ -175,6 +175,10 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
         print(f"in doubt  {call.kind} {call.name!r} at position {call.position} key={call.idempotency_key}")
     if status.reset_from:
         print(f"reset     from {status.reset_from.run_id} at position {status.reset_from.position}")
+    if status.continued_from:
+        print(f"continued from {status.continued_from}")
+    if status.continued_as:
+        print(f"continued as   {status.continued_as}")
     for entry in status.redecided:
         print(f"redecided at position {entry.position}: {entry.reason}")
     for drift in status.drift:

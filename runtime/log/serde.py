@@ -27,12 +27,12 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from runtime.config import Settings
-from runtime.errors import AgentlogError
+from runtime.errors import AgentlogError, RetryableError
 from runtime.log.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
 from runtime.log.events import RECORD_TYPES, Record
 from runtime.log.frame import HEADER_SIZE, ID_SLICE, MAGIC, NotFramed, frame_header, is_framed
 from runtime.log.frame import schema_id_of as frame_schema_id
-from runtime.log.registry import registry_client, schema_by_id, schema_ids
+from runtime.log.registry import is_not_found, registry_client, schema_by_id, schema_ids
 
 # The registry client is imported where it is first used, not here: its import is heavy
 # (see runtime.log.registry), and a recovering worker does not need it to start.
@@ -46,6 +46,21 @@ class DecodeError(AgentlogError):
     def __init__(self, message: str, data: bytes | None = None) -> None:
         super().__init__(message)
         self.data = data
+
+
+class SchemaNotRegistered(RetryableError):
+    """A record's schema, as this code has it, is not registered under its subject. Retryable:
+    a worker stops before the command is committed, and handles it again once an operator has
+    run ``agentlog schemas register`` -- a valid submission is not rejected for a late
+    registration."""
+
+    def __init__(self, record: str, subject: str, detail: str) -> None:
+        super().__init__(
+            f"the schema of {record} is not registered under subject {subject!r} (registry: {detail}); "
+            "register this code's schemas first: `agentlog schemas check`, then `agentlog schemas "
+            "register` (see the README, Upgrading with runs in flight)"
+        )
+        self.record, self.subject = record, subject
 
 
 def record_to_dict(record: object, _ctx: SerializationContext | None = None) -> dict[str, Any]:
@@ -140,7 +155,14 @@ class Serde:
         name = record.type
         serializer = self._serializers.get(name) or self._serializer(name)
         schema = self.catalog[name]
-        data = serializer(record, SerializationContext(schema.topic(self.settings), MessageField.VALUE))
+        from runtime.log.registry_client import SchemaRegistryError
+
+        try:
+            data = serializer(record, SerializationContext(schema.topic(self.settings), MessageField.VALUE))
+        except SchemaRegistryError as error:
+            if is_not_found(error):
+                raise SchemaNotRegistered(name, schema.subject(self.settings), str(error)) from error
+            raise
         assert data is not None
         data = bytes(data)
         self._writers[name] = (data[:HEADER_SIZE], parse_schema(schema.parsed))
