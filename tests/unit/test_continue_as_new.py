@@ -134,6 +134,29 @@ async def test_a_restarted_worker_submits_a_successor_whose_submission_was_lost(
     await h.stop_all()
 
 
+async def test_a_checkpoint_lists_a_run_whose_successor_is_not_submitted_yet() -> None:
+    """A checkpoint that covers the RunContinuedAsNew still lists the run until its successor's
+    submission is acknowledged, so the next owner reads it and submits."""
+    calls: list[int] = []
+    h = Harness(chain_app(calls))
+    w1 = h.start("w1", checkpoint_interval_s=0.0)
+    lost: list[str] = []
+    w1.executor.continuer.submit = lambda owned, ended, workflow: lost.append(ended.new_run_id)  # type: ignore[method-assign]
+    run = h.client.submit("counter", {"step": 1, "last": 2, "total": 0})
+    await until(lambda: lost, what="the successor's submission to be due")
+    ended_at = next(e.offset for e in h.client.events(run) if isinstance(e.event, RunContinuedAsNew))
+    checkpoint = await until(
+        lambda: next((c for c in h.checkpoints() if c.covered_offset > ended_at), None),
+        what="a checkpoint covering the RunContinuedAsNew",
+    )
+    assert run in checkpoint.active_runs
+    await h.stop("w1")
+    h.start("w2")
+    await chain_ended(h, run)
+    assert h.status(lost[0]).status == "completed" and calls == [1, 2]
+    await h.stop_all()
+
+
 async def test_history_near_limit_lets_a_run_continue_before_the_limit_parks_it() -> None:
     calls: list[int] = []
     h = Harness(chain_app(calls))
