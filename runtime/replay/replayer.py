@@ -17,7 +17,8 @@ from runtime.errors import AgentlogError, NonDeterminismError
 from runtime.log.events import RECORD_TYPES, Event, RunStarted
 from runtime.log.status import RunState
 from runtime.workflow.app import App
-from runtime.workflow.machine import Drift, RunMachine, Stamp
+from runtime.workflow.intents import Drift, Stamp
+from runtime.workflow.machine import RunMachine
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from runtime.log.serde import DecodeError, Serde
 from runtime.log.status import RunState, status_after
 from runtime.replay.replayer import Replayer
 from runtime.workflow.app import App
-from runtime.workflow.machine import Drift
+from runtime.workflow.intents import Drift
 
 Verdict = Literal["ok", "drift", "park"]
 

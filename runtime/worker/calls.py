@@ -11,7 +11,7 @@ from runtime.log.events import Event, ModelCallCompleted, ModelCallFailed, ToolC
 from runtime.worker.call_pool import CallPool
 from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.canonical import canonical_json
-from runtime.workflow.machine import Intent
+from runtime.workflow.intents import Intent
 
 
 def _target(

@@ -32,7 +32,8 @@ from runtime.worker.execution import Executor
 from runtime.worker.partition import OwnedPartition
 from runtime.workflow.app import App
 from runtime.workflow.input_shape import shape_error
-from runtime.workflow.machine import RunMachine, with_envelope
+from runtime.workflow.intents import with_envelope
+from runtime.workflow.machine import RunMachine
 
 log = logging.getLogger("agentlog.worker")
 

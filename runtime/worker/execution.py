@@ -26,7 +26,8 @@ from runtime.worker.calls import attempt_once, completed, failed, is_retryable, 
 from runtime.worker.continuation import Continuer
 from runtime.worker.partition import OwnedPartition
 from runtime.workflow.app import App
-from runtime.workflow.machine import Intent, RunMachine
+from runtime.workflow.intents import Intent
+from runtime.workflow.machine import RunMachine
 
 log = logging.getLogger("agentlog.worker")
 

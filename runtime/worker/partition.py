@@ -7,7 +7,8 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.workflow.machine import RunMachine, Stamp
+from runtime.workflow.intents import Stamp
+from runtime.workflow.machine import RunMachine
 
 
 @dataclass

@@ -17,7 +17,8 @@ from runtime.worker.execution import Executor
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.rebuild import claim, rebuild
 from runtime.workflow.app import App
-from runtime.workflow.machine import RunMachine, Stamp
+from runtime.workflow.intents import Stamp
+from runtime.workflow.machine import RunMachine
 
 log = logging.getLogger("agentlog.worker")
 

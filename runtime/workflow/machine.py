@@ -19,8 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter, deque
-from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -55,6 +54,16 @@ from runtime.workflow.canonical import args_hash, canonical_json, idempotency_ke
 from runtime.workflow.context import Context, ContinueAsNew
 from runtime.workflow.futures import DurableFuture, GatherFuture
 from runtime.workflow.input_shape import coerce_input
+from runtime.workflow.intents import (
+    Drift,
+    InDoubt,
+    Intent,
+    Stamp,
+    describe_record,
+    record_signature,
+    timer_hash,
+    with_envelope,
+)
 
 E = TypeVar("E", bound=Event)
 SCHEDULED_TYPES = (ModelCallScheduled, ToolCallScheduled, TimerScheduled, PatchRecorded)
@@ -63,91 +72,6 @@ SCHEDULED_TYPES = (ModelCallScheduled, ToolCallScheduled, TimerScheduled, PatchR
 MODEL_ARGS_INLINE_LIMIT = 0
 # ctx.history_near_limit(): the warn threshold of Settings unless the worker passes its own.
 HISTORY_WARN_EVENTS: int = Settings.model_fields["history_warn_events"].default
-
-
-@dataclass
-class Intent:
-    """One thing workflow code asked for, at its position."""
-
-    position: int
-    kind: str  # model | tool | timer | signal | patch
-    name: str
-    args: Any
-    hash: str
-    future: DurableFuture
-    effect: bool = False
-    key: str | None = None
-    prompt_version: str | None = None
-    duration_ms: int = 0
-    fire_at: int = 0
-    failed_attempts: int = 0
-    in_doubt: bool = False
-    recorded: bool = True  # False for a signal wait without timeout: nothing to record or match
-
-    def signature(self) -> tuple[str, str, str]:
-        return (self.kind, self.name, self.hash)
-
-    def describe(self) -> str:
-        shown = "" if self.kind == "model" else f" {_short(canonical_json(self.args))}"
-        return f"{self.kind} {self.name!r}{shown} (args hash {self.hash})"
-
-
-def _short(text: str, limit: int = 200) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def record_signature(event: Event) -> tuple[str, str, str]:
-    if isinstance(event, ModelCallScheduled):
-        return ("model", event.model, event.args_hash)
-    if isinstance(event, ToolCallScheduled):
-        return ("tool", event.tool, event.args_hash)
-    if isinstance(event, TimerScheduled):
-        if event.name == "sleep":
-            return ("timer", "sleep", _timer_hash("timer", "sleep", event.duration_ms))
-        name = event.name.removeprefix("signal:")
-        return ("signal", name, _timer_hash("signal", name, event.duration_ms))
-    if isinstance(event, PatchRecorded):
-        return ("patch", event.patch_id, args_hash("patch", event.patch_id, None))
-    return (event.type, "", "")
-
-
-def describe_record(event: Event) -> str:
-    kind, name, digest = record_signature(event)
-    shown = f" {_short(event.args)}" if isinstance(event, ToolCallScheduled) else ""
-    return f"{kind} {name!r}{shown} (args hash {digest})"
-
-
-def _timer_hash(kind: str, name: str, duration_ms: int) -> str:
-    return args_hash(kind, name, duration_ms)
-
-
-@dataclass
-class Stamp:
-    """What the writer adds to every event it appends."""
-
-    clock: Callable[[], int]  # wall-clock milliseconds; only live events read it
-    worker: str
-    epoch: int
-
-
-@dataclass(frozen=True)
-class Drift:
-    """A model call whose prompt (messages, params or prompt_version) differs from its record."""
-
-    position: int
-    model: str
-    recorded_prompt_version: str | None
-    issued_prompt_version: str | None
-    recorded_args_hash: str
-    issued_args_hash: str
-
-
-@dataclass
-class InDoubt:
-    kind: str
-    name: str
-    position: int
-    idempotency_key: str | None
 
 
 class RunMachine:
@@ -379,7 +303,7 @@ class RunMachine:
             "timer",
             "sleep",
             duration_ms,
-            _timer_hash("timer", "sleep", duration_ms),
+            timer_hash("timer", "sleep", duration_ms),
             DurableFuture(position),
         )
         command.duration_ms = duration_ms
@@ -390,7 +314,7 @@ class RunMachine:
         future = DurableFuture(position)
         buffered = self._signals.get(name)
         command = Intent(
-            position, "signal", name, timeout_ms, _timer_hash("signal", name, timeout_ms or 0), future
+            position, "signal", name, timeout_ms, timer_hash("signal", name, timeout_ms or 0), future
         )
         command.duration_ms = timeout_ms or 0
         if buffered:
@@ -641,18 +565,3 @@ class RunMachine:
         return with_envelope(
             event, self.run_id, self.seq, self.stamp.clock(), self.stamp.worker, self.stamp.epoch
         )
-
-
-_set = object.__setattr__
-
-
-def with_envelope(event: E, run_id: str, seq: int, occurred_at: int, worker: str, epoch: int) -> E:
-    """``event`` with its envelope set, in place: every event stamped here was built a moment
-    before for this purpose and is seen by nothing else yet. A copy (``dataclasses.replace``, or
-    field by field) cost a tenth of a live step's CPU; this runs four times per step."""
-    _set(event, "run_id", run_id)
-    _set(event, "seq", seq)
-    _set(event, "occurred_at", occurred_at)
-    _set(event, "worker", worker)
-    _set(event, "epoch", epoch)
-    return event

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from runtime.log.events import Event
-from runtime.workflow.machine import Intent, RunMachine
+from runtime.workflow.intents import Intent
+from runtime.workflow.machine import RunMachine
 
 
 def drive(

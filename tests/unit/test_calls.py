@@ -12,7 +12,7 @@ from runtime.worker.call_pool import CallPool
 from runtime.worker.calls import attempt_once
 from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.futures import DurableFuture
-from runtime.workflow.machine import Intent
+from runtime.workflow.intents import Intent
 
 pytestmark = pytest.mark.unit
 

@@ -13,7 +13,8 @@ from runtime.log.events import RunStarted, ToolCallCompleted
 from runtime.log.payloads import inline, inlined, is_outlined, outlined, sha256_of
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
-from runtime.workflow.machine import RunMachine, Stamp
+from runtime.workflow.intents import Stamp
+from runtime.workflow.machine import RunMachine
 
 pytestmark = pytest.mark.unit
 

@@ -24,7 +24,8 @@ from runtime.log.events import (
 )
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
-from runtime.workflow.machine import Intent, RunMachine, Stamp
+from runtime.workflow.intents import Intent, Stamp
+from runtime.workflow.machine import RunMachine
 from support.machine_driver import drive
 
 pytestmark = pytest.mark.unit

@@ -39,7 +39,8 @@ from runtime.run_status import (
 )
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
-from runtime.workflow.machine import RunMachine, Stamp
+from runtime.workflow.intents import Stamp
+from runtime.workflow.machine import RunMachine
 
 pytestmark = pytest.mark.unit
 

@@ -1,0 +1,120 @@
+"""What workflow code issues (an ``Intent``), how it is matched with its record, and the envelope
+the writer stamps on events: the vocabulary the run machine shares with the worker and the replayer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from runtime.log.events import (
+    Event,
+    ModelCallScheduled,
+    PatchRecorded,
+    TimerScheduled,
+    ToolCallScheduled,
+)
+from runtime.workflow.canonical import args_hash, canonical_json
+from runtime.workflow.futures import DurableFuture
+
+E = TypeVar("E", bound=Event)
+
+
+@dataclass
+class Intent:
+    """One thing workflow code asked for, at its position."""
+
+    position: int
+    kind: str  # model | tool | timer | signal | patch
+    name: str
+    args: Any
+    hash: str
+    future: DurableFuture
+    effect: bool = False
+    key: str | None = None
+    prompt_version: str | None = None
+    duration_ms: int = 0
+    fire_at: int = 0
+    failed_attempts: int = 0
+    in_doubt: bool = False
+    recorded: bool = True  # False for a signal wait without timeout: nothing to record or match
+
+    def signature(self) -> tuple[str, str, str]:
+        return (self.kind, self.name, self.hash)
+
+    def describe(self) -> str:
+        shown = "" if self.kind == "model" else f" {_short(canonical_json(self.args))}"
+        return f"{self.kind} {self.name!r}{shown} (args hash {self.hash})"
+
+
+def _short(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def record_signature(event: Event) -> tuple[str, str, str]:
+    if isinstance(event, ModelCallScheduled):
+        return ("model", event.model, event.args_hash)
+    if isinstance(event, ToolCallScheduled):
+        return ("tool", event.tool, event.args_hash)
+    if isinstance(event, TimerScheduled):
+        if event.name == "sleep":
+            return ("timer", "sleep", timer_hash("timer", "sleep", event.duration_ms))
+        name = event.name.removeprefix("signal:")
+        return ("signal", name, timer_hash("signal", name, event.duration_ms))
+    if isinstance(event, PatchRecorded):
+        return ("patch", event.patch_id, args_hash("patch", event.patch_id, None))
+    return (event.type, "", "")
+
+
+def describe_record(event: Event) -> str:
+    kind, name, digest = record_signature(event)
+    shown = f" {_short(event.args)}" if isinstance(event, ToolCallScheduled) else ""
+    return f"{kind} {name!r}{shown} (args hash {digest})"
+
+
+def timer_hash(kind: str, name: str, duration_ms: int) -> str:
+    return args_hash(kind, name, duration_ms)
+
+
+@dataclass
+class Stamp:
+    """What the writer adds to every event it appends."""
+
+    clock: Callable[[], int]  # wall-clock milliseconds; only live events read it
+    worker: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A model call whose prompt (messages, params or prompt_version) differs from its record."""
+
+    position: int
+    model: str
+    recorded_prompt_version: str | None
+    issued_prompt_version: str | None
+    recorded_args_hash: str
+    issued_args_hash: str
+
+
+@dataclass
+class InDoubt:
+    kind: str
+    name: str
+    position: int
+    idempotency_key: str | None
+
+
+_set = object.__setattr__
+
+
+def with_envelope(event: E, run_id: str, seq: int, occurred_at: int, worker: str, epoch: int) -> E:
+    """``event`` with its envelope set, in place: every event stamped here was built a moment
+    before for this purpose and is seen by nothing else yet. A copy (``dataclasses.replace``, or
+    field by field) would be paid four times per live step."""
+    _set(event, "run_id", run_id)
+    _set(event, "seq", seq)
+    _set(event, "occurred_at", occurred_at)
+    _set(event, "worker", worker)
+    _set(event, "epoch", epoch)
+    return event
