@@ -9,9 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+from infra.deployment import environment
 from runtime.config import Settings
 from support.events import LogReader
-from support.services import ROOT, deployment_env
+from support.services import ROOT, TESTS, deployment_env
 from support.wait import wait_until
 
 APP = "support.agent_apps:app"  # the scripted workflows of tests/support/agent_apps.py
@@ -22,8 +23,17 @@ class WorkerProcess:
     assertions (``log_tail``); what the tests check is what the worker wrote to the log."""
 
     def __init__(
-        self, settings: Settings, app: str, worker_id: str, log_path: Path, *args: str, **env: str
+        self,
+        settings: Settings,
+        app: str,
+        worker_id: str,
+        log_path: Path,
+        *args: str,
+        code: Path | None = None,
+        **env: str,
     ) -> None:
+        """``code``: the root of another copy of the code to run (its ``runtime/`` and ``schemas/``
+        come first on the path, the process starts in it); default this checkout."""
         self.settings = settings
         self.log_path = log_path
         self.worker_id = worker_id
@@ -45,8 +55,10 @@ class WorkerProcess:
                 env.pop("SESSION_TIMEOUT_MS", "6000"),
                 *args,
             ],
-            cwd=ROOT,
-            env=deployment_env(settings, **env),
+            cwd=code or ROOT,
+            env=deployment_env(settings, **env)
+            if code is None
+            else environment(settings, os.pathsep.join((str(code), str(TESTS), str(ROOT))), **env),
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
