@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 from runtime.errors import RetryableError
-from runtime.log.registry import schema_by_id
+from runtime.log.registry import schema_by_id, version_under
 from runtime.log.registry_client import SchemaRegistryClient, SchemaRegistryError
 
 
@@ -26,6 +26,7 @@ class WriterSchemas:
     def __init__(self, client: SchemaRegistryClient) -> None:
         self.client = client
         self._cache: dict[int, tuple[dict[str, Any], str] | None] = {}
+        self._versions: dict[tuple[int, str], int] = {}
         self._lock = threading.Lock()
 
     def get(self, schema_id: int) -> tuple[dict[str, Any], str] | None:
@@ -43,6 +44,22 @@ class WriterSchemas:
         with self._lock:
             self._cache[schema_id] = found
         return found
+
+    def version(self, schema_id: int, subject: str) -> int:
+        """The registry's version of ``schema_id`` under ``subject`` (0 if not registered there):
+        the ``schema_version`` of the records it wrote."""
+        with self._lock:
+            if (schema_id, subject) in self._versions:
+                return self._versions[(schema_id, subject)]
+        try:
+            version = version_under(self.client, schema_id, subject)
+        except SchemaRegistryError as exc:
+            raise RegistryUnavailable(f"schema registry error for id {schema_id}: {exc}") from exc
+        except Exception as exc:  # transport errors surface as the client's httpx exceptions
+            raise RegistryUnavailable(f"schema registry unreachable for id {schema_id}: {exc}") from exc
+        with self._lock:
+            self._versions[(schema_id, subject)] = version
+        return version
 
     @staticmethod
     def _parse(text: str, schema_type: str | None) -> tuple[dict[str, Any], str] | None:

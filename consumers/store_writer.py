@@ -128,6 +128,7 @@ class StoreWriter:
         self.stage = f"{DATABASE}._stage_{_topic_slug(topic)}"
         self._columns: dict[str, str] = {}
         self._plans: dict[int, ColumnPlan | None] = {}
+        self._versions: dict[int, int] = {}  # schema id -> its registry version under its subject
         self.watermarks: dict[int, int] = {}
 
     # -- start --------------------------------------------------------------------------------
@@ -229,6 +230,7 @@ class StoreWriter:
                 continue
             writer, text = found
             plan = plan_columns(schema_id, writer, self._columns)
+            self._versions[schema_id] = self.schemas.version(schema_id, f"{self.topic}-{plan.full_name}")
             self._add_columns(plan.new_columns(self._columns))
             new[schema_id] = plan
             fields = [f.field for f in plan.fields]
@@ -285,18 +287,23 @@ class StoreWriter:
 
     def _staged_rows(self) -> str:
         """The stage as rows of the events table: Kafka coordinates and size from the header,
-        and each decoded row's schema id and type from its frame."""
+        and each decoded row's schema id, type and schema version from its frame (the version is
+        the registry's, of the writer schema under its subject: no Avro field carries it)."""
         plans = [p for p in self._plans.values() if p is not None]
         if plans:
             ids = ", ".join(str(p.schema_id) for p in plans)
             names = ", ".join(quote_string(p.record) for p in plans)
+            versions = ", ".join(str(self._versions.get(p.schema_id, 0)) for p in plans)
             type_of = f"transform({_FRAME_SCHEMA_ID}, CAST([{ids}] AS Array(Int32)), CAST([{names}] AS Array(String)), '')"
+            version_of = f"transform({_FRAME_SCHEMA_ID}, CAST([{ids}] AS Array(Int32)), CAST([{versions}] AS Array(Int32)), 0)"
         else:
-            type_of = "''"
+            type_of, version_of = "''", "0"
         return (
             f"(SELECT * EXCEPT ({FRAME_COLUMN}, {META_COLUMN}) REPLACE ("
             f"if(decode_error = '', {_FRAME_SCHEMA_ID}, schema_id) AS schema_id, "
-            f"if(decode_error = '', {type_of}, type) AS type), {_META_FIELDS} FROM {self.stage})"
+            f"if(decode_error = '', {type_of}, type) AS type, "
+            f"if(decode_error = '', {version_of}, schema_version) AS schema_version), "
+            f"{_META_FIELDS} FROM {self.stage})"
         )
 
     def _partition_marks(self) -> dict[int, _PartitionMarks]:

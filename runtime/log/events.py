@@ -19,7 +19,10 @@ class Record:
 
     run_id: str
     seq: int = 0
-    schema_version: int = 1
+    # Not in the Avro value: filled on decode with the registry version (per subject) of the
+    # schema that wrote the record, from the id in its frame (runtime.log.serde); 0 on a record
+    # not read from the log.
+    schema_version: int = 0
     occurred_at: int = 0  # milliseconds since the epoch (Avro timestamp-millis)
     worker: str = ""
     epoch: int = -1

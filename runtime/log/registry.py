@@ -66,20 +66,20 @@ def schema_by_id(client: SchemaRegistryClient, schema_id: int) -> Schema | None:
         raise
 
 
-def schema_ids(settings: Settings, subjects: Iterable[tuple[str, str]]) -> dict[str, int]:
-    """``{subject: id}`` for each ``(subject, Avro schema text)`` registered exactly so; others
-    are left out. Plain HTTP (:func:`lookup_ids`), so a cold worker does not import the client;
-    where that cannot ask, a throwaway client does. Either connection is closed before this
-    returns (a supervisor resolves ids before forking workers, and no child may inherit an
+def schema_ids(settings: Settings, subjects: Iterable[tuple[str, str]]) -> dict[str, tuple[int, int]]:
+    """``{subject: (id, version)}`` for each ``(subject, Avro schema text)`` registered exactly so;
+    others are left out. Plain HTTP (:func:`lookup_registered`), so a cold worker does not import
+    the client; where that cannot ask, a throwaway client does. Either connection is closed before
+    this returns (a supervisor resolves ids before forking workers, and no child may inherit an
     open connection)."""
     wanted = list(subjects)
     try:
-        return lookup_ids(settings.schema_registry_url, wanted)
+        return lookup_registered(settings.schema_registry_url, wanted)
     except LookupUnavailable:
         pass  # the client below asks the same question its own way
     from runtime.log.registry_client import Schema, SchemaRegistryError
 
-    found: dict[str, int] = {}
+    found: dict[str, tuple[int, int]] = {}
     with registry_client(settings) as scout:
         for subject, text in wanted:
             try:
@@ -87,8 +87,17 @@ def schema_ids(settings: Settings, subjects: Iterable[tuple[str, str]]) -> dict[
             except SchemaRegistryError:
                 continue
             if registered.schema_id is not None:
-                found[subject] = registered.schema_id
+                found[subject] = (registered.schema_id, int(registered.version or 0))
     return found
+
+
+def version_under(client: SchemaRegistryClient, schema_id: int, subject: str) -> int:
+    """The registry's version number of schema ``schema_id`` under ``subject`` (versions are per
+    subject, ids are global); 0 if the schema is not registered under that subject."""
+    for registered in client.get_schema_versions(schema_id) or []:
+        if registered.subject == subject and registered.version is not None:
+            return int(registered.version)
+    return 0
 
 
 # -- plain HTTP ----------------------------------------------------------------------------------
@@ -123,7 +132,14 @@ def lookup_ids(url: str, subjects: Iterable[tuple[str, str]], timeout: float = 1
     """``{subject: id}`` for each ``(subject, Avro schema text)`` registered exactly so; subjects
     or schemas the registry does not know (404) are left out. Raises LookupUnavailable if the
     registry cannot be asked or answers anything else."""
-    found: dict[str, int] = {}
+    return {subject: found[0] for subject, found in lookup_registered(url, subjects, timeout).items()}
+
+
+def lookup_registered(
+    url: str, subjects: Iterable[tuple[str, str]], timeout: float = 10.0
+) -> dict[str, tuple[int, int]]:
+    """``{subject: (id, version)}``, as :func:`lookup_ids` (the registry answers both at once)."""
+    found: dict[str, tuple[int, int]] = {}
     try:
         with _connection(url, timeout) as (connection, base, headers):
             for subject, text in subjects:
@@ -133,7 +149,8 @@ def lookup_ids(url: str, subjects: Iterable[tuple[str, str]], timeout: float = 1
                     continue
                 if status != 200:
                     raise LookupUnavailable(f"registry answered {status} for {subject}: {payload[:200]!r}")
-                found[subject] = int(json.loads(payload)["id"])
+                answer = json.loads(payload)
+                found[subject] = (int(answer["id"]), int(answer["version"]))
     except (OSError, http.client.HTTPException, ValueError, KeyError) as error:
         raise LookupUnavailable(f"registry lookup failed: {error}") from error
     return found

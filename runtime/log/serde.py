@@ -11,6 +11,11 @@ schema of the same name, so code reads every version ever written with the shape
 The run id is not in the Avro value: it is the Kafka key of every command and event (the
 records are partitioned by it anyway), so repeating it in the value cost ~100 bytes a step.
 ``Record.run_id`` is filled from the key on decode and ignored by the encoder.
+
+Likewise ``Record.schema_version`` is not in the Avro value: on decode it is the registry's version
+of the writer schema (the id in the frame) under the record's subject -- ToolCallCompleted written
+with the second registered ToolCallCompleted schema reads as 2, whichever code reads it. The
+encoder ignores it: the frame's schema id already says which schema wrote the record.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from runtime.log.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
 from runtime.log.events import RECORD_TYPES, Record
 from runtime.log.frame import HEADER_SIZE, ID_SLICE, MAGIC, NotFramed, frame_header, is_framed
 from runtime.log.frame import schema_id_of as frame_schema_id
-from runtime.log.registry import is_not_found, registry_client, schema_by_id, schema_ids
+from runtime.log.registry import is_not_found, registry_client, schema_by_id, schema_ids, version_under
 
 # The registry client is imported where it is first used, not here: its import is heavy
 # (see runtime.log.registry), and a recovering worker does not need it to start.
@@ -78,8 +83,9 @@ def field_names(cls: type) -> tuple[str, ...]:
     return names
 
 
-def _record_from_dict(cls: type[Record], values: dict[str, Any], key: bytes | None) -> Record:
+def _record_from_dict(cls: type[Record], values: dict[str, Any], key: bytes | None, version: int) -> Record:
     values["run_id"] = key.decode("utf-8", "replace") if key else ""
+    values["schema_version"] = version  # from the frame: not in the Avro value (see the module docstring)
     occurred = values.get("occurred_at")
     if isinstance(occurred, dt.datetime):
         values["occurred_at"] = int(occurred.timestamp() * 1000)
@@ -113,7 +119,8 @@ class Serde:
         self._deserializers: dict[str, AvroDeserializer] = {}
         self._names_by_id: dict[int, str] = {}
         self._writers: dict[str, tuple[bytes, Any]] = {}  # record name -> (magic + schema id, parsed schema)
-        self._readers: dict[int, tuple[type[Record], Any, Any]] = {}  # schema id -> (class, writer, reader)
+        # schema id -> (class, writer, reader, the writer schema's registry version under its subject)
+        self._readers: dict[int, tuple[type[Record], Any, Any, int]] = {}
         self._lock = threading.Lock()
         self._client_lock = threading.Lock()  # apart: the serializer makers read .client under _lock
         self._warming: threading.Thread | None = None
@@ -219,13 +226,14 @@ class Serde:
         ids = schema_ids(self.settings, ((subjects[n], wanted[n].text) for n in wanted))
         resolved = 0
         for name, local in wanted.items():
-            schema_id = ids.get(subjects[name])
-            if schema_id is None:
+            found = ids.get(subjects[name])
+            if found is None:
                 continue
+            schema_id, version = found
             parsed = parse_schema(local.parsed)
             # The id was matched to this very schema text, so it is also the writer schema of
             # records carrying the id: one parsed schema serves as writer and reader.
-            self._readers.setdefault(schema_id, (RECORD_TYPES[name], parsed, parsed))
+            self._readers.setdefault(schema_id, (RECORD_TYPES[name], parsed, parsed, version))
             self._names_by_id.setdefault(schema_id, name)
             self._writers.setdefault(name, (frame_header(schema_id), parsed))
             resolved += 1
@@ -257,13 +265,13 @@ class Serde:
         if len(data) > HEADER_SIZE:
             fast = self._readers.get(int.from_bytes(data[ID_SLICE], "big"))
             if fast is not None and data[0] == MAGIC:
-                cls, writer, reader = fast
+                cls, writer, reader, version = fast
                 try:
                     values = schemaless_reader(io.BytesIO(data[HEADER_SIZE:]), writer, reader)
                 except Exception as exc:
                     raise DecodeError(f"cannot decode {cls.__name__}: {exc}", data) from exc
                 assert isinstance(values, dict)
-                return _record_from_dict(cls, values, key)
+                return _record_from_dict(cls, values, key, version)
         return self._decode_first(data, key, topic)
 
     def _decode_first(self, data: bytes, key: bytes | None, topic: str | None) -> Record:
@@ -279,16 +287,19 @@ class Serde:
         if deserializer is None:
             deserializer = self._deserializer(name)
         schema = self.catalog[name]
-        ctx = SerializationContext(topic or schema.topic(self.settings), MessageField.VALUE)
+        topic = topic or schema.topic(self.settings)
+        ctx = SerializationContext(topic, MessageField.VALUE)
         try:
             values = deserializer(data, ctx)
         except Exception as exc:
             raise DecodeError(f"cannot decode {name}: {exc}", data) from exc
         assert isinstance(values, dict)
         schema_id = schema_id_of(data)
-        writer_text = self.client.get_schema(schema_id).schema_str or "{}"
-        self._readers[schema_id] = (cls, parse_schema(json.loads(writer_text)), parse_schema(schema.parsed))
-        return _record_from_dict(cls, values, key)
+        writer = json.loads(self.client.get_schema(schema_id).schema_str or "{}")
+        full_name = ".".join(part for part in (writer.get("namespace"), writer.get("name")) if part)
+        version = version_under(self.client, schema_id, f"{topic}-{full_name}")
+        self._readers[schema_id] = (cls, parse_schema(writer), parse_schema(schema.parsed), version)
+        return _record_from_dict(cls, values, key, version)
 
     def _deserializer(self, name: str) -> AvroDeserializer:
         from runtime.log.registry_client import AvroDeserializer
@@ -302,12 +313,13 @@ class Serde:
     def offline(cls, settings: Settings) -> Serde:
         """A serde that never asks a registry: each local schema gets the id of its place in the
         catalog (1, 2, ... by record name). For the in-memory log (``runtime.local``, unit tests),
-        whose records never leave the process; a Kafka deployment always uses the registry's ids."""
+        whose records never leave the process; a Kafka deployment always uses the registry's ids.
+        Each schema is the first and only version of its subject: records read as version 1."""
         serde = cls(settings)
         serde._offline = True
         for schema_id, name in enumerate(sorted(n for n in serde.catalog if n in RECORD_TYPES), start=1):
             parsed = parse_schema(serde.catalog[name].parsed)
-            serde._readers[schema_id] = (RECORD_TYPES[name], parsed, parsed)
+            serde._readers[schema_id] = (RECORD_TYPES[name], parsed, parsed, 1)
             serde._names_by_id[schema_id] = name
             serde._writers[name] = (frame_header(schema_id), parsed)
         return serde

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from fastavro import parse_schema, schemaless_reader
 
+from infra.deployment import scratch_deployment
 from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.frame import HEADER_SIZE, schema_id_of
@@ -184,3 +185,40 @@ def test_v1_and_v2_workers_take_over_each_others_runs(
     assert [schema_id for schema_id, _ in m2] == [v2_id, v2_id, v1_id]
     assert [values.get("note") for _, values in m2] == ["written by v2", "written by v2", None]
     assert "note" not in m2[2][1]
+
+    # schema_version is what the frame says, whoever reads it: the registry's version of the
+    # writer schema under its subject (v1's ToolCallCompleted is version 1, v2's version 2).
+    with Client(deployment) as reader:
+        for run_id, expected in (("M-1", [1, 1, 2]), ("M-2", [2, 2, 1])):
+            history = reader.history(run_id)
+            versions = [e["schema_version"] for e in history if e["type"] == "ToolCallCompleted"]
+            assert versions == expected, (run_id, versions)
+            assert {e["schema_version"] for e in history if e["type"] != "ToolCallCompleted"} == {1}
+
+
+OLD_ENVELOPE_FIELD = {
+    "name": "schema_version",
+    "type": "int",
+    "default": 1,
+    "doc": "Version of this record's schema the writer used.",
+}
+
+
+def test_the_envelope_without_schema_version_registers_over_the_old_one(
+    services: Settings, tmp_path: Path
+) -> None:
+    """Schemas registered before schema_version left the Avro value (it was the constant 1, now
+    the decoder fills it from the frame): this code's schemas are accepted over them under
+    FULL_TRANSITIVE, one new version per subject -- the upgrade a running deployment makes."""
+    deployment = scratch_deployment(services, partitions=1, register=False)
+    old = tmp_path / "old-schemas"
+    shutil.copytree(ROOT / "schemas", old, ignore=shutil.ignore_patterns("__pycache__"))
+    for path in old.glob("*.avsc"):
+        schema = json.loads(path.read_text())
+        schema["fields"].insert(1, OLD_ENVELOPE_FIELD)
+        path.write_text(json.dumps(schema, indent=2))
+    assert {r.status for r in SchemaAdmin(deployment, schema_dir=old).register()} == {"registered"}
+    reports = SchemaAdmin(deployment).register()
+    assert {r.status for r in reports} == {"registered"}, [r for r in reports if r.status != "registered"]
+    client = registry_client(deployment)
+    assert {tuple(client.get_versions(r.subject)) for r in reports} == {(1, 2)}
