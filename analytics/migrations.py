@@ -307,6 +307,14 @@ _V8_FIELD_COLUMNS: tuple[tuple[str, str], ...] = (
 _DRIFT_COLUMNS = f"ALTER TABLE {EVENTS} " + ", ".join(
     f"ADD COLUMN IF NOT EXISTS {quote_identifier(name)} {ch_type}" for name, ch_type in _V8_FIELD_COLUMNS
 )
+# Migration 9. The column once copied the writer's envelope field, a constant 1; the sink now
+# fills it from the frame (consumers.store_writer), as the runtime's decoder does. Rows stored
+# before carry the old 1.
+_SCHEMA_VERSION_COMMENT = (
+    f"ALTER TABLE {EVENTS} COMMENT COLUMN schema_version "
+    "'The schema registry version of the writer schema (the frame schema_id) under the record subject; "
+    "filled by the sink from the frame, not an Avro field. 1 on rows stored before migration 9.'"
+)
 _PROMPT_DRIFT_VIEW = f"""CREATE OR REPLACE VIEW {DATABASE}.prompt_drift AS
 SELECT
     run_id,
@@ -336,6 +344,7 @@ MIGRATIONS_LIST: tuple[Migration, ...] = (
     Migration(6, "out-of-line result columns", (_PAYLOAD_COLUMNS,)),
     Migration(7, "runs view: the runtime's status vocabulary", (_RUNS_VIEW_V7,)),
     Migration(8, "prompt drift columns and view", (_DRIFT_COLUMNS, _PROMPT_DRIFT_VIEW)),
+    Migration(9, "schema_version: the registry version of the writer schema", (_SCHEMA_VERSION_COMMENT,)),
 )
 
 _LEDGER = f"""CREATE TABLE IF NOT EXISTS {MIGRATIONS} (

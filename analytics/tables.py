@@ -29,7 +29,9 @@ SINK_COLUMNS: tuple[tuple[str, str], ...] = (
     ("ingested_at", "DateTime64(3, 'UTC') DEFAULT now64(3)"),
 )
 
-# The envelope of every record (runtime.log.events.Record); same names as the Avro fields.
+# The envelope of every record (runtime.log.events.Record); same names as the Avro fields, but for
+# run_id (the Kafka key) and schema_version (the registry version of the frame's writer schema id
+# under the record's subject): the sink fills those two from the Kafka record, not the Avro value.
 ENVELOPE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("run_id", "String"),
     ("seq", "Int64"),

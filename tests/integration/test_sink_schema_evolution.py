@@ -65,7 +65,6 @@ def test_v1_and_v2_records_both_land_and_the_new_field_becomes_a_column(
             idempotency_key=f"k{position}",
         )
         scheduled = record_to_dict(record)
-        scheduled["schema_version"] = 2
         log.append_raw(_encode(v2_id, v2, {**scheduled, "tenant": f"acme-{position}"}), partition, b"run-v2")
     log.append([new.completed()])
     with InProcessSink(settings, dsn):
@@ -77,6 +76,12 @@ def test_v1_and_v2_records_both_land_and_the_new_field_becomes_a_column(
         ).rows
     )
     assert columns["tenant"] == "Nullable(String)"  # added by the derived migration
+    comment = query(
+        dsn,
+        "SELECT comment FROM system.columns WHERE database = 'agentlog' AND table = 'events' "
+        "AND name = 'schema_version'",
+    ).rows
+    assert "registry version of the writer schema" in comment[0][0]  # migration 9
     rows = query(
         dsn,
         "SELECT run_id, schema_id, schema_version, tenant FROM agentlog.events "

@@ -88,6 +88,7 @@ def test_released_migrations_keep_their_text() -> None:
         6: "75e67e539343b00f",
         7: "054d6e33d8dbf346",
         8: "5ccee703f36fc8a6",
+        9: "9af335b60a50ddbb",
     }
 
 
