@@ -1,4 +1,4 @@
-"""``agentlog upgrade check --app MODULE:app [--schemas DIR] [--json]``: the gate to run in CI before a
+"""``agentlog upgrade check --app MODULE:app [--schemas DIR] [--from-store] [--json]``: the gate to run in CI before a
 deploy (runtime.replay.upgrade does the work; this prints it). Exit 1 if a schema is incompatible
 or an in-flight run would park under the new code."""
 
@@ -79,12 +79,13 @@ def _check(args: argparse.Namespace, settings: Settings) -> int:
     from runtime.cli.runs import load_app
     from runtime.log.kafka import KafkaLog
     from runtime.log.serde import Serde
-    from runtime.replay.upgrade import check
+    from runtime.replay.upgrade import check, store_in_flight
 
     app = load_app(args.app)
+    run_ids = store_in_flight(settings) if args.from_store else None
     log = KafkaLog(settings)
     try:
-        report = check(app, settings, log, Serde(settings), args.schemas)
+        report = check(app, settings, log, Serde(settings), args.schemas, run_ids)
     finally:
         log.close()
     if args.json:
@@ -107,6 +108,12 @@ def add_upgrade_commands(subparsers: argparse._SubParsersAction[argparse.Argumen
         type=Path,
         default=DEFAULT_SCHEMA_DIR,
         help="the new schema folder (default: the schemas shipped with agentlog)",
+    )
+    sub.add_argument(
+        "--from-store",
+        action="store_true",
+        help="take the in-flight runs from the analytics store (AGENTLOG analytics DSN) and read only "
+        "their records, instead of scanning the whole events topic",
     )
     sub.add_argument("--json", action="store_true", help="machine-readable output")
     sub.set_defaults(func=_check)

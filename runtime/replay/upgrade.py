@@ -3,7 +3,9 @@
 Three questions, answered without calling out and without writing: (a) are the local schemas
 compatible with the registry (its FULL_TRANSITIVE policy)? (b) which runs are in flight (a
 ``RunStarted`` and no ending event, read from every partition of the events topic, fenced records
-dropped)? (c) what does the new code do with each of their histories (a shadow replay with the
+dropped; or, with ``--from-store``, the runs the analytics store lists as running -- asked through
+the ``agentlog.in_flight_runs`` entry-point group, since runtime does not import analytics -- and
+only their records read from their partitions)? (c) what does the new code do with each of their histories (a shadow replay with the
 public :class:`~runtime.replay.replayer.Replayer`, out-of-line results read back)? A run would
 park if the new code issues another command than its history holds; a changed model prompt is
 drift, recorded and served (seed 003), not a reason to refuse the deploy. Nothing is printed
@@ -12,7 +14,7 @@ here: :mod:`runtime.cli.upgrade` prints.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -22,6 +24,7 @@ from runtime.errors import AgentlogError
 from runtime.log.catalog import DEFAULT_SCHEMA_DIR
 from runtime.log.events import PARTITION_TYPES, Event, PatchRecorded, RunStarted
 from runtime.log.fencing import FenceFilter
+from runtime.log.partitioning import partition_for
 from runtime.log.payloads import PayloadMissing, inlined, read_back
 from runtime.log.port import EventLog
 from runtime.log.serde import DecodeError, Serde
@@ -31,6 +34,10 @@ from runtime.workflow.app import App
 from runtime.workflow.intents import Drift
 
 Verdict = Literal["ok", "drift", "park"]
+
+IN_FLIGHT_GROUP = "agentlog.in_flight_runs"
+InFlightProvider = Callable[[Settings], list[str]]
+"""An ``agentlog.in_flight_runs`` entry: the ids of the runs a store lists as running."""
 
 
 @dataclass(frozen=True)
@@ -100,19 +107,62 @@ def check_schemas(settings: Settings, schema_dir: Path = DEFAULT_SCHEMA_DIR) -> 
     )
 
 
+def in_flight_provider() -> InFlightProvider:
+    """The installed ``agentlog.in_flight_runs`` provider (analytics registers one); an
+    :class:`AgentlogError` if none is installed or it cannot be imported."""
+    from importlib.metadata import entry_points
+
+    found = sorted(entry_points(group=IN_FLIGHT_GROUP), key=lambda e: e.name)
+    if not found:
+        raise AgentlogError(
+            f"--from-store: no provider in the {IN_FLIGHT_GROUP!r} entry-point group "
+            "(install agentlog with its analytics package: pip install -e .)"
+        )
+    try:
+        provider: InFlightProvider = found[0].load()
+    except Exception as exc:
+        raise AgentlogError(f"--from-store: cannot load {found[0].value}: {exc}") from exc
+    return provider
+
+
+def store_in_flight(settings: Settings, provider: InFlightProvider | None = None) -> list[str]:
+    """The run ids the store lists as running (deduplicated, in the provider's order); any failure
+    of the provider becomes a one-line :class:`AgentlogError`."""
+    provider = provider or in_flight_provider()
+    try:
+        run_ids = provider(settings)
+    except AgentlogError as exc:
+        raise AgentlogError(f"--from-store: {' '.join(str(exc).split())}") from exc
+    except Exception as exc:
+        raise AgentlogError(
+            f"--from-store: the store cannot be read: {type(exc).__name__}: {' '.join(str(exc).split())}"
+        ) from exc
+    return list(dict.fromkeys(run_ids))
+
+
 def in_flight_histories(
-    log: EventLog, serde: Serde, settings: Settings
+    log: EventLog, serde: Serde, settings: Settings, run_ids: Collection[str] | None = None
 ) -> tuple[list[list[Event]], list[str]]:
     """(b) The histories of every run in flight (every partition, fenced records dropped,
-    out-of-line results read back), in log order; and the ids of runs that could not be read."""
+    out-of-line results read back), in log order; and the ids of runs that could not be read.
+
+    With ``run_ids`` (a store's list), only those runs' partitions are read, and only their records
+    and the keyless ones (the fence needs the ``EpochClaimed`` records); a listed run the log shows
+    ended (the store lags the log) or never started is not in flight."""
+    keys: frozenset[bytes] | None = None
+    partitions: Sequence[int] = range(settings.partitions)
+    if run_ids is not None:
+        keys = frozenset(r.encode("utf-8") for r in run_ids)
+        partitions = sorted({partition_for(r, settings.partitions) for r in run_ids})
     histories: list[list[Event]] = []
     skipped: list[str] = []
-    for partition in range(settings.partitions):
+    for partition in partitions:
         fence = FenceFilter()
         runs: dict[str, list[Event]] = {}
         states: dict[str, RunState] = {}
         undecodable: set[str] = set()
-        for record in log.read(settings.events_topic, partition):
+        keep = None if keys is None else (lambda k, keys=keys: k is None or k in keys)
+        for record in log.read(settings.events_topic, partition, keep=keep):
             if record.value is None:
                 continue
             try:
@@ -124,7 +174,7 @@ def in_flight_histories(
             assert isinstance(event, Event)
             if not fence.admit(event, record.offset) or isinstance(event, PARTITION_TYPES):
                 continue
-            if isinstance(event, RunStarted):
+            if isinstance(event, RunStarted) and (run_ids is None or event.run_id in run_ids):
                 runs[event.run_id] = []
             if event.run_id in runs:
                 runs[event.run_id].append(event)
@@ -192,9 +242,15 @@ def shadow_replay(app: App, histories: Sequence[Sequence[Event]]) -> tuple[RunVe
 
 
 def check(
-    app: App, settings: Settings, log: EventLog, serde: Serde, schema_dir: Path = DEFAULT_SCHEMA_DIR
+    app: App,
+    settings: Settings,
+    log: EventLog,
+    serde: Serde,
+    schema_dir: Path = DEFAULT_SCHEMA_DIR,
+    run_ids: Collection[str] | None = None,
 ) -> UpgradeReport:
-    """The whole gate: schemas, in-flight runs, their shadow replays."""
+    """The whole gate: schemas, in-flight runs (``run_ids``: only those, e.g. :func:`store_in_flight`),
+    their shadow replays."""
     schemas = check_schemas(settings, schema_dir)
-    histories, skipped = in_flight_histories(log, serde, settings)
+    histories, skipped = in_flight_histories(log, serde, settings, run_ids)
     return UpgradeReport(schemas, shadow_replay(app, histories), tuple(skipped))

@@ -17,7 +17,8 @@ from runtime.client import Client
 from runtime.config import Settings
 from support.po_apps import placed_orders
 from support.services import agentlog
-from support.wait import wait_for_event
+from support.sink import SinkProcess, kafka_offsets, scalar, wait_for_rows
+from support.wait import wait_for_event, wait_until
 from support.workers import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -146,4 +147,69 @@ def test_upgrade_check_tells_a_safe_change_a_prompt_change_and_a_reordering_apar
     # The run itself is untouched by the checks: still waiting, nothing written for it.
     assert client.status("P-300").status == "running"
     assert "PromptDrifted" not in types(client, "P-300")
+    client.close()
+
+
+def test_upgrade_check_from_the_store_gives_the_verdict_of_the_full_scan(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    """Issue 12 item 2(b): ``--from-store`` takes the in-flight runs from the analytics store (the
+    ``agentlog.in_flight_runs`` provider, through the running sink's proxy) and reads only theirs."""
+    client = Client(deployment)
+    po_worker(deployment, workers, tmp_path, "v1")
+    waiting_run(client, "P-310")
+    client.submit("purchase_order", REQUEST, run_id="P-309")  # a finished run is not in flight
+    client.flush()
+    wait_for_event(client, "P-309", "ToolCallCompleted", count=2)
+    client.signal("P-309", "approve", {"by": "maria"})
+    client.result("P-309", timeout=60)
+
+    dsn = f"chdb://{tmp_path / 'store'}"
+    sink = SinkProcess(deployment, dsn, tmp_path / "sink.log")
+    try:
+        records = sum(len(offsets) for offsets in kafka_offsets(deployment).values())
+        wait_for_rows(dsn, deployment.events_topic, records, proc=sink.proc)
+        wait_until(
+            lambda: scalar(dsn, "SELECT count() FROM agentlog.runs WHERE status = 'running'") == 1,
+            30,
+            "P-310 running in the store",
+            process=sink.proc,
+        )
+        args = ("upgrade", "check", "--app", "support.po_apps:app_v2", "--json")
+        scanned = agentlog(deployment, *args)
+        stored = agentlog(deployment, *args, "--from-store", AGENTLOG_CLICKHOUSE_DSN=dsn)
+        assert scanned.returncode == stored.returncode == 0, scanned.stderr + stored.stderr
+        assert json.loads(stored.stdout) == json.loads(scanned.stdout)
+        assert [(r["run_id"], r["verdict"]) for r in json.loads(stored.stdout)["runs"]] == [
+            ("P-310", "drift")
+        ]
+
+        reordered = agentlog(
+            deployment,
+            "upgrade",
+            "check",
+            "--app",
+            "support.po_apps:app_reordered",
+            "--from-store",
+            AGENTLOG_CLICKHOUSE_DSN=dsn,
+        )
+        assert reordered.returncode == 1, reordered.stdout + reordered.stderr
+        assert "P-310  purchase_order  would park at position 2" in reordered.stdout
+    finally:
+        sink.stop()
+
+    unreachable = agentlog(
+        deployment,
+        "upgrade",
+        "check",
+        "--app",
+        "support.po_apps:app_v2",
+        "--from-store",
+        AGENTLOG_CLICKHOUSE_DSN="http://127.0.0.1:9",
+    )
+    assert unreachable.returncode != 0 and unreachable.stdout == ""
+    # One agentlog line (clickhouse-connect may log its own line before it, as for `agentlog audit`).
+    said = [line for line in unreachable.stderr.splitlines() if line.startswith("agentlog:")]
+    assert len(said) == 1 and "--from-store: cannot open the analytics store http://127.0.0.1:9" in said[0]
+    assert client.status("P-310").status == "running"
     client.close()
