@@ -148,8 +148,11 @@ def test_zombie_writes_after_losing_its_partition_stay_invisible(
         assert client.result(run_id, timeout=90) == "charged"  # taken over after the session timeout
     finally:
         os.kill(zombie.proc.pid, signal.SIGCONT)
-    # On SIGCONT the zombie's stalled call returns at once and it records the result and the
-    # charge's Scheduled record with its old epoch, before it can learn it lost the partition.
+    # On SIGCONT two things race inside the zombie: its stalled call returns (and it records the
+    # result and the charge's Scheduled record under its old epoch), and librdkafka notices the
+    # session timed out (and revokes its partitions). Either may win; whatever the zombie wrote
+    # after the successor's claim must be invisible, and it must never charge. (Writes that
+    # certainly land behind a newer claim are pinned in tests/integration/test_audit.py.)
     partition = client.partition(run_id)
     successor_claims = successor.claimed()  # it took all partitions while the zombie was frozen
     successor_claim = successor_claims[partition]
@@ -162,9 +165,8 @@ def test_zombie_writes_after_losing_its_partition_stay_invisible(
             if e.worker == "zombie" and e.run_id == run_id
         ]
 
-    wait_until(lambda: len(zombie_late()) >= 2, 30, "the zombie's late records", detail=zombie.log_tail)
-    # Then it rejoins the workers' group, which first takes its old partitions from it: once it
-    # claims a partition again, it acts on none it lost (and never will).
+    # It rejoins the workers' group, which first takes its old partitions from it: once it claims
+    # a partition again, it acts on none it lost (and never will), and all it wrote late is in.
     wait_until(
         lambda: reader.claimed_by("zombie", {p: e + 1 for p, e in successor_claims.items()}),
         60,
@@ -177,10 +179,8 @@ def test_zombie_writes_after_losing_its_partition_stay_invisible(
 
     charges = (tmp_path / "charge-attempts").read_text().splitlines()
     assert len(charges) == 1 and str(successor.proc.pid) in charges[0]  # no duplicate effect
-    assert [t for _, t in late] == [
-        "ModelCallCompleted",
-        "ToolCallScheduled",
-    ]  # written, in the log...
+    # Written in the log, if the call won the race: at most the result and the next Scheduled...
+    assert [t for _, t in late] == ["ModelCallCompleted", "ToolCallScheduled"][: len(late)]
     zombie_late_offsets = {o for o, _ in late}
     history = client.history(run_id)
     assert not {e["offset"] for e in history} & zombie_late_offsets  # ...and invisible
