@@ -7,12 +7,13 @@ of the agentlog taxonomy propagate to ``runtime.cli.main``, which prints them an
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import TYPE_CHECKING
 
 from runtime.config import Settings
 
-from . import audit, render
+from . import audit, diff, render
 from .store import connect
 
 if TYPE_CHECKING:
@@ -58,6 +59,13 @@ def add_audit_commands(subparsers: Subparsers) -> None:
     )
     runs.add_argument("--limit", type=int, default=50)
     runs.set_defaults(func=_audit_runs)
+
+    diff = commands.add_parser(
+        "diff", parents=[common], help="two runs aligned by position: the first divergence, then the rest"
+    )
+    diff.add_argument("run_a", metavar="RUN_A")
+    diff.add_argument("run_b", metavar="RUN_B")
+    diff.set_defaults(func=_audit_diff)
 
     sql = commands.add_parser("sql", parents=[common], help="one read-only SQL statement")
     sql.add_argument("statement", metavar="SQL")
@@ -115,3 +123,14 @@ def _audit_runs(args: argparse.Namespace, settings: Settings) -> int:
 def _audit_sql(args: argparse.Namespace, settings: Settings) -> int:
     with connect(_dsn(args, settings)) as store:
         return _print(args, audit.sql(store, args.statement))
+
+
+def _audit_diff(args: argparse.Namespace, settings: Settings) -> int:
+    with connect(_dsn(args, settings)) as store:
+        result = diff.diff_runs(store, args.run_a, args.run_b, settings.events_topic)
+    if args.json:
+        json.dump(result, sys.stdout, separators=(",", ":"))
+        sys.stdout.write("\n")
+    else:
+        diff.print_diff(result, sys.stdout)
+    return 0

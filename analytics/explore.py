@@ -1,0 +1,162 @@
+"""The questions a browser asks of the store (``agentlog ui``): runs with filters and sorting, one
+run's summary and per-call usage, the partition's worker claims, and a cheap "has it changed?".
+
+Columns that later migrations add (tokens and cost on ``model_calls``, issue 13) are looked up in
+``system.columns`` first, so every question here works on a store that lacks them, and shows them
+as soon as a migration adds them -- without this module naming a migration.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.config import Settings
+from runtime.log.status import RUN_STATES
+
+from .audit import AuditError, Rows
+from .results import JsonValue
+from .store import QueryStore
+from .tables import CLAIM_TYPE, DATABASE, EVENTS
+
+# Usage columns of the model_calls view, shown when the store has them (issue 13 adds them).
+USAGE_COLUMNS = ("model_reported", "input_tokens", "output_tokens", "cached_tokens", "cost_usd")
+PROMPT_COLUMNS = ("messages",)
+RUN_SORTS = ("run_id", "workflow", "status", "steps", "events", "bytes", "cost", "started_at", "ended_at")
+
+
+def view_columns(store: QueryStore, name: str) -> frozenset[str]:
+    """The columns of table or view ``agentlog.<name>`` as the store has it now."""
+    result = store.query(
+        "SELECT name FROM system.columns WHERE database = {db:String} AND table = {t:String}",
+        {"db": DATABASE, "t": name},
+    )
+    return frozenset(str(row[0]) for row in result.rows)
+
+
+def _ch_time(value: dt.datetime) -> str:
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """What the runs page asks for; every field optional."""
+
+    status: str | None = None
+    workflow: str | None = None
+    since: dt.datetime | None = None  # started at or after
+    until: dt.datetime | None = None  # started before
+    near_limit: bool = False  # at or over the history warn threshold
+    sort: str = "started_at"
+    descending: bool = True
+    limit: int = 200
+
+
+def run_list(store: QueryStore, settings: Settings, wanted: RunFilter) -> Rows:
+    """Runs with their steps (model calls: one decision each), size and cost where the store has it."""
+    if wanted.status and wanted.status not in RUN_STATES:
+        raise AuditError(f"status {wanted.status!r}: expected one of {', '.join(RUN_STATES)}")
+    if wanted.sort not in RUN_SORTS:
+        raise AuditError(f"sort {wanted.sort!r}: expected one of {', '.join(RUN_SORTS)}")
+    has_cost = "cost_usd" in view_columns(store, "model_calls")
+    cost = "ifNull(m.cost, 0)" if has_cost else "CAST(NULL AS Nullable(Float64))"
+    cost_sum = ", sum(ifNull(cost_usd, 0)) AS cost" if has_cost else ""
+    conditions = ["1"]
+    parameters: dict[str, Any] = {
+        "limit": wanted.limit,
+        "we": settings.history_warn_events,
+        "wb": settings.history_warn_bytes,
+    }
+    if wanted.status:
+        conditions.append("r.status = {status:String}")
+        parameters["status"] = wanted.status
+    if wanted.workflow:
+        conditions.append("r.workflow = {workflow:String}")
+        parameters["workflow"] = wanted.workflow
+    if wanted.since is not None:
+        conditions.append("r.started_at >= {since:DateTime64(3, 'UTC')}")
+        parameters["since"] = _ch_time(wanted.since)
+    if wanted.until is not None:
+        conditions.append("r.started_at < {until:DateTime64(3, 'UTC')}")
+        parameters["until"] = _ch_time(wanted.until)
+    if wanted.near_limit:
+        conditions.append("(r.events >= {we:UInt64} OR r.bytes >= {wb:UInt64})")
+    direction = "DESC" if wanted.descending else "ASC"
+    # Runs first, then the calls of only the runs kept: the filter and the LIMIT bound the join.
+    result = store.query(
+        f"""WITH r AS (
+            SELECT run_id, workflow, status, started_at, ended_at, last_event_at, events, bytes
+            FROM {DATABASE}.runs AS r
+            WHERE {" AND ".join(conditions)}
+        )
+        SELECT r.run_id AS run_id, r.workflow AS workflow, r.status AS status,
+               ifNull(m.steps, 0) AS steps, r.events AS events, r.bytes AS bytes, {cost} AS cost,
+               r.started_at AS started_at, r.ended_at AS ended_at,
+               toBool(r.events >= {{we:UInt64}} OR r.bytes >= {{wb:UInt64}}) AS near_limit
+        FROM r
+        LEFT JOIN (
+            SELECT run_id, count() AS steps{cost_sum}
+            FROM {DATABASE}.model_calls
+            WHERE run_id IN (SELECT run_id FROM r)
+            GROUP BY run_id
+        ) AS m ON m.run_id = r.run_id
+        ORDER BY {wanted.sort} {direction}, run_id
+        LIMIT {{limit:UInt32}}""",
+        parameters,
+    )
+    return Rows(result.columns, list(result.dicts()))
+
+
+def workflows(store: QueryStore) -> list[str]:
+    """The workflow names the store knows (for the runs page's filter)."""
+    result = store.query(f"SELECT DISTINCT workflow FROM {DATABASE}.runs WHERE workflow != '' ORDER BY workflow")
+    return [str(row[0]) for row in result.rows if row[0] is not None]
+
+
+def run_summary(store: QueryStore, run_id: str) -> dict[str, JsonValue] | None:
+    """One row of the runs view, or None for a run the store does not hold."""
+    result = store.query(
+        f"SELECT run_id, workflow, status, started_at, ended_at, last_event_at, events, bytes, partition "
+        f"FROM {DATABASE}.runs WHERE run_id = {{run:String}}",
+        {"run": run_id},
+    )
+    rows = list(result.dicts())
+    return rows[0] if rows else None
+
+
+def run_version(store: QueryStore, run_id: str) -> str:
+    """Changes whenever the run gains an event: what the run page polls."""
+    result = store.query(
+        f"SELECT count(), max(offset) FROM {EVENTS} WHERE run_id = {{run:String}} AND fenced = 0",
+        {"run": run_id},
+    )
+    count, offset = result.rows[0]
+    return f"{count}-{offset}"
+
+
+def call_usage(store: QueryStore, run_id: str) -> dict[int, dict[str, JsonValue]]:
+    """Position -> tokens, cost and prompt of the run's model calls, where the store has them."""
+    present = view_columns(store, "model_calls")
+    wanted = [c for c in (*USAGE_COLUMNS, *PROMPT_COLUMNS) if c in present]
+    if not wanted:
+        return {}
+    result = store.query(
+        f"SELECT position, {', '.join(wanted)} FROM {DATABASE}.model_calls WHERE run_id = {{run:String}}",
+        {"run": run_id},
+    )
+    return {int(row["position"]): {c: row[c] for c in wanted} for row in result.dicts()}
+
+
+def claims(store: QueryStore, topic: str, partition: int, epochs: Sequence[int]) -> dict[int, Mapping[str, JsonValue]]:
+    """Epoch -> the ``EpochClaimed`` record that opened it (its offset is the epoch): when, by whom."""
+    if not epochs:
+        return {}
+    result = store.query(
+        f"SELECT offset, occurred_at, worker, previous_epoch FROM {EVENTS} "
+        "WHERE run_id = '' AND type = {claim:String} AND topic = {topic:String} "
+        "AND partition = {p:Int32} AND offset IN {epochs:Array(Int64)}",
+        {"claim": CLAIM_TYPE, "topic": topic, "p": partition, "epochs": sorted(set(epochs))},
+    )
+    return {int(row["offset"]): row for row in result.dicts()}

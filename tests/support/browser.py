@@ -1,0 +1,33 @@
+"""A real browser for the UI tests: Debian's Chromium (``/usr/bin/chromium``, installed by .ci/run),
+driven by playwright through ``executable_path`` -- playwright never downloads a browser here."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from playwright.sync_api import Browser, sync_playwright
+
+CHROMIUM = Path(os.environ.get("AGENTLOG_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@contextmanager
+def chromium() -> Iterator[Browser]:
+    assert CHROMIUM.exists(), f"{CHROMIUM} is missing: `apt-get install -y chromium` (.ci/run does it)"
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()

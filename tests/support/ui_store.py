@@ -1,0 +1,93 @@
+"""A store filled by real runs, for the UI's browser tests and the diff tests.
+
+The refund agent (examples/refund_agent.py) runs 40 steps on a real worker that is SIGKILLed
+while step 31's model call is under way; a second worker takes the partition over (a new epoch)
+and finishes the run, with step 31's call in doubt. A reset of that run from step 21's model
+call (position 41) gives a second run that shares the first 20 steps and then decides
+differently (the scripted planner draws a fresh nonce per call): the pair the diff page compares.
+The sink copies all of it into an embedded chDB store and keeps running, so every reader goes
+through its query port, as a UI next to a live sink does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from runtime.client import Client
+from runtime.config import Settings
+from support.sink import SinkProcess, kafka_offsets, wait_for_rows
+from support.wait import wait_until
+from support.workers import WorkerProcess
+
+REFUND_APP = "examples.refund_agent:app"
+CRASH_STEP = 31
+RESET_POSITION = 41  # step 21's model call (step s: model at 2s-1, tool at 2s)
+
+
+@dataclass
+class FilledStore:
+    dsn: str
+    sink: SinkProcess
+    crashed_run: str  # refund-40, its worker killed at step 31
+    reset_run: str  # the crashed run reset to RESET_POSITION: same first 20 steps, then other decisions
+    first_epoch: int
+    second_epoch: int
+
+
+def _model_calls_at(db_path: Path, step: int) -> int:
+    if not db_path.exists():
+        return 0
+    with sqlite3.connect(db_path, timeout=30) as db:
+        try:
+            return int(db.execute("SELECT COUNT(*) FROM model_calls WHERE step = ?", (step,)).fetchone()[0])
+        except sqlite3.OperationalError:  # the worker has not created its tables yet
+            return 0
+
+
+def fill_refund_store(deployment: Settings, workers: list[WorkerProcess], tmp_path: Path) -> FilledStore:
+    """Run refund-40 with a crash at step 31, reset it at step 21, sink all of it into a chDB store."""
+    db_path = tmp_path / "world.db"
+    env = {"REFUND_WORLD_DB": str(db_path), "REFUND_HANG_AT_STEP": str(CRASH_STEP)}
+    first = WorkerProcess(deployment, REFUND_APP, "w1", tmp_path / "w1.log", **env)
+    workers.append(first)
+    first_epoch = first.wait_ready(deployment.partitions)
+    client = Client(deployment)
+    try:
+        run_id = client.submit("refund", {"order": "48211"})
+        client.flush()
+        wait_until(
+            lambda: _model_calls_at(db_path, CRASH_STEP) == 1,
+            90,
+            f"step {CRASH_STEP}'s model call to start",
+            process=first.proc,
+            detail=first.log_tail,
+        )
+        os.kill(first.proc.pid, signal.SIGKILL)
+        first.proc.wait()
+        second = WorkerProcess(deployment, REFUND_APP, "w2", tmp_path / "w2.log", **env)
+        workers.append(second)
+        client.result(run_id, timeout=90)
+        second_epoch = second.wait_ready(deployment.partitions)[client.partition(run_id)]
+        partition = client.partition(run_id)
+        reset_run = client.reset(run_id, RESET_POSITION)
+        client.flush()
+        client.result(reset_run, timeout=90)
+    finally:
+        client.close()
+
+    dsn = f"chdb://{tmp_path / 'store'}"
+    sink = SinkProcess(deployment, dsn, tmp_path / "sink.log")
+    records = sum(len(offsets) for offsets in kafka_offsets(deployment).values())
+    wait_for_rows(dsn, deployment.events_topic, records, proc=sink.proc)
+    return FilledStore(
+        dsn=dsn,
+        sink=sink,
+        crashed_run=run_id,
+        reset_run=reset_run,
+        first_epoch=first_epoch[partition],
+        second_epoch=second_epoch,
+    )
