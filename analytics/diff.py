@@ -5,7 +5,7 @@ position), so a run reset or forked from another shares its positions up to the 
 compared call by call. At each position a side holds a call (kind, name, the hash of its canonical
 arguments, the arguments or prompt when the store has them, the result or error) or nothing. Two
 positions differ when the call differs in kind or name (``call``), in its input (``input``: the
-args hash), in its answer (``decision`` for a model, ``result`` for a tool) or in its outcome; or
+args hash), its prompt version, its idempotency key (``key``), in its answer (``decision`` for a model, ``result`` for a tool) or in its outcome; or
 when one run has no call there (``missing``).
 
 The first divergence is the lowest such position, shown with both prompts and both decisions;
@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from . import render
-
 from .audit import AuditError, run_events
 from .explore import call_usage, run_summary
 from .results import JsonValue
@@ -103,7 +102,9 @@ def steps_of(
                     step.outcome = "failed" if final is None or bool(final) else "retrying"
                     step.error = f"{event.get('error_type')}: {event.get('error')}"
         elif kind == "TimerScheduled":
-            steps[position] = Step(position, "timer", str(event.get("name") or "sleep"), inputs=event.get("duration_ms"))
+            steps[position] = Step(
+                position, "timer", str(event.get("name") or "sleep"), inputs=event.get("duration_ms")
+            )
         elif kind == "TimerFired" and position in steps:
             steps[position].outcome = "completed"
         elif kind == "PatchRecorded":
@@ -128,6 +129,8 @@ def compare(a: Step | None, b: Step | None) -> list[str]:
         out.append("input")
     if a.prompt_version != b.prompt_version:
         out.append("prompt_version")
+    if a.idempotency_key != b.idempotency_key:
+        out.append("key")  # the same effect under another key: the world sees a second action
     if a.result != b.result:
         out.append("decision" if a.kind == "model" else "result")
     if a.outcome != b.outcome or a.error != b.error:
@@ -256,7 +259,9 @@ def print_diff(result: Mapping[str, Any], out: TextIO) -> None:
             for field_name in ("kind", "name", "prompt_version", "inputs", "result", "error", "outcome")
             if a.get(field_name) is not None or b.get(field_name) is not None
         ]
-        render.table(["", "A", "B"], [{k: _short(v) if k != "" else v for k, v in r.items()} for r in rows], out)
+        render.table(
+            ["", "A", "B"], [{k: _short(v) if k != "" else v for k, v in r.items()} for r in rows], out
+        )
     rest = result["differences"][1:]
     if rest:
         out.write(f"\n{len(rest)} more differing positions\n")
@@ -275,9 +280,7 @@ def print_diff(result: Mapping[str, Any], out: TextIO) -> None:
         )
     out.write("\ncounts\n")
     counts = result["counts"]
-    render.table(
-        ["", *counts["a"].keys()], [{"": "A", **counts["a"]}, {"": "B", **counts["b"]}], out
-    )
+    render.table(["", *counts["a"].keys()], [{"": "A", **counts["a"]}, {"": "B", **counts["b"]}], out)
     usage = result["usage"]
     if usage["a"] or usage["b"]:
         out.write("\ntokens and cost\n")

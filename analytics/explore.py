@@ -111,7 +111,9 @@ def run_list(store: QueryStore, settings: Settings, wanted: RunFilter) -> Rows:
 
 def workflows(store: QueryStore) -> list[str]:
     """The workflow names the store knows (for the runs page's filter)."""
-    result = store.query(f"SELECT DISTINCT workflow FROM {DATABASE}.runs WHERE workflow != '' ORDER BY workflow")
+    result = store.query(
+        f"SELECT DISTINCT workflow FROM {DATABASE}.runs WHERE workflow != '' ORDER BY workflow"
+    )
     return [str(row[0]) for row in result.rows if row[0] is not None]
 
 
@@ -149,7 +151,9 @@ def call_usage(store: QueryStore, run_id: str) -> dict[int, dict[str, JsonValue]
     return {int(row["position"]): {c: row[c] for c in wanted} for row in result.dicts()}
 
 
-def claims(store: QueryStore, topic: str, partition: int, epochs: Sequence[int]) -> dict[int, Mapping[str, JsonValue]]:
+def claims(
+    store: QueryStore, topic: str, partition: int, epochs: Sequence[int]
+) -> dict[int, Mapping[str, JsonValue]]:
     """Epoch -> the ``EpochClaimed`` record that opened it (its offset is the epoch): when, by whom."""
     if not epochs:
         return {}

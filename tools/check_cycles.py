@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 
 import grimp
 
-PACKAGES = ("runtime", "consumers", "analytics", "infra", "examples")
+PACKAGES = ("runtime", "consumers", "analytics", "infra", "examples", "ui")
 
 
 def strongly_connected(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:

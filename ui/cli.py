@@ -9,7 +9,6 @@ import sys
 from typing import TYPE_CHECKING
 
 from runtime.config import Settings
-from runtime.errors import AgentlogError
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -18,13 +17,13 @@ DEFAULT_PORT = 8787
 TOKEN_ENV = "AGENTLOG_UI_TOKEN"
 
 
-class UiConfigError(AgentlogError):
-    """An exposure the UI refuses (a non-loopback host without a token)."""
-
-
 def add_ui_command(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser("ui", help="a read-only web UI over the audit store: runs, timelines, diffs")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to serve on (default {DEFAULT_PORT})")
+    parser = subparsers.add_parser(
+        "ui", help="a read-only web UI over the audit store: runs, timelines, diffs"
+    )
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port to serve on (default {DEFAULT_PORT})"
+    )
     parser.add_argument("--dsn", help="store to read (default: the settings' analytics DSN)")
     parser.add_argument(
         "--host",
@@ -40,7 +39,8 @@ def add_ui_command(subparsers: Subparsers) -> None:
 
 
 def _ui(args: argparse.Namespace, settings: Settings) -> int:
-    from .server import LOOPBACK_HOSTS, UiServer  # jinja2 and the pages load only for this command
+    # jinja2 and the pages load only for this command
+    from .server import LOOPBACK_HOSTS, UiConfigError, UiServer
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
     if args.host not in LOOPBACK_HOSTS and token is None:

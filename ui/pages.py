@@ -60,9 +60,10 @@ def _pretty(value: Any) -> str:
     """JSON text pretty-printed; other values as they are."""
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            parsed = json.loads(value)
         except ValueError:
             return value
+        return json.dumps(parsed, indent=2, ensure_ascii=False)
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
@@ -135,10 +136,20 @@ def run_data(store: QueryStore, settings: Settings, run_id: str) -> dict[str, An
         "tokens": tokens,
         "version": explore.run_version(store, run_id),
         "gauge_events": Markup(
-            svg.gauge(int(summary.get("events") or 0), settings.history_warn_events, settings.history_limit_events, "events")
+            svg.gauge(
+                int(summary.get("events") or 0),
+                settings.history_warn_events,
+                settings.history_limit_events,
+                "events",
+            )
         ),
         "gauge_bytes": Markup(
-            svg.gauge(int(summary.get("bytes") or 0), settings.history_warn_bytes, settings.history_limit_bytes, "bytes")
+            svg.gauge(
+                int(summary.get("bytes") or 0),
+                settings.history_warn_bytes,
+                settings.history_limit_bytes,
+                "bytes",
+            )
         ),
         "settings": settings,
     }

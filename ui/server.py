@@ -36,6 +36,7 @@ from analytics.audit import AuditError
 from analytics.errors import StoreError
 from analytics.store import QueryStore, connect, parse_dsn
 from runtime.config import Settings
+from runtime.errors import AgentlogError
 
 from . import pages
 
@@ -45,16 +46,27 @@ COOKIE = "agentlog_ui_token"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
 
+class UiConfigError(AgentlogError):
+    """An exposure the UI refuses (an address other than the loopback without a token)."""
+
+
 class UiServer:
     """The web UI over one store; ``start()`` serves on a thread, ``serve_forever()`` in the caller's."""
 
     def __init__(
-        self, settings: Settings, dsn: str, host: str = "127.0.0.1", port: int = 8787, token: str | None = None
+        self,
+        settings: Settings,
+        dsn: str,
+        host: str = "127.0.0.1",
+        port: int = 8787,
+        token: str | None = None,
     ) -> None:
         self.settings = settings
         self.dsn = dsn
         self.token = token
         self.loopback_only = host in LOOPBACK_HOSTS
+        if not self.loopback_only and not token:
+            raise UiConfigError(f"--host {host}: exposing the UI beyond the loopback needs a token")
         self._embedded = parse_dsn(dsn).embedded
         self._store_lock = threading.Lock()
         self._httpd = ThreadingHTTPServer((host, port), self._handler_class())
@@ -139,11 +151,13 @@ class UiServer:
 
     # -- access -------------------------------------------------------------------------------------
     def host_allowed(self, host_header: str | None) -> bool:
+        """Bound to the loopback, answer only requests addressed to it (no DNS rebinding)."""
         if not self.loopback_only:
             return True
-        host = (host_header or "").rsplit(":", 1)[0] if not (host_header or "").startswith("[") else (
-            (host_header or "").split("]")[0] + "]"
-        )
+        try:
+            host = urlsplit(f"//{host_header or ''}").hostname
+        except ValueError:
+            return False
         return host in LOOPBACK_HOSTS
 
     def token_ok(self, given: str | None) -> bool:
@@ -158,7 +172,9 @@ class UiServer:
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("ui: " + format, *args)
 
-            def _send(self, status: int, kind: str, body: bytes, headers: Mapping[str, str] | None = None) -> None:
+            def _send(
+                self, status: int, kind: str, body: bytes, headers: Mapping[str, str] | None = None
+            ) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
@@ -219,6 +235,16 @@ class UiServer:
             def _read_only(self) -> None:
                 self._send(405, "text/plain", b"agentlog ui is read-only", {"Allow": "GET, HEAD"})
 
-            do_POST = do_PUT = do_PATCH = do_DELETE = _read_only
+            def do_POST(self) -> None:
+                self._read_only()
+
+            def do_PUT(self) -> None:
+                self._read_only()
+
+            def do_PATCH(self) -> None:
+                self._read_only()
+
+            def do_DELETE(self) -> None:
+                self._read_only()
 
         return Handler

@@ -90,7 +90,9 @@ def _busy(timeline: Timeline) -> list[tuple[int, int]]:
     for call in timeline.calls:
         for attempt in call.attempts:
             if attempt.outcome != "lost":
-                busy.append((attempt.start_ms, attempt.end_ms if attempt.end_ms is not None else timeline.end_ms))
+                busy.append(
+                    (attempt.start_ms, attempt.end_ms if attempt.end_ms is not None else timeline.end_ms)
+                )
         busy.append((call.scheduled_ms, call.scheduled_ms))
     return busy
 

@@ -50,7 +50,9 @@ class Call:
     error: str | None = None
     in_doubt: bool = False
     flags: list[Flag] = field(default_factory=list)
-    usage: dict[str, JsonValue] = field(default_factory=dict)  # tokens, cost, prompt (when the store has them)
+    usage: dict[str, JsonValue] = field(
+        default_factory=dict
+    )  # tokens, cost, prompt (when the store has them)
 
     @property
     def outcome(self) -> str:
@@ -185,8 +187,10 @@ def build(
         elif kind == "TimerFired" and position in spans:
             spans[position].end_ms = at
         elif kind == "SignalReceived":
-            name = event.get("name")
-            waiting = [s for s in spans.values() if s.kind == "signal" and s.name == name and s.end_ms is None]
+            signal = str(event.get("name"))
+            waiting = [
+                s for s in spans.values() if s.kind == "signal" and s.name == signal and s.end_ms is None
+            ]
             if waiting:
                 waiting[0].end_ms = at
         elif kind in ("Redecided", "NonDeterminismDetected", "PromptDrifted", "RunParked"):
@@ -223,7 +227,9 @@ def _flag_detail(kind: str, event: Mapping[str, JsonValue]) -> str:
     if kind == "Redecided":
         return f"check {event.get('check')}: {event.get('reason') or 'no longer valid'}; replaced {event.get('original')} with {event.get('replacement')}"
     if kind == "NonDeterminismDetected":
-        return f"{event.get('message')} (history: {event.get('expected')}; code issued: {event.get('issued')})"
+        return (
+            f"{event.get('message')} (history: {event.get('expected')}; code issued: {event.get('issued')})"
+        )
     if kind == "PromptDrifted":
         return f"decided under prompt {event.get('recorded_prompt_version')}; code now issues {event.get('issued_prompt_version')}"
     return str(event.get("reason") or "")
@@ -265,7 +271,11 @@ def _call_event(
         call = calls[key] = Call(position, kind, "?", step, at, epoch, worker)
     latency = (_int(event.get("latency_us")) or 0) // 1000
     previous_end = call.attempts[-1].end_ms if call.attempts else call.scheduled_ms
-    start = max(previous_end or call.scheduled_ms, at - latency) if latency else (previous_end or call.scheduled_ms)
+    start = (
+        max(previous_end or call.scheduled_ms, at - latency)
+        if latency
+        else (previous_end or call.scheduled_ms)
+    )
     in_doubt = bool(event.get("in_doubt"))
     number = _int(event.get("attempt")) or len(call.attempts) + 1
     if in_doubt and not call.attempts:
@@ -276,14 +286,18 @@ def _call_event(
         outcome = "completed"
         call.result = event.get("result")
         if event.get("result") is None and event.get("result_sha256"):
-            call.result = f"(out of line: {event.get('result_size')} bytes, sha256 {event.get('result_sha256')})"
+            call.result = (
+                f"(out of line: {event.get('result_size')} bytes, sha256 {event.get('result_sha256')})"
+            )
     else:
         final = event.get("final")
         outcome = "failed" if final is None or bool(final) else "retrying"
         call.error = f"{event.get('error_type')}: {event.get('error')}"
     call.in_doubt = call.in_doubt or in_doubt
     call.attempts.append(
-        Attempt(start, at, outcome, epoch, worker, number, in_doubt, call.error if phase == "Failed" else None)
+        Attempt(
+            start, at, outcome, epoch, worker, number, in_doubt, call.error if phase == "Failed" else None
+        )
     )
 
 
