@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import secrets
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runtime.config import Settings
@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 DEFAULT_PORT = 8787
-TOKEN_ENV = "AGENTLOG_UI_TOKEN"
 
 
 def add_ui_command(subparsers: Subparsers) -> None:
@@ -30,11 +29,11 @@ def add_ui_command(subparsers: Subparsers) -> None:
         default="127.0.0.1",
         help="address to bind (default 127.0.0.1); any other address requires a token",
     )
-    parser.add_argument(
-        "--token",
-        default=None,
-        help=f"the token a browser must present (default ${TOKEN_ENV}; generated and printed for --host)",
-    )
+    # No AGENTLOG_* variable: the settings refuse unknown ones. A file keeps the token out of `ps`.
+    tokens = parser.add_mutually_exclusive_group()
+    tokens.add_argument("--token", default=None, help="the token a browser must present")
+    tokens.add_argument("--token-file", default=None, help="read the token from this file")
+    parser.epilog = "With --host and no token, one is generated and printed in the URL."
     parser.set_defaults(func=_ui)
 
 
@@ -42,7 +41,7 @@ def _ui(args: argparse.Namespace, settings: Settings) -> int:
     # jinja2 and the pages load only for this command
     from .server import LOOPBACK_HOSTS, UiConfigError, UiServer
 
-    token = args.token or os.environ.get(TOKEN_ENV) or None
+    token = args.token or (Path(args.token_file).read_text().strip() if args.token_file else None)
     if args.host not in LOOPBACK_HOSTS and token is None:
         token = secrets.token_urlsafe(24)
     if token is not None and len(token) < 16:

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sqlite3
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.client import Client
 from runtime.config import Settings
+from support.services import ROOT, deployment_env
 from support.sink import SinkProcess, kafka_offsets, wait_for_rows
 from support.wait import wait_until
 from support.workers import WorkerProcess
@@ -91,3 +95,52 @@ def fill_refund_store(deployment: Settings, workers: list[WorkerProcess], tmp_pa
         first_epoch=first_epoch[partition],
         second_epoch=second_epoch,
     )
+
+
+class UiProcess:
+    """``agentlog ui`` as a real subprocess on a port of this project's test range."""
+
+    def __init__(self, settings: Settings, dsn: str, log_path: Path, port: int, **env: str) -> None:
+        self.port = port
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "runtime.cli", "ui", "--dsn", dsn, "--port", str(port)],
+            cwd=ROOT,
+            env=deployment_env(settings, **env),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self.url = f"http://127.0.0.1:{port}"
+        wait_until(
+            lambda: "serving" in log_path.read_text(errors="replace"),
+            60,
+            "agentlog ui to serve",
+            process=self.proc,
+            detail=self.log_tail,
+        )
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def free_port(first: int = 25200, last: int = 25999) -> int:
+    """A port of this project's test range that nothing listens on."""
+    for port in range(first, last + 1):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port in {first}-{last}")
