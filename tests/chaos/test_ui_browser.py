@@ -24,7 +24,7 @@ from runtime.client import Client
 from runtime.config import Settings
 from support.browser import chromium
 from support.services import ROOT, make_deployment
-from support.sink import query
+from support.sink import agentlog, query
 from support.ui_store import (
     CRASH_STEP,
     REFUND_APP,
@@ -249,3 +249,26 @@ def test_a_running_runs_page_updates_as_events_arrive(world: World, page: Page) 
         shot(page, "run-live-completed")
     finally:
         client.close()
+
+
+def test_audit_diff_names_the_first_divergence_and_the_rest(world: World) -> None:
+    crashed, reset = world.store.crashed_run, world.store.reset_run
+    dsn = ("--dsn", world.store.dsn)
+    as_json = agentlog(world.deployment, "audit", "diff", crashed, reset, "--json", *dsn)
+    assert as_json.returncode == 0, as_json.stderr
+    result = json.loads(as_json.stdout)
+    first = result["first_divergence"]
+    assert (first["position"], first["differs"]) == (RESET_POSITION, ["decision"])
+    assert first["a"]["name"] == first["b"]["name"] == "planner"
+    assert first["a"]["result"] != first["b"]["result"]
+    # Before the seam the reset replayed the original's history: nothing differs there.
+    assert all(d["position"] >= RESET_POSITION for d in result["differences"])
+    assert result["counts"]["a"]["model_calls"] == result["counts"]["b"]["model_calls"] == 40
+    assert (result["counts"]["a"]["in_doubt"], result["counts"]["b"]["in_doubt"]) == (1, 0)
+    assert {e["tool"] for e in result["effects"]["both"]} == {"send_email", "refund", "create_ticket"}
+    assert result["effects"]["only_a"] == result["effects"]["only_b"] == []
+    text = agentlog(world.deployment, "audit", "diff", crashed, reset, *dsn)
+    assert text.returncode == 0, text.stderr
+    assert f"first divergence at position {RESET_POSITION}: decision" in text.stdout
+    missing = agentlog(world.deployment, "audit", "diff", crashed, "no-such-run", *dsn)
+    assert missing.returncode != 0 and "no run 'no-such-run'" in missing.stderr
