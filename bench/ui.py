@@ -33,12 +33,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
+from sink import prefill, run_template  # noqa: E402  (bench/sink.py)
 
 from analytics.store import connect  # noqa: E402
 from infra.deployment import environment, scratch_deployment  # noqa: E402
 from runtime.config import Settings, load_settings  # noqa: E402
 from runtime.log.serde import Serde  # noqa: E402
-from sink import prefill, run_template  # noqa: E402  (bench/sink.py)
 from ui.server import UiServer  # noqa: E402
 
 LONG_RUN = "bench-long-run"

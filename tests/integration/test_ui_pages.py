@@ -1,0 +1,63 @@
+"""The UI's pages on a real store: tokens and cost appear once the store has them.
+
+Issue 13 adds usage and price columns to the ``model_calls`` view. The UI looks the columns up
+instead of naming a migration, so on a store without them every page renders and says cost is
+not recorded; once the view has them (here: the view replaced by one with fixed usage, as a
+migration would), the runs page, the run page, the call panel and the diff show them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from analytics.migrations import _MODEL_CALLS_VIEW
+from analytics.store import connect
+from runtime.config import Settings
+from support.sink import EventLog, InProcessSink, RunWriter, wait_for_rows
+from ui import pages
+
+pytestmark = pytest.mark.integration
+
+PROMPT = '[{"role":"user","content":"refund order 42?"}]'
+
+
+def _priced_view() -> str:
+    """The released view, with usage columns on top (what a pricing migration gives the UI)."""
+    head, select = _MODEL_CALLS_VIEW.split(" AS\n", 1)
+    return (
+        f"{head} AS SELECT *, toInt64(120) AS input_tokens, toInt64(30) AS output_tokens, "
+        f"toInt64(0) AS cached_tokens, 0.0015 AS cost_usd, '{PROMPT}' AS messages FROM ({select})"
+    )
+
+
+def test_cost_and_tokens_appear_when_the_store_has_them(deployment: Settings, tmp_path: Path) -> None:
+    log = EventLog(deployment)
+    records = RunWriter("ui-run-a").history(steps=2) + RunWriter("ui-run-b").history(steps=2)
+    log.append(records)
+    dsn = f"chdb://{tmp_path / 'store'}"
+    with InProcessSink(deployment, dsn):
+        wait_for_rows(dsn, deployment.events_topic, len(records))
+
+    with connect(dsn) as store:
+        runs = pages.runs_page(store, deployment, {})
+        run = pages.run_data(store, deployment, "ui-run-a")
+        html = pages.run_page(store, deployment, "ui-run-a")
+    assert re.search(r'data-run="ui-run-a"', runs) and "$" not in runs
+    assert run["cost"] is None and run["timeline"].steps == 2
+    assert "not recorded in this store" in html and "usage-input_tokens" not in html
+
+    with connect(dsn) as store:
+        store.query(_priced_view())
+        runs = pages.runs_page(store, deployment, {"sort": "cost"})
+        run = pages.run_data(store, deployment, "ui-run-a")
+        html = pages.run_page(store, deployment, "ui-run-a")
+        diff = pages.diff_page(store, deployment, {"a": "ui-run-a", "b": "ui-run-b"})
+    assert "$0.0030" in runs  # two priced planner calls per run
+    assert run["cost"] == pytest.approx(0.003) and run["tokens"]["input_tokens"] == 240
+    assert re.search(r'<dd id="cost">\$0\.0030', html)
+    assert '<dd class="usage-input_tokens">120</dd>' in html and '<dd class="usage-cost">$0.0015</dd>' in html
+    assert "refund order 42?" in html  # the prompt, from the store
+    assert "Tokens and cost" in diff and "cost_usd 0.003" in diff
