@@ -84,29 +84,68 @@ def run_list(store: QueryStore, settings: Settings, wanted: RunFilter) -> Rows:
     if wanted.near_limit:
         conditions.append("(r.events >= {we:UInt64} OR r.bytes >= {wb:UInt64})")
     direction = "DESC" if wanted.descending else "ASC"
-    # Runs first, then the calls of only the runs kept: the filter and the LIMIT bound the join.
+    if wanted.sort not in ("steps", "cost"):
+        return _runs_then_calls(store, conditions, parameters, f"{wanted.sort} {direction}", has_cost)
+    # Sorting by steps or cost needs every run's calls: join the two views whole.
     result = store.query(
-        f"""WITH r AS (
-            SELECT run_id, workflow, status, started_at, ended_at, last_event_at, events, bytes
-            FROM {DATABASE}.runs AS r
-            WHERE {" AND ".join(conditions)}
-        )
-        SELECT r.run_id AS run_id, r.workflow AS workflow, r.status AS status,
+        f"""SELECT r.run_id AS run_id, r.workflow AS workflow, r.status AS status,
                ifNull(m.steps, 0) AS steps, r.events AS events, r.bytes AS bytes, {cost} AS cost,
                r.started_at AS started_at, r.ended_at AS ended_at,
                toBool(r.events >= {{we:UInt64}} OR r.bytes >= {{wb:UInt64}}) AS near_limit
-        FROM r
+        FROM {DATABASE}.runs AS r
         LEFT JOIN (
-            SELECT run_id, count() AS steps{cost_sum}
-            FROM {DATABASE}.model_calls
-            WHERE run_id IN (SELECT run_id FROM r)
-            GROUP BY run_id
+            SELECT run_id, count() AS steps{cost_sum} FROM {DATABASE}.model_calls GROUP BY run_id
         ) AS m ON m.run_id = r.run_id
+        WHERE {" AND ".join(conditions)}
         ORDER BY {wanted.sort} {direction}, run_id
         LIMIT {{limit:UInt32}}""",
         parameters,
     )
     return Rows(result.columns, list(result.dicts()))
+
+
+_RUN_COLUMNS = [
+    "run_id",
+    "workflow",
+    "status",
+    "steps",
+    "events",
+    "bytes",
+    "cost",
+    "started_at",
+    "ended_at",
+    "near_limit",
+]
+
+
+def _runs_then_calls(
+    store: QueryStore, conditions: list[str], parameters: dict[str, Any], order: str, has_cost: bool
+) -> Rows:
+    """The page of runs first, then the calls of only those runs (the raw table is ordered by run
+    id, so that second query reads a few granules per run instead of every call in the store)."""
+    runs = store.query(
+        f"""SELECT run_id, workflow, status, events, bytes, started_at, ended_at,
+               toBool(events >= {{we:UInt64}} OR bytes >= {{wb:UInt64}}) AS near_limit
+        FROM {DATABASE}.runs AS r
+        WHERE {" AND ".join(conditions)}
+        ORDER BY {order}, run_id
+        LIMIT {{limit:UInt32}}""",
+        parameters,
+    )
+    rows = list(runs.dicts())
+    ids = [str(r["run_id"]) for r in rows]
+    cost_sum = ", sum(ifNull(cost_usd, 0)) AS cost" if has_cost else ""
+    calls = store.query(
+        f"SELECT run_id, count() AS steps{cost_sum} FROM {DATABASE}.model_calls "
+        "WHERE run_id IN {ids:Array(String)} GROUP BY run_id",
+        {"ids": ids},
+    )
+    per_run = {str(row["run_id"]): row for row in calls.dicts()}
+    for row in rows:
+        found = per_run.get(str(row["run_id"]), {})
+        row["steps"] = found.get("steps", 0)
+        row["cost"] = found.get("cost", 0.0) if has_cost else None
+    return Rows(_RUN_COLUMNS, [{c: row[c] for c in _RUN_COLUMNS} for row in rows])
 
 
 def workflows(store: QueryStore) -> list[str]:

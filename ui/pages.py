@@ -106,8 +106,9 @@ def runs_page(store: QueryStore, settings: Settings, query: Mapping[str, str]) -
     )
 
 
-def run_data(store: QueryStore, settings: Settings, run_id: str) -> dict[str, Any]:
-    """Everything the run page shows, gathered once (the page and its live refresh share it)."""
+def _timeline(
+    store: QueryStore, settings: Settings, run_id: str
+) -> tuple[dict[str, JsonValue], timeline.Timeline]:
     summary = explore.run_summary(store, run_id)
     if summary is None:
         raise NotFound(f"no run {run_id!r} in the store")
@@ -121,7 +122,15 @@ def run_data(store: QueryStore, settings: Settings, run_id: str) -> dict[str, An
     )
     usage = explore.call_usage(store, run_id)
     now_ms = int(dt.datetime.now(dt.UTC).timestamp() * 1000) if summary.get("status") == "running" else None
-    line = timeline.build(events, claims, usage, now_ms)
+    return summary, timeline.build(events, claims, usage, now_ms)
+
+
+def run_data(store: QueryStore, settings: Settings, run_id: str) -> dict[str, Any]:
+    """Everything the run page shows, gathered once (the page and its live refresh share it).
+
+    A call's details (prompt, arguments, result...) are not in it: the page fetches them when a
+    call or step is clicked (``run_calls``), so a 10,000-event run's page stays small."""
+    summary, line = _timeline(store, settings, run_id)
     cost = [c.usage.get("cost_usd") for c in line.calls if isinstance(c.usage.get("cost_usd"), int | float)]
     tokens = {
         key: sum(v for c in line.calls if isinstance(v := c.usage.get(key), int))
@@ -163,6 +172,20 @@ def run_page(store: QueryStore, settings: Settings, run_id: str) -> str:
 def run_main(store: QueryStore, settings: Settings, run_id: str) -> str:
     """The part of the run page that changes as events arrive (the live refresh swaps it in)."""
     return _render("run_main.html", **run_data(store, settings, run_id))
+
+
+def run_calls(store: QueryStore, settings: Settings, run_id: str, query: Mapping[str, str]) -> str:
+    """The details of the calls at ``positions`` (comma-separated) or of one ``step``: a fragment."""
+    _, line = _timeline(store, settings, run_id)
+    try:
+        if query.get("step"):
+            calls = line.step_calls(int(query["step"]))
+        else:
+            wanted = {int(p) for p in query.get("positions", "").split(",") if p.strip()}
+            calls = [c for c in line.calls if c.position in wanted]
+    except ValueError as exc:
+        raise AuditError(f"positions and step are numbers: {exc}") from exc
+    return _render("calls.html", calls=calls)
 
 
 def run_version(store: QueryStore, run_id: str) -> dict[str, JsonValue]:

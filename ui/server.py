@@ -119,6 +119,9 @@ class UiServer:
             if rest.endswith("/version"):
                 run_id = unquote(rest[: -len("/version")])
                 page = lambda store: pages.run_version(store, run_id)  # noqa: E731
+            elif rest.endswith("/calls"):
+                run_id = unquote(rest[: -len("/calls")])
+                page = lambda store: pages.run_calls(store, self.settings, run_id, query)  # noqa: E731
             elif rest.endswith("/main"):
                 run_id = unquote(rest[: -len("/main")])
                 page = lambda store: pages.run_main(store, self.settings, run_id)  # noqa: E731

@@ -196,6 +196,14 @@ def _bars(call: Call, axis: TimeAxis, y: float) -> tuple[str, float]:
         f"\u00b7 {_esc(call.outcome)}{_IN_DOUBT_SUFFIX if call.in_doubt else ''}</title>"
     ]
     last_x = axis.x(call.scheduled_ms)
+    first_start = attempts[0].start_ms if attempts else call.scheduled_ms
+    if first_start - call.scheduled_ms >= 1:
+        # Scheduled (appended, acknowledged; for an effect, the fencing check) but not yet running.
+        parts.append(
+            f'<line class="queued" x1="{last_x:.1f}" x2="{axis.x(first_start):.1f}" y1="{y + ROW_PX / 2:.1f}" '
+            f'y2="{y + ROW_PX / 2:.1f}"><title>scheduled {first_start - call.scheduled_ms} ms before it '
+            "started</title></line>"
+        )
     for lane, attempt in enumerate(attempts):
         x0 = axis.x(attempt.start_ms)
         end = attempt.end_ms if attempt.end_ms is not None else axis.end_ms
@@ -250,6 +258,7 @@ def gauge(value: int, warn: int, limit: int, label: str) -> str:
         f'<rect class="gauge-bg" x="1" y="1" width="{width}" height="{height - 8}"/>'
         f'<rect class="gauge-fill" x="1" y="1" width="{filled:.1f}" height="{height - 8}"/>'
         f'<line class="gauge-warn" x1="{wx + 1:.1f}" x2="{wx + 1:.1f}" y1="0" y2="{height - 6}"/>'
-        f'<text x="{wx + 1:.1f}" y="{height + 10}" text-anchor="middle">warn {warn:,}</text>'
+        f'<text x="{max(wx + 1, 1):.1f}" y="{height + 10}" text-anchor="{"start" if wx < 40 else "middle"}">'
+        f"warn {warn:,}</text>"
         f'<text x="{width:.0f}" y="{height + 10}" text-anchor="end">limit {limit:,}</text></svg>'
     )

@@ -45,19 +45,23 @@ def test_cost_and_tokens_appear_when_the_store_has_them(deployment: Settings, tm
         runs = pages.runs_page(store, deployment, {})
         run = pages.run_data(store, deployment, "ui-run-a")
         html = pages.run_page(store, deployment, "ui-run-a")
+        call = pages.run_calls(store, deployment, "ui-run-a", {"positions": "1"})
     assert re.search(r'data-run="ui-run-a"', runs) and "$" not in runs
     assert run["cost"] is None and run["timeline"].steps == 2
-    assert "not recorded in this store" in html and "usage-input_tokens" not in html
+    assert "not recorded in this store" in html
+    assert "gpt-test" in call and "usage-input_tokens" not in call and "not recorded" in call
 
     with connect(dsn) as store:
         store.query(_priced_view())
         runs = pages.runs_page(store, deployment, {"sort": "cost"})
         run = pages.run_data(store, deployment, "ui-run-a")
         html = pages.run_page(store, deployment, "ui-run-a")
+        call = pages.run_calls(store, deployment, "ui-run-a", {"positions": "1"})
         diff = pages.diff_page(store, deployment, {"a": "ui-run-a", "b": "ui-run-b"})
     assert "$0.0030" in runs  # two priced planner calls per run
     assert run["cost"] == pytest.approx(0.003) and run["tokens"]["input_tokens"] == 240
     assert re.search(r'<dd id="cost">\$0\.0030', html)
-    assert '<dd class="usage-input_tokens">120</dd>' in html and '<dd class="usage-cost">$0.0015</dd>' in html
-    assert "refund order 42?" in html  # the prompt, from the store
+    # The call panel (fetched when the call is clicked): tokens, cost and the prompt from the store.
+    assert '<dd class="usage-input_tokens">120</dd>' in call and '<dd class="usage-cost">$0.0015</dd>' in call
+    assert "refund order 42?" in call
     assert "Tokens and cost" in diff and "cost_usd 0.003" in diff

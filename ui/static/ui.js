@@ -1,32 +1,34 @@
-// agentlog ui: clicks on the timeline open a call's details; a running run's page polls the
+// agentlog ui: clicks on the timeline open a call's details (fetched on demand); a running run's page polls the
 // store every 2 s (GET /run/ID/version) and swaps in the new page body when the run changed.
 (function () {
   "use strict";
   function $(sel, root) { return (root || document).querySelector(sel); }
   function $all(sel, root) { return Array.prototype.slice.call((root || document).querySelectorAll(sel)); }
 
-  function showDetails(sections) {
-    var panel = $("#detail"), body = $("#detail-body");
-    if (!panel || !body) { return; }
-    body.innerHTML = "";
-    sections.forEach(function (s) { body.appendChild(s.cloneNode(true)); });
-    panel.hidden = false;
-    $all("svg.timeline .call.selected").forEach(function (g) { g.classList.remove("selected"); });
-    sections.forEach(function (s) {
-      var g = $('svg.timeline .call[data-call="' + s.dataset.call + '"]');
-      if (g) { g.classList.add("selected"); }
+  function runBase() {
+    var main = $("#run-main");
+    return main ? "/run/" + encodeURIComponent(main.dataset.run) : null;
+  }
+
+  // A call's details are fetched when it is clicked (GET /run/ID/calls?positions=P or ?step=S).
+  function showDetails(query, hash) {
+    var panel = $("#detail"), body = $("#detail-body"), base = runBase();
+    if (!panel || !body || !base) { return; }
+    fetch(base + "/calls?" + query, { credentials: "same-origin" }).then(function (r) { return r.text(); }).then(function (html) {
+      body.innerHTML = html;
+      panel.hidden = false;
+      $all("svg.timeline .call.selected").forEach(function (g) { g.classList.remove("selected"); });
+      $all(".call-detail", body).forEach(function (s) {
+        var g = $('svg.timeline .call[data-call="' + s.dataset.call + '"]');
+        if (g) { g.classList.add("selected"); }
+      });
+      history.replaceState(null, "", hash);
     });
   }
 
-  function showCall(position) {
-    var s = document.getElementById("call-" + position);
-    if (s) { showDetails([s]); history.replaceState(null, "", "#call-" + position); }
-  }
+  function showCall(position) { showDetails("positions=" + encodeURIComponent(position), "#call-" + position); }
 
-  function showStep(step) {
-    var sections = $all('.call-details .call-detail[data-step="' + step + '"]');
-    if (sections.length) { showDetails(sections); history.replaceState(null, "", "#step-" + step); }
-  }
+  function showStep(step) { showDetails("step=" + encodeURIComponent(step), "#step-" + step); }
 
   function restoreSelection() {
     var hash = location.hash;
@@ -39,7 +41,7 @@
     if (!(target instanceof Element)) { return; }
     if (target.closest("#detail .close")) { $("#detail").hidden = true; return; }
     var call = target.closest("[data-call]");
-    if (call && !call.closest(".call-details") && !call.closest("#detail")) {
+    if (call && !call.closest("#detail")) {
       ev.preventDefault(); showCall(call.getAttribute("data-call")); return;
     }
     var step = target.closest("svg.timeline .step-row");
