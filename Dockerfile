@@ -8,6 +8,7 @@ COPY analytics ./analytics
 COPY infra ./infra
 COPY schemas ./schemas
 COPY examples ./examples
+COPY ui ./ui
 RUN pip install --no-cache-dir -e .
 ENTRYPOINT ["agentlog"]
 CMD ["worker", "--app", "examples.refund_agent:app"]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from analytics.audit import iso_to_ms
 from analytics.results import JsonValue
@@ -103,6 +102,8 @@ class Timeline:
     end_ms: int
     steps: int
     events: int
+    parent_run_id: str | None = None  # the run this one was reset or continued from
+    reset_position: int | None = None
 
     def step_calls(self, step: int) -> list[Call]:
         return [c for c in self.calls if c.step == step]
@@ -142,6 +143,7 @@ def build(
     step = 0
     last_epoch: int | None = None
     times: list[int] = []
+    parent: tuple[str | None, int | None] = (None, None)
     for event in events:
         kind = event.get("type")
         at = _int(event.get("occurred_at"))
@@ -164,6 +166,8 @@ def build(
                     )
                 )
             last_epoch = epoch
+        if kind == "RunStarted" and event.get("parent_run_id"):
+            parent = (str(event.get("parent_run_id")), _int(event.get("reset_position")) or None)
         position = _int(event.get("position"))
         split = _split(kind)
         if split is not None and position is not None:
@@ -211,7 +215,15 @@ def build(
             if attempt.end_ms is None and attempt.outcome == "pending":
                 end = max(end, open_end)
     return Timeline(
-        ordered, sorted(spans.values(), key=lambda s: s.position), epochs, flags, start, end, step, len(times)
+        ordered,
+        sorted(spans.values(), key=lambda s: s.position),
+        epochs,
+        flags,
+        start,
+        end,
+        step,
+        len(times),
+        *parent,
     )
 
 
@@ -310,9 +322,3 @@ def _close_lost_attempts(call: Call, epochs: Sequence[EpochChange]) -> None:
         attempt.end_ms = min(after) if after else (min(following) if following else attempt.start_ms)
     if not call.attempts:
         call.attempts.append(Attempt(call.scheduled_ms, None, "pending", call.epoch, call.worker, 1))
-
-
-def describe(value: Any) -> str:
-    """A short text of a field value for labels."""
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."

@@ -204,6 +204,11 @@ def test_clicking_step_22_shows_the_refunds_idempotency_key(world: World, page: 
 
 def test_the_diff_page_shows_the_first_divergence(world: World, page: Page) -> None:
     crashed, reset = world.store.crashed_run, world.store.reset_run
+    # The reset's page names its original and links to the diff of the two.
+    page.goto(world.ui.url + f"/run/{reset}")
+    expect(page.locator("#parent")).to_contain_text(f"{crashed} before position {RESET_POSITION}")
+    page.click("#parent >> text=diff with it")
+    expect(page).to_have_url(f"{world.ui.url}/diff?a={crashed}&b={reset}")
     load(world, page, f"/diff?a={crashed}&b={reset}", "diff")
     first = page.locator("#first-divergence")
     expect(first).to_have_attribute("data-position", str(RESET_POSITION))

@@ -155,3 +155,20 @@ def test_a_workflow_runs_in_process_with_run_local(installed: Installed) -> None
     )
     out = _check(installed.run(installed.python, script))
     assert json.loads(out.strip().splitlines()[-1]) == {"doubled": 2}
+
+
+def test_the_ui_ships_its_templates_and_assets(installed: Installed) -> None:
+    out = _check(
+        installed.run(
+            installed.python,
+            "-c",
+            "import json, importlib.resources as r; from ui import pages;"
+            "print(json.dumps([str(r.files('ui')), pages.error_page(404, 'gone'),"
+            " r.files('ui').joinpath('static', 'ui.js').is_file(), r.files('ui').joinpath('static', 'ui.css').is_file()]))",
+        )
+    )
+    where, page, js, css = json.loads(out)
+    assert Path(where).is_relative_to(installed.venv)
+    assert "<title>agentlog · 404</title>" in page and "gone" in page and js and css
+    help_text = _check(installed.run(installed.venv / "bin" / "agentlog", "ui", "--help"))
+    assert "--token-file" in help_text

@@ -203,6 +203,22 @@ def test_the_svg_has_a_row_per_step_a_clickable_call_each_and_the_markers() -> N
     assert "planner \u2192 refund" in drawn  # one label per step
 
 
+def test_flags_are_drawn_on_their_calls_and_a_reset_names_its_origin() -> None:
+    events = Events()
+    events.add("RunStarted", 0, workflow="refund", parent_run_id="original", reset_position=3)
+    events.model(1, 1)
+    events.add("Redecided", 10, position=2, original="{}", check="still_open", replacement="{}")
+    events.model(3, 11)
+    events.add("NonDeterminismDetected", 20, position=5, expected="a", issued="b", message="m")
+    events.add("ToolCallScheduled", 21, position=5, tool="refund", args_hash="t", args="{}")
+    line = timeline.build(events.out)
+    assert (line.parent_run_id, line.reset_position) == ("original", 3)
+    drawn = svg.render(line)
+    assert 'class="flag-marker redecided" data-call="3"' in drawn
+    assert 'class="flag-marker non_determinism" data-call="5"' in drawn
+    assert 'class="call tool pending flag-non_determinism"' in drawn
+
+
 @pytest.mark.parametrize(("value", "level"), [(10, "ok"), (100, "over-warn"), (600, "over-limit")])
 def test_gauge_levels(value: int, level: str) -> None:
     assert f'class="gauge {level}"' in svg.gauge(value, 100, 500, "events")
