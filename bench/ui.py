@@ -88,6 +88,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--port", type=int, default=25300)
     parser.add_argument("--browser", action="store_true", help="also time each page in Chromium")
+    parser.add_argument("--keep", action="store_true", help="keep the store (its path is printed)")
     args = parser.parse_args()
 
     settings = scratch_deployment(load_settings(), args.partitions, prefix="bench-ui-")
@@ -162,7 +163,10 @@ def main() -> int:
         sink.terminate()
         sink.wait(60)
         log.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if args.keep:
+            emit(metric="kept", dsn=dsn, topic=settings.events_topic)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
         admin.delete_topics([settings.events_topic, settings.commands_topic, settings.checkpoints_topic])
     return 0
 

@@ -103,6 +103,7 @@ def runs_page(store: QueryStore, settings: Settings, query: Mapping[str, str]) -
         sort=sort,
         descending=wanted.descending,
         sorts=explore.RUN_SORTS,
+        limit=wanted.limit,
     )
 
 

@@ -9,15 +9,18 @@ migration would), the runs page, the run page, the call panel and the diff show 
 from __future__ import annotations
 
 import re
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from analytics.migrations import _MODEL_CALLS_VIEW
-from analytics.store import connect
+from analytics.store import StoreLock, connect, parse_dsn
 from runtime.config import Settings
 from support.sink import EventLog, InProcessSink, RunWriter, wait_for_rows
+from support.ui_store import free_port
 from ui import pages
+from ui.server import UiServer
 
 pytestmark = pytest.mark.integration
 
@@ -65,3 +68,34 @@ def test_cost_and_tokens_appear_when_the_store_has_them(deployment: Settings, tm
     assert '<dd class="usage-input_tokens">120</dd>' in call and '<dd class="usage-cost">$0.0015</dd>' in call
     assert "refund order 42?" in call
     assert "Tokens and cost" in diff and "cost_usd 0.003" in diff
+
+
+def test_without_a_sink_the_ui_opens_the_store_per_request_and_lets_go(
+    deployment: Settings, tmp_path: Path
+) -> None:
+    """The UI never keeps the embedded store from a sink that starts later: with no sink running it
+    opens the store for a request and releases the lock after it; then a sink holds the store and
+    the UI reads through its query port."""
+    log = EventLog(deployment)
+    records = RunWriter("ui-run-c").history(steps=1)
+    log.append(records)
+    dsn = f"chdb://{tmp_path / 'store'}"
+    with InProcessSink(deployment, dsn):
+        wait_for_rows(dsn, deployment.events_topic, len(records))
+    server = UiServer(deployment, dsn, "127.0.0.1", free_port())
+    server.start()
+    try:
+        with urllib.request.urlopen(server.url + "run/ui-run-c", timeout=60) as response:
+            assert response.status == 200 and "ui-run-c" in response.read().decode()
+        lock = StoreLock(parse_dsn(dsn))
+        assert lock.try_acquire(), "the UI kept the store locked after its request"
+        lock.release()
+        more = RunWriter("ui-run-d").history(steps=1)
+        log.append(more)
+        with InProcessSink(deployment, dsn):  # holds the lock now: the UI goes through its port
+            wait_for_rows(dsn, deployment.events_topic, len(records) + len(more))
+            with urllib.request.urlopen(server.url + "?sort=run_id&dir=asc", timeout=60) as response:
+                body = response.read().decode()
+            assert 'data-run="ui-run-c"' in body and 'data-run="ui-run-d"' in body
+    finally:
+        server.stop()
