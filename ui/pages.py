@@ -78,6 +78,14 @@ def _flag(query: Mapping[str, str], name: str) -> bool:
     return query.get(name, "") in ("1", "true", "on", "yes")
 
 
+def _limit(text: str | None, default: int = 200, most: int = 5000) -> int:
+    if not text:
+        return default
+    if not text.isdigit() or not 1 <= int(text) <= most:
+        raise AuditError(f"limit {text!r}: expected a number from 1 to {most}")
+    return int(text)
+
+
 def runs_page(store: QueryStore, settings: Settings, query: Mapping[str, str]) -> str:
     sort = query.get("sort") or "started_at"
     wanted = explore.RunFilter(
@@ -88,7 +96,7 @@ def runs_page(store: QueryStore, settings: Settings, query: Mapping[str, str]) -
         near_limit=_flag(query, "near"),
         sort=sort,
         descending=query.get("dir", "desc") != "asc",
-        limit=int(query.get("limit") or 200),
+        limit=_limit(query.get("limit")),
     )
     rows = explore.run_list(store, settings, wanted)
     has_cost = any(r.get("cost") is not None for r in rows.rows)
