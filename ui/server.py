@@ -26,7 +26,6 @@ import logging
 import mimetypes
 import secrets
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -72,7 +71,6 @@ class UiServer:
         self._httpd = ThreadingHTTPServer((host, port), self._handler_class())
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
-        self.timings: list[tuple[str, float]] = []  # (path, seconds) of the last requests, newest last
 
     @property
     def address(self) -> tuple[str, int]:
@@ -198,7 +196,6 @@ class UiServer:
                 return cookie[COOKIE].value if COOKIE in cookie else None
 
             def do_GET(self) -> None:
-                started = time.perf_counter()
                 parts = urlsplit(self.path)
                 query = dict(parse_qsl(parts.query))
                 if not server.host_allowed(self.headers.get("Host")):
@@ -229,8 +226,6 @@ class UiServer:
                     status, kind = 500, "text/html; charset=utf-8"
                     body = pages.error_page(500, f"{type(exc).__name__}: {exc}").encode()
                 self._send(status, kind, body)
-                server.timings.append((parts.path, time.perf_counter() - started))
-                del server.timings[:-1000]
 
             def do_HEAD(self) -> None:
                 self.do_GET()
