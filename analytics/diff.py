@@ -112,7 +112,7 @@ def steps_of(
     for position, step in steps.items():
         found = usage.get(position)
         if step.kind == "model" and found:
-            step.usage = {k: v for k, v in found.items() if k != "messages"}
+            step.usage = {k: v for k, v in found.items() if k not in ("messages", "params")}
             if found.get("messages") is not None:
                 step.inputs = found["messages"]
     return steps

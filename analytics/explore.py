@@ -22,8 +22,8 @@ from .store import QueryStore
 from .tables import CLAIM_TYPE, DATABASE, EVENTS
 
 # Usage columns of the model_calls view, shown when the store has them (issue 13 adds them).
-USAGE_COLUMNS = ("model_reported", "input_tokens", "output_tokens", "cached_tokens", "cost_usd")
-PROMPT_COLUMNS = ("messages",)
+USAGE_COLUMNS = ("response_model", "input_tokens", "output_tokens", "cached_tokens", "cost_usd")
+PROMPT_COLUMNS = ("messages", "params")
 RUN_SORTS = ("run_id", "workflow", "status", "steps", "events", "bytes", "cost", "started_at", "ended_at")
 
 
@@ -62,7 +62,6 @@ def run_list(store: QueryStore, settings: Settings, wanted: RunFilter) -> Rows:
         raise AuditError(f"sort {wanted.sort!r}: expected one of {', '.join(RUN_SORTS)}")
     has_cost = "cost_usd" in view_columns(store, "model_calls")
     cost = "ifNull(m.cost, 0)" if has_cost else "CAST(NULL AS Nullable(Float64))"
-    cost_sum = ", sum(ifNull(cost_usd, 0)) AS cost" if has_cost else ""
     conditions = ["1"]
     parameters: dict[str, Any] = {
         "limit": wanted.limit,
@@ -86,16 +85,21 @@ def run_list(store: QueryStore, settings: Settings, wanted: RunFilter) -> Rows:
     direction = "DESC" if wanted.descending else "ASC"
     if wanted.sort not in ("steps", "cost"):
         return _runs_then_calls(store, conditions, parameters, f"{wanted.sort} {direction}", has_cost)
-    # Sorting by steps or cost needs every run's calls: join the two views whole.
+    # Sorting by steps or cost needs every run's calls: join them whole.
+    cost_join = (
+        f"LEFT JOIN (SELECT run_id, sum(ifNull(cost_usd, 0)) AS cost FROM {DATABASE}.model_calls "
+        "GROUP BY run_id) AS m ON m.run_id = r.run_id"
+        if has_cost
+        else ""
+    )
     result = store.query(
         f"""SELECT r.run_id AS run_id, r.workflow AS workflow, r.status AS status,
-               ifNull(m.steps, 0) AS steps, r.events AS events, r.bytes AS bytes, {cost} AS cost,
+               ifNull(s.steps, 0) AS steps, r.events AS events, r.bytes AS bytes, {cost} AS cost,
                r.started_at AS started_at, r.ended_at AS ended_at,
                toBool(r.events >= {{we:UInt64}} OR r.bytes >= {{wb:UInt64}}) AS near_limit
         FROM {DATABASE}.runs AS r
-        LEFT JOIN (
-            SELECT run_id, count() AS steps{cost_sum} FROM {DATABASE}.model_calls GROUP BY run_id
-        ) AS m ON m.run_id = r.run_id
+        LEFT JOIN ({_STEPS} GROUP BY run_id) AS s ON s.run_id = r.run_id
+        {cost_join}
         WHERE {" AND ".join(conditions)}
         ORDER BY {wanted.sort} {direction}, run_id
         LIMIT {{limit:UInt32}}""",
@@ -103,6 +107,13 @@ def run_list(store: QueryStore, settings: Settings, wanted: RunFilter) -> Rows:
     )
     return Rows(result.columns, list(result.dicts()))
 
+
+# Steps per run: its decisions, counted from the raw records (the model_calls view may carry
+# heavier columns -- prompts, prices -- that a count does not need).
+_STEPS = (
+    f"SELECT run_id, uniqExactIf(position, type = 'ModelCallScheduled') AS steps FROM {EVENTS} "
+    "WHERE fenced = 0 AND type = 'ModelCallScheduled'"
+)
 
 _RUN_COLUMNS = [
     "run_id",
@@ -122,7 +133,7 @@ def _runs_then_calls(
     store: QueryStore, conditions: list[str], parameters: dict[str, Any], order: str, has_cost: bool
 ) -> Rows:
     """The page of runs first, then the calls of only those runs (the raw table is ordered by run
-    id, so that second query reads a few granules per run instead of every call in the store)."""
+    id, so those queries read a few granules per run instead of every call in the store)."""
     runs = store.query(
         f"""SELECT run_id, workflow, status, events, bytes, started_at, ended_at,
                toBool(events >= {{we:UInt64}} OR bytes >= {{wb:UInt64}}) AS near_limit
@@ -133,25 +144,29 @@ def _runs_then_calls(
         parameters,
     )
     rows = list(runs.dicts())
-    ids = [str(r["run_id"]) for r in rows]
-    cost_sum = ", sum(ifNull(cost_usd, 0)) AS cost" if has_cost else ""
-    calls = store.query(
-        f"SELECT run_id, count() AS steps{cost_sum} FROM {DATABASE}.model_calls "
-        "WHERE run_id IN {ids:Array(String)} GROUP BY run_id",
-        {"ids": ids},
-    )
-    per_run = {str(row["run_id"]): row for row in calls.dicts()}
+    ids = {"ids": [str(r["run_id"]) for r in rows]}
+    steps = store.query(f"{_STEPS} AND run_id IN {{ids:Array(String)}} GROUP BY run_id", ids)
+    steps_of = {str(run): n for run, n in steps.rows}
+    cost_of: dict[str, JsonValue] = {}
+    if has_cost:
+        costs = store.query(
+            f"SELECT run_id, sum(ifNull(cost_usd, 0)) FROM {DATABASE}.model_calls "
+            "WHERE run_id IN {ids:Array(String)} GROUP BY run_id",
+            ids,
+        )
+        cost_of = {str(run): cost for run, cost in costs.rows}
     for row in rows:
-        found = per_run.get(str(row["run_id"]), {})
-        row["steps"] = found.get("steps", 0)
-        row["cost"] = found.get("cost", 0.0) if has_cost else None
+        row["steps"] = steps_of.get(str(row["run_id"]), 0)
+        row["cost"] = cost_of.get(str(row["run_id"]), 0.0) if has_cost else None
     return Rows(_RUN_COLUMNS, [{c: row[c] for c in _RUN_COLUMNS} for row in rows])
 
 
 def workflows(store: QueryStore) -> list[str]:
     """The workflow names the store knows (for the runs page's filter)."""
+    # From the records that name it, not the runs view (which would aggregate every run first).
     result = store.query(
-        f"SELECT DISTINCT workflow FROM {DATABASE}.runs WHERE workflow != '' ORDER BY workflow"
+        f"SELECT DISTINCT workflow FROM {EVENTS} WHERE fenced = 0 "
+        "AND type IN ('RunStarted', 'RunRejected') AND workflow != '' ORDER BY workflow"
     )
     return [str(row[0]) for row in result.rows if row[0] is not None]
 
