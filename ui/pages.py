@@ -144,13 +144,22 @@ def run_data(store: QueryStore, settings: Settings, run_id: str) -> dict[str, An
     tokens = {
         key: sum(v for c in line.calls if isinstance(v := c.usage.get(key), int))
         for key in ("input_tokens", "output_tokens", "cached_tokens")
-        if any(key in c.usage for c in line.calls)
+        if any(c.usage.get(key) is not None for c in line.calls)
     }
+    # Why there is no cost, when there is none: the store has no cost column (before pricing was
+    # recorded), the calls reported no token usage, or no price matches their model.
+    if cost:
+        cost_state = "priced"
+    elif "cost_usd" not in explore.view_columns(store, "model_calls"):
+        cost_state = "absent"
+    else:
+        cost_state = "unpriced" if tokens else "no_usage"
     return {
         "run": summary,
         "timeline": line,
         "svg": Markup(svg.render(line)),
         "cost": sum(cost) if cost else None,
+        "cost_state": cost_state,
         "tokens": tokens,
         "version": explore.run_version(store, run_id),
         "gauge_events": Markup(

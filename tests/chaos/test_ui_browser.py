@@ -171,13 +171,20 @@ def test_the_run_page_shows_40_steps_the_in_doubt_step_and_the_worker_change(
     expect(page.locator("#epochs")).to_contain_text(
         f"{world.store.first_epoch} \u2192 {world.store.second_epoch}"
     )
-    # Cost: shown when the store prices calls (issue 13's columns), said to be absent otherwise.
+    # Cost: shown when the store prices the calls; otherwise the page says why there is none.
     with connect(world.store.dsn, wait=30) as store:
-        priced = "cost_usd" in view_columns(store, "model_calls")
-    if priced:
+        if "cost_usd" in view_columns(store, "model_calls"):
+            cost = store.query(
+                "SELECT sum(cost_usd), countIf(input_tokens IS NOT NULL) FROM agentlog.model_calls "
+                "WHERE run_id = {r:String}",
+                {"r": world.store.crashed_run},
+            ).rows[0]
+            expected = "priced" if cost[0] else "unpriced" if cost[1] else "no_usage"
+        else:
+            expected = "absent"
+    expect(page.locator("#cost")).to_have_attribute("data-state", expected)
+    if expected == "priced":
         expect(page.locator("#cost")).to_contain_text("$")
-    else:
-        expect(page.locator("#cost")).to_contain_text("not recorded")
     # The history gauge, against the warn threshold the UI was started with.
     expect(page.locator("svg.gauge").first).to_have_class("gauge over-warn")
     shot(page, "run")

@@ -27,12 +27,12 @@ pytestmark = pytest.mark.integration
 PROMPT = '[{"role":"user","content":"refund order 42?"}]'
 
 
-def _priced_view() -> str:
+def _priced_view(tokens: str = "toInt64(120)", cost: str = "0.0015", output: str = "toInt64(30)") -> str:
     """The released view, with usage columns on top (what a pricing migration gives the UI)."""
     head, select = _MODEL_CALLS_VIEW.split(" AS\n", 1)
     return (
-        f"{head} AS SELECT *, toInt64(120) AS input_tokens, toInt64(30) AS output_tokens, "
-        f"toInt64(0) AS cached_tokens, 0.0015 AS cost_usd, '{PROMPT}' AS messages FROM ({select})"
+        f"{head} AS SELECT *, {tokens} AS input_tokens, {output} AS output_tokens, "
+        f"CAST(NULL AS Nullable(Int64)) AS cached_tokens, {cost} AS cost_usd, '{PROMPT}' AS messages FROM ({select})"
     )
 
 
@@ -51,7 +51,7 @@ def test_cost_and_tokens_appear_when_the_store_has_them(deployment: Settings, tm
         call = pages.run_calls(store, deployment, "ui-run-a", {"positions": "1"})
     assert re.search(r'data-run="ui-run-a"', runs) and "$" not in runs
     assert run["cost"] is None and run["timeline"].steps == 2
-    assert "not recorded in this store" in html
+    assert "not recorded in this store" in html and 'data-state="absent"' in html
     assert "gpt-test" in call and "usage-input_tokens" not in call and "not recorded" in call
 
     with connect(dsn) as store:
@@ -63,11 +63,22 @@ def test_cost_and_tokens_appear_when_the_store_has_them(deployment: Settings, tm
         diff = pages.diff_page(store, deployment, {"a": "ui-run-a", "b": "ui-run-b"})
     assert "$0.0030" in runs  # two priced planner calls per run
     assert run["cost"] == pytest.approx(0.003) and run["tokens"]["input_tokens"] == 240
-    assert re.search(r'<dd id="cost">\$0\.0030', html)
+    assert re.search(r'<dd id="cost" data-state="priced">\$0\.0030', html)
     # The call panel (fetched when the call is clicked): tokens, cost and the prompt from the store.
     assert '<dd class="usage-input_tokens">120</dd>' in call and '<dd class="usage-cost">$0.0015</dd>' in call
     assert "refund order 42?" in call
     assert "Tokens and cost" in diff and "cost_usd 0.003" in diff
+
+    # The column is there but holds no cost: the page says why.
+    null_cost = "CAST(NULL AS Nullable(Float64))"
+    with connect(dsn) as store:
+        store.query(_priced_view(cost=null_cost))
+        unpriced = pages.run_page(store, deployment, "ui-run-a")
+        no_tokens = "CAST(NULL AS Nullable(Int64))"
+        store.query(_priced_view(tokens=no_tokens, cost=null_cost, output=no_tokens))
+        no_usage = pages.run_page(store, deployment, "ui-run-a")
+    assert 'data-state="unpriced"' in unpriced and "input tokens 240" in unpriced
+    assert 'data-state="no_usage"' in no_usage and "reported no token usage" in no_usage
 
 
 def test_without_a_sink_the_ui_opens_the_store_per_request_and_lets_go(
