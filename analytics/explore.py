@@ -61,7 +61,8 @@ def run_list(store: QueryStore, settings: Settings, wanted: RunFilter) -> Rows:
     if wanted.sort not in RUN_SORTS:
         raise AuditError(f"sort {wanted.sort!r}: expected one of {', '.join(RUN_SORTS)}")
     has_cost = "cost_usd" in view_columns(store, "model_calls")
-    cost = "ifNull(m.cost, 0)" if has_cost else "CAST(NULL AS Nullable(Float64))"
+    # NULL, not 0, for a run none of whose calls is priced: "no cost known" is not "free".
+    cost = "m.cost" if has_cost else "CAST(NULL AS Nullable(Float64))"
     conditions = ["1"]
     parameters: dict[str, Any] = {
         "limit": wanted.limit,
@@ -87,7 +88,7 @@ def run_list(store: QueryStore, settings: Settings, wanted: RunFilter) -> Rows:
         return _runs_then_calls(store, conditions, parameters, f"{wanted.sort} {direction}", has_cost)
     # Sorting by steps or cost needs every run's calls: join them whole.
     cost_join = (
-        f"LEFT JOIN (SELECT run_id, sum(ifNull(cost_usd, 0)) AS cost FROM {DATABASE}.model_calls "
+        f"LEFT JOIN (SELECT run_id, sum(cost_usd) AS cost FROM {DATABASE}.model_calls "
         "GROUP BY run_id) AS m ON m.run_id = r.run_id"
         if has_cost
         else ""
@@ -150,14 +151,14 @@ def _runs_then_calls(
     cost_of: dict[str, JsonValue] = {}
     if has_cost:
         costs = store.query(
-            f"SELECT run_id, sum(ifNull(cost_usd, 0)) FROM {DATABASE}.model_calls "
+            f"SELECT run_id, sum(cost_usd) FROM {DATABASE}.model_calls "
             "WHERE run_id IN {ids:Array(String)} GROUP BY run_id",
             ids,
         )
         cost_of = {str(run): cost for run, cost in costs.rows}
     for row in rows:
         row["steps"] = steps_of.get(str(row["run_id"]), 0)
-        row["cost"] = cost_of.get(str(row["run_id"]), 0.0) if has_cost else None
+        row["cost"] = cost_of.get(str(row["run_id"]))
     return Rows(_RUN_COLUMNS, [{c: row[c] for c in _RUN_COLUMNS} for row in rows])
 
 

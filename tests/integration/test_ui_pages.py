@@ -45,6 +45,7 @@ def test_cost_and_tokens_appear_when_the_store_has_them(deployment: Settings, tm
         wait_for_rows(dsn, deployment.events_topic, len(records))
 
     with connect(dsn) as store:
+        store.query(_MODEL_CALLS_VIEW)  # the view as released, whatever later migrations made of it
         runs = pages.runs_page(store, deployment, {})
         run = pages.run_data(store, deployment, "ui-run-a")
         html = pages.run_page(store, deployment, "ui-run-a")
@@ -68,6 +69,11 @@ def test_cost_and_tokens_appear_when_the_store_has_them(deployment: Settings, tm
     assert '<dd class="usage-input_tokens">120</dd>' in call and '<dd class="usage-cost">$0.0015</dd>' in call
     assert "refund order 42?" in call
     assert "Tokens and cost" in diff and "cost_usd 0.003" in diff
+    with connect(dsn) as store:
+        store.query(_priced_view(cost="if(run_id = 'ui-run-a', 0.0015, NULL)"))
+        runs = pages.runs_page(store, deployment, {"sort": "cost"})
+    # A run with no priced call has no cost (blank), not $0.
+    assert re.search(r'data-run="ui-run-b".*?<td class="num"></td>\s*<td>', runs, re.S)
 
     # The column is there but holds no cost: the page says why.
     null_cost = "CAST(NULL AS Nullable(Float64))"
