@@ -134,6 +134,13 @@ def test_the_runs_page_lists_filters_and_sorts_runs(world: World, page: Page) ->
     expect(page.locator("tbody tr.near-limit")).to_have_count(2)
     page.goto(world.ui.url + "/?workflow=nope")
     expect(page.locator("td.empty")).to_be_visible()
+    page.goto(world.ui.url + "/?workflow=refund&since=1h")
+    expect(page.locator("tbody tr[data-run]")).to_have_count(2)
+    page.goto(world.ui.url + "/?until=2000-01-01")
+    expect(page.locator("td.empty")).to_be_visible()
+    for column in ("steps", "cost", "events", "bytes", "ended_at"):  # steps and cost join the calls
+        page.goto(world.ui.url + f"/?sort={column}")
+        expect(page.locator("tbody tr[data-run]")).to_have_count(2)
     # Sorting by a column is a link: descending first, a second click ascending.
     page.goto(world.ui.url + "/")
     page.click("th a.sort >> text=run")
