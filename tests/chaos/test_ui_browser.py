@@ -50,7 +50,7 @@ class World:
     ui: UiProcess
     workers: list[WorkerProcess]
     tmp: Path
-    load_times: dict[str, float]
+    load_times: dict[str, dict[str, float]]
 
 
 @pytest.fixture(scope="module")
@@ -88,19 +88,15 @@ def page(browser: Browser) -> Iterator[Page]:
     context.close()
 
 
-def load(world: World, page: Page, path: str, name: str) -> float:
-    """Open ``path`` and record its load time (navigation start to the load event, in the browser)."""
+def load(world: World, page: Page, path: str, name: str) -> None:
+    """Open ``path`` and record how long it took in the browser: the whole load (navigation start
+    to the load event) and the server's part (request sent to the response's last byte)."""
     page.goto(world.ui.url + path)
-    seconds = (
-        float(
-            page.evaluate(
-                "() => { const n = performance.getEntriesByType('navigation')[0]; return n.loadEventEnd - n.startTime; }"
-            )
-        )
-        / 1000
+    timing = page.evaluate(
+        "() => { const n = performance.getEntriesByType('navigation')[0];"
+        " return [n.loadEventEnd - n.startTime, n.responseEnd - n.requestStart]; }"
     )
-    world.load_times[name] = round(seconds, 3)
-    return seconds
+    world.load_times[name] = {"load_s": round(timing[0] / 1000, 3), "response_s": round(timing[1] / 1000, 3)}
 
 
 def shot(page: Page, name: str, full: bool = True) -> None:
