@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Any
 
-from confluent_kafka import (
-    Message,
-)
+from confluent_kafka import Consumer, KafkaException, Message
 
 from runtime.config import Settings
 
@@ -46,3 +45,15 @@ def reader_config(settings: Settings, **extra: Any) -> dict[str, Any]:
         "fetch.wait.max.ms": 1,
         **extra,
     }
+
+
+def know_topic(consumer: Consumer, topic: str) -> None:
+    """Fetch ``topic``'s metadata into ``consumer``, so a later assign fetches at once.
+
+    A consumer that is assigned a topic it holds no metadata for waits for librdkafka's periodic
+    topic scan (every second) before its first fetch; a metadata request for the topic beforehand
+    fills the cache the assign reads. Best effort: if the broker does not answer, the scan still
+    finds the topic later.
+    """
+    with contextlib.suppress(KafkaException):
+        consumer.list_topics(topic, timeout=10)

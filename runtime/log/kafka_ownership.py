@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, TopicPartition
 
 from runtime.config import Settings
-from runtime.log.kafka_config import offset_of, reader_config
+from runtime.log.kafka_config import know_topic, offset_of, reader_config
 
 log = logging.getLogger("agentlog.ownership")
 
@@ -90,6 +90,10 @@ class KafkaOwnershipCheck:
     # -- the tail thread ---------------------------------------------------------------------------
     def _run(self) -> None:
         topic = self.settings.events_topic
+        # librdkafka learns the leaders of a topic it was never asked about on its periodic topic
+        # scan, up to a second after the first assign: the first effect of a fresh worker would
+        # wait that long for its ownership check. Asking once now makes the topic known.
+        know_topic(self._consumer, topic)
         while self._running:
             if not self._demand.wait(0.2):
                 continue
