@@ -10,8 +10,9 @@ costs 20 requests a second.
 from __future__ import annotations
 
 import threading
+import time
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from runtime.config import Settings
 from runtime.log.kafka_config import offset_of, reader_config
@@ -19,7 +20,12 @@ from runtime.log.port import LogRecord
 
 
 class KafkaTail:
-    """A consumer that follows partitions of ``topic``; ``poll`` returns at the first record."""
+    """A consumer that follows partitions of ``topic``; ``poll`` returns at the first record.
+
+    Every call on the consumer happens in the thread that polls: an ``incremental_assign`` from
+    another thread while a poll waits does not return. ``follow`` only queues the partition, and
+    ``poll`` waits in slices of ``_SLICE_S`` so that a partition followed meanwhile is assigned
+    within one slice."""
 
     def __init__(self, settings: Settings, topic: str) -> None:
         self.topic = topic
@@ -27,23 +33,32 @@ class KafkaTail:
             reader_config(settings, **{"enable.partition.eof": False, "fetch.wait.max.ms": 50})
         )
         self._followed: set[int] = set()
+        self._queued: list[TopicPartition] = []
         self._lock = threading.Lock()  # follow() comes from callers' threads, poll() from the tail's
 
     def follow(self, partition: int, start: int) -> None:
         with self._lock:
-            if partition in self._followed:
-                return
-            self._followed.add(partition)
-            # librdkafka queues the assignment to its own thread: safe beside a poll in progress.
-            self._consumer.incremental_assign([TopicPartition(self.topic, partition, start)])
+            if partition not in self._followed:
+                self._followed.add(partition)
+                self._queued.append(TopicPartition(self.topic, partition, start))
 
     def poll(self, timeout_s: float) -> list[tuple[int, LogRecord]]:
-        # poll() returns at the first record; consume() then drains what has already arrived.
-        first = self._consumer.poll(timeout_s)
-        if first is None:
-            return []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                queued, self._queued = self._queued, []
+            if queued:
+                self._consumer.incremental_assign(queued)
+            # poll() returns at the first record; consume() then drains what has already arrived.
+            first = self._consumer.poll(max(0.0, min(_SLICE_S, deadline - time.monotonic())))
+            if first is not None:
+                return self._records([first, *self._consumer.consume(num_messages=1000, timeout=0)])
+            if time.monotonic() >= deadline:
+                return []
+
+    def _records(self, messages: list[Message]) -> list[tuple[int, LogRecord]]:
         found: list[tuple[int, LogRecord]] = []
-        for message in [first, *self._consumer.consume(num_messages=1000, timeout=0)]:
+        for message in messages:
             error: KafkaError | None = message.error()
             if error is not None:
                 if error.fatal():
@@ -59,3 +74,6 @@ class KafkaTail:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+_SLICE_S = 0.02
