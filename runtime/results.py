@@ -13,8 +13,10 @@ offset. Sharing one filter among the watched runs changes nothing a per-run filt
 decide: an owner's events carry its claim's offset, which is at least every earlier owner's,
 so the watermark the other runs' events raise it to is one the claims raise it to as well.
 
-The ending events read are kept (the last ``keep_ended``), so a run that ended before anyone
-waited for it answers at once.
+The ending events read are kept (the last ``keep``), so a run that ended before anyone waited for
+it answers at once. So are the keys of the runs watched (the last ``keep`` submitted): a client
+that only submits does not grow without bound, and a run whose key was dropped is answered the
+way a run another client submitted is (``Client.result`` reads its partition first).
 """
 
 from __future__ import annotations
@@ -39,15 +41,15 @@ _ENDING = frozenset(ENDING_EVENTS)
 class ResultTail:
     """Follows the events partitions of watched runs; ``ending`` futures resolve at their end."""
 
-    def __init__(self, log: EventLog, serde: Serde, topic: str, *, keep_ended: int = 100_000) -> None:
+    def __init__(self, log: EventLog, serde: Serde, topic: str, *, keep: int = 100_000) -> None:
         self._log = log
         self._serde = serde
         self._topic = topic
-        self._keep_ended = keep_ended
+        self._keep = keep
         self._lock = threading.Lock()
         self._starts: dict[int, int] = {}  # partition -> the offset it is (to be) followed from
         self._fences: dict[int, FenceFilter] = {}
-        self._watched: set[bytes] = set()  # keys of runs whose records are decoded
+        self._watched: dict[bytes, None] = {}  # keys of runs whose records are decoded, oldest first
         self._ended: OrderedDict[str, LoggedEvent] = OrderedDict()  # run id -> its ending event
         self._waiters: dict[str, list[Future[LoggedEvent]]] = {}
         self._tail: Tail | None = None
@@ -59,7 +61,9 @@ class ResultTail:
         """Decode ``run_id``'s records from now on; its partition is followed from ``start``
         unless it already is (or will be) from another offset. The offset it is followed from."""
         with self._lock:
-            self._watched.add(run_id.encode())
+            self._watched[run_id.encode()] = None
+            if len(self._watched) > self._keep:
+                del self._watched[next(iter(self._watched))]
             followed = self._starts.setdefault(partition, start)
             if self._tail is not None and partition not in self._fences:
                 self._follow(partition, followed)
@@ -165,9 +169,9 @@ class ResultTail:
         with self._lock:
             if run_id in self._ended:
                 return  # its first admitted ending event is the run's end
-            self._watched.discard(run_id.encode())
+            self._watched.pop(run_id.encode(), None)
             self._ended[run_id] = logged
-            while len(self._ended) > self._keep_ended:
+            while len(self._ended) > self._keep:
                 self._ended.popitem(last=False)
             waiters = self._waiters.pop(run_id, [])
         for future in waiters:

@@ -14,6 +14,7 @@ import pytest
 from runtime.client import Client, RunError
 from runtime.log.events import EpochClaimed, RunCompleted, RunStarted
 from runtime.log.port import LogRecord
+from runtime.results import ResultTail
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
 from support.memory_harness import Harness
@@ -130,4 +131,16 @@ def test_a_timeout_names_the_worker_the_partition_is_assigned_to() -> None:
         h.client.result(run, timeout=0.2)
     assert "its partition 0 is assigned to worker 'stalled-worker'" in raised.value.reason
     feed.close()
+    h.client.close()
+
+
+async def test_a_run_whose_key_was_dropped_is_answered_by_reading_its_partition() -> None:
+    h = Harness(echo_app())
+    h.client._results = ResultTail(h.log, h.client.serde, h.settings.events_topic, keep=2)
+    runs = [h.client.submit("twice", i) for i in range(3)]  # a client that only submits stays bounded
+    assert not h.client._results.is_watched(runs[0])
+    assert all(h.client._results.is_watched(run) for run in runs[1:])
+    h.start()
+    assert [(await h.client.wait(run, timeout=5))["doubled"] for run in runs] == [0, 2, 4]
+    await h.stop_all()
     h.client.close()
