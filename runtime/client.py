@@ -324,17 +324,18 @@ class Client:
         return answers
 
     def _ending(self, run_id: str) -> concurrent.futures.Future[LoggedEvent]:
-        """A future of the run's ending event. A run this client did not submit is read from its
-        partition's start first (it may have ended long ago), then watched from where that
-        reading stopped."""
+        """A future of the run's ending event. A run this client did not submit (or whose key the
+        tail dropped) is watched first, so the tail decodes its records from where it is now on,
+        then its partition is read up to its end, which lies at or beyond that position: between
+        the two, no record of the run is missed, even if the run ended long ago."""
         partition = self.partition(run_id)
-        if self._results.started(partition) is None or not self._results.is_watched(run_id):
+        start = self._results.started(partition)
+        if start is None or not self._results.is_watched(run_id):
+            self._results.watch(run_id, partition, self._end_offset(partition) if start is None else start)
             end = self._end_offset(partition)
-            logged = list(self.events(run_id, end=end))
-            followed = self._results.watch(run_id, partition, end)
-            if followed > end:  # the tail began later than this reading stopped: read the gap too
-                logged += self.events(run_id, start=end, end=followed)
-            ending = next((e for e in logged if has_ended(summarize(run_id, [e]).status)), None)
+            ending = next(
+                (e for e in self.events(run_id, end=end) if has_ended(summarize(run_id, [e]).status)), None
+            )
             if ending is not None:
                 done: concurrent.futures.Future[LoggedEvent] = concurrent.futures.Future()
                 done.set_result(ending)
