@@ -53,16 +53,7 @@ class KafkaCommandFeed:
 
     def poll(self, max_records: int, timeout_s: float) -> list[Delivery]:
         deliveries: list[Delivery] = []
-        if timeout_s > 0:
-            # Block until the first record (consume(n, timeout) would wait for all n or the whole
-            # timeout), then take what else has arrived.
-            first = self.consumer.poll(timeout_s)
-            if first is None:
-                return deliveries
-            messages = [first, *self.consumer.consume(num_messages=max_records - 1, timeout=0)]
-        else:
-            messages = self.consumer.consume(num_messages=max_records, timeout=0)
-        for message in messages:
+        for message in self.consumer.consume(num_messages=max_records, timeout=timeout_s):
             error: KafkaError | None = message.error()
             if error is not None:
                 if error.fatal():
