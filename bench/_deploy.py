@@ -22,7 +22,12 @@ def env_for(settings: Settings, **extra: str) -> dict[str, str]:
 
 
 def start_worker(
-    settings: Settings, worker_id: str, log: Path, *args: str, **env: str
+    settings: Settings,
+    worker_id: str,
+    log: Path,
+    *args: str,
+    app: str = "examples.refund_agent:app",
+    **env: str,
 ) -> subprocess.Popen[bytes]:
     wrapper = os.environ.get("BENCH_WORKER_WRAPPER", "").split()  # e.g. "py-spy record -o prof.svg --"
     return subprocess.Popen(
@@ -33,7 +38,7 @@ def start_worker(
             "runtime.cli",
             "worker",
             "--app",
-            "examples.refund_agent:app",
+            app,
             "--worker-id",
             worker_id,
             *args,

@@ -8,7 +8,10 @@ R  s from the restart of a worker killed (SIGKILL) when step 31's model call sta
 B  log bytes per step (Avro key+value of the run's records, and on-disk segment bytes)
 and, in the same run, the Kafka floors: transactional and idempotent produce on this machine.
 
-Run: `make bench` (services up) or `python bench/refund40.py`.
+With ``--e2e``, also the end-to-end figures of bench/e2e.py (client submit -> result, tools that
+commit a SQLite row per call), printed beside these and the floors of the same run.
+
+Run: `make bench` (services up) or `python bench/refund40.py [--e2e]`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _deploy import fresh_deployment, start_worker
 from confluent_kafka import Consumer, TopicPartition
+from e2e import bench_e2e
 from kafka_floor import (
     floor_topic_for,
     idempotent_latency,
@@ -254,7 +258,11 @@ def _log_lines(text: str, marker: str) -> list[str]:
 
 
 def main() -> None:
-    only = set(sys.argv[1:])  # e.g. `refund40.py T` runs only the throughput part
+    # e.g. `refund40.py T` runs only the throughput part; `--e2e` adds the end-to-end figures
+    # (bench/e2e.py) to what runs -- to everything if nothing else is named; `E2E` alone, only them.
+    args = set(sys.argv[1:])
+    e2e = bool({"--e2e", "E2E"} & args)
+    only = args - {"--e2e"}
     settings = fresh_deployment(partitions=12)
     serde = Serde(settings)
     if not only or "floor" in only:
@@ -290,6 +298,8 @@ def main() -> None:
             for worker in workers:
                 worker.wait(timeout=30)
         client.close()
+        if e2e:
+            bench_e2e(fresh_deployment(partitions=12), workdir)
         if not only or "R" in only:
             bench_recovery(fresh_deployment(partitions=12), workdir)
             bench_recovery(fresh_deployment(partitions=12), workdir, respawn=True)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import base64
+import concurrent.futures
 import logging
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
+
+from confluent_kafka import KafkaException
 
 from runtime.config import Settings, load_settings
 from runtime.errors import AgentlogError
@@ -21,6 +25,7 @@ from runtime.log.port import EventLog
 from runtime.log.serde import DecodeError, Serde, record_to_dict
 from runtime.log.status import has_ended
 from runtime.replay.reset import SeedError, UncleanSeam, cut, encode_seed
+from runtime.results import ResultTail
 from runtime.run_status import LoggedEvent, RunStatus, summarize
 from runtime.workflow.canonical import canonical_json
 
@@ -61,9 +66,9 @@ class Client:
         self.log: EventLog = log if log is not None else KafkaLog(self.settings)
         self._closes_log = log is None
         self._wrote = False
-        # Where each partition's events ended before this client first submitted to it:
-        # result() of those runs reads from there instead of the partition's beginning.
-        self._floor: dict[int, int] = {}
+        # Results pushed: one tail over the events partitions of the runs this client submitted,
+        # each from where the partition ended before the client's first submission to it.
+        self._results = ResultTail(self.log, self.serde, self.settings.events_topic)
 
     # ------------------------------------------------------------------------------ commands
 
@@ -134,11 +139,11 @@ class Client:
         return new
 
     def _note_floor(self, run_id: str) -> None:
-        """Remember the partition's end before the first submission to it: ``result`` reads a
-        run's events from there instead of the partition's start."""
+        """Watch the run's events, on its partition from where it ended before the client's first
+        submission to it: ``result`` need not read what came before."""
         partition = self.partition(run_id)
-        if partition not in self._floor:
-            self._floor[partition] = self._end_offset(partition)
+        start = self._results.started(partition)
+        self._results.watch(run_id, partition, self._end_offset(partition) if start is None else start)
 
     def signal(self, run_id: str, name: str, payload: Any) -> None:
         """Send signal ``name`` with ``payload`` (JSON-able) to the run, and wait until the broker
@@ -170,8 +175,10 @@ class Client:
             self.log.flush()
 
     def close(self) -> None:
-        """Flush and close the log this client opened (not one it was given); safe to call
-        twice. The client may be used again afterwards (it opens new connections)."""
+        """Stop following results, flush and close the log this client opened (not one it was
+        given); safe to call twice. The client may be used again afterwards (it opens new
+        connections)."""
+        self._results.close()
         if self._closes_log:
             self.log.close()
 
@@ -189,9 +196,10 @@ class Client:
     def _end_offset(self, partition: int) -> int:
         return self.log.watermarks(self.settings.events_topic, partition)[1]
 
-    def events(self, run_id: str, start: int | None = None) -> Iterator[LoggedEvent]:
+    def events(self, run_id: str, start: int | None = None, end: int | None = None) -> Iterator[LoggedEvent]:
         """The run's events in log order with their offsets and sizes, fenced (zombie) records
-        left out; ``start``: the offset to read the partition from (default its beginning).
+        left out; ``start``: the offset to read the partition from (default its beginning),
+        ``end``: where to stop (default the end now).
         A record this code cannot decode is left out with a warning: the worker parks a run
         with such a record, naming its offset, so the run's status still says what is wrong.
         Raises KafkaException if the topic cannot be read."""
@@ -202,6 +210,7 @@ class Client:
             self.settings.events_topic,
             partition,
             start=start,
+            end=end,
             keep=lambda k: k == key or k is None,
         ):
             if record.value is None:
@@ -257,30 +266,107 @@ class Client:
     def result(self, run_id: str, timeout: float = 60.0, *, follow: bool = False) -> Any:
         """Wait for the run to end and return its result (decoded JSON).
 
+        The answer is pushed: the client's tail over its runs' partitions (``runtime.results``)
+        reads the ending event as it is written. A run this client did not submit is read once
+        from its partition's start, then watched the same way.
         ``follow``: a run that continued as new is followed along its chain (``ctx.continue_as_new``)
         to the last run, whose result is returned; ``timeout`` covers the whole chain.
         Raises RunError if it ended otherwise (``status`` failed, cancelled, parked, rejected or,
         without ``follow``, continued_as_new, with the reason), or with status "timeout" if it is
-        still running (or not started) after ``timeout`` seconds."""
+        still running (or not started) after ``timeout`` seconds -- saying which worker the
+        workers' group has given its partition to, or that none has."""
         self.flush()
         deadline = time.monotonic() + timeout
-        start = self._floor.get(self.partition(run_id))
         while True:
-            logged = list(self.events(run_id, start=start))
-            summary = summarize(run_id, logged)
-            if summary.status == "completed":
-                return summary.result
-            if follow and summary.continued_as is not None:
-                run_id = summary.continued_as
-                start = self._floor.get(self.partition(run_id))
-                continue
-            if has_ended(summary.status):
-                raise RunError(run_id, summary.status, summary.reason or "")
-            if time.monotonic() > deadline:
-                raise RunError(run_id, "timeout", f"not finished after {timeout}s (status {summary.status})")
-            if logged and start is not None:
-                start = logged[0].offset  # a run's first event: a safe place to read from again
-            time.sleep(0.05)
+            future = self._ending(run_id)
+            try:
+                ending = future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except concurrent.futures.TimeoutError:
+                self._results.forget(run_id, future)
+                raise self._timed_out(run_id, timeout) from None
+            value, successor = self._conclude(run_id, ending, follow)
+            if successor is None:
+                return value
+            run_id = successor
+
+    async def wait(self, run_id: str, timeout: float = 60.0, *, follow: bool = False) -> Any:
+        """``result`` for asyncio programs: the same answer, awaited without a thread per waiter."""
+        await asyncio.to_thread(self.flush)
+        deadline = time.monotonic() + timeout
+        while True:
+            future = await asyncio.to_thread(self._ending, run_id)
+            try:
+                ending = await asyncio.wait_for(
+                    asyncio.wrap_future(future), max(0.0, deadline - time.monotonic())
+                )
+            except TimeoutError:
+                self._results.forget(run_id, future)
+                raise await asyncio.to_thread(self._timed_out, run_id, timeout) from None
+            value, successor = self._conclude(run_id, ending, follow)
+            if successor is None:
+                return value
+            run_id = successor
+
+    def results(self, run_ids: Iterable[str], timeout: float = 60.0) -> dict[str, Any]:
+        """Wait for many runs at once; their results by run id, in the order given. ``timeout``
+        covers them all. Raises RunError for the first run, in that order, that did not complete."""
+        self.flush()
+        deadline = time.monotonic() + timeout
+        futures = {run_id: self._ending(run_id) for run_id in run_ids}
+        concurrent.futures.wait(list(futures.values()), timeout=max(0.0, deadline - time.monotonic()))
+        answers: dict[str, Any] = {}
+        for run_id, future in futures.items():
+            if not future.done():
+                for other, waiting in futures.items():
+                    self._results.forget(other, waiting)
+                raise self._timed_out(run_id, timeout)
+            answers[run_id] = self._conclude(run_id, future.result(), False)[0]
+        return answers
+
+    def _ending(self, run_id: str) -> concurrent.futures.Future[LoggedEvent]:
+        """A future of the run's ending event. A run this client did not submit (or whose key the
+        tail dropped) is watched first, so the tail decodes its records from where it is now on,
+        then its partition is read up to its end, which lies at or beyond that position: between
+        the two, no record of the run is missed, even if the run ended long ago."""
+        partition = self.partition(run_id)
+        start = self._results.started(partition)
+        if start is None or not self._results.is_watched(run_id):
+            self._results.watch(run_id, partition, self._end_offset(partition) if start is None else start)
+            end = self._end_offset(partition)
+            ending = next(
+                (e for e in self.events(run_id, end=end) if has_ended(summarize(run_id, [e]).status)), None
+            )
+            if ending is not None:
+                done: concurrent.futures.Future[LoggedEvent] = concurrent.futures.Future()
+                done.set_result(ending)
+                return done
+        return self._results.ending(run_id)
+
+    def _conclude(self, run_id: str, ending: LoggedEvent, follow: bool) -> tuple[Any, str | None]:
+        """(the result, None) of a completed run, (None, successor) of one that continued as new
+        and is followed; RunError otherwise."""
+        summary = summarize(run_id, [ending])
+        if summary.status == "completed":
+            return summary.result, None
+        if follow and summary.continued_as is not None:
+            return None, summary.continued_as
+        raise RunError(run_id, summary.status, summary.reason or "")
+
+    def _timed_out(self, run_id: str, timeout: float) -> RunError:
+        """The timeout, with the run's status and whether any worker holds its partition."""
+        partition = self.partition(run_id)
+        status = summarize(run_id, list(self.events(run_id, start=self._results.started(partition)))).status
+        try:
+            owner = self.log.commands_owner(partition)
+        except KafkaException as error:
+            held = f"whether a worker holds partition {partition} is unknown ({error})"
+        else:
+            held = (
+                f"no worker of group {self.settings.worker_group!r} holds its partition {partition}"
+                if owner is None
+                else f"its partition {partition} is assigned to worker {owner!r}"
+            )
+        return RunError(run_id, "timeout", f"not finished after {timeout}s (status {status}); {held}")
 
 
 # A submission is one Kafka record (1 MB by default); the seed leaves room for the rest.

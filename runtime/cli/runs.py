@@ -130,13 +130,11 @@ def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: 
 
 
 def _submit(args: argparse.Namespace, settings: Settings) -> int:
+    # Checked before anything connects: a typo in --input is the user's to fix now, not a run the
+    # worker rejects later (that visible rejection stays for records other producers write).
+    value = _json_option("--input", args.input)
     with _client(settings, "cli") as client:
-        try:
-            value: Any = json.loads(args.input)
-            raw = None
-        except json.JSONDecodeError:
-            value, raw = None, args.input  # the worker rejects it, visibly, with the reason
-        run_id = client.submit(args.workflow, value, run_id=args.run_id, raw_input=raw)
+        run_id = client.submit(args.workflow, value, run_id=args.run_id)
         return _print_run(client, run_id, args)
 
 

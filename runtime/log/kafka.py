@@ -14,9 +14,10 @@ from confluent_kafka import (
 
 from runtime.config import Settings
 from runtime.log.kafka_config import reader_config
-from runtime.log.kafka_group import KafkaCommandFeed
+from runtime.log.kafka_group import KafkaCommandFeed, commands_owner
 from runtime.log.kafka_ownership import KafkaOwnershipCheck
 from runtime.log.kafka_reader import read_partition
+from runtime.log.kafka_tail import KafkaTail
 from runtime.log.kafka_writer import EventWriter
 from runtime.log.port import LogRecord
 
@@ -90,6 +91,12 @@ class KafkaLog:
 
     def join(self, worker_id: str, session_timeout_ms: int) -> KafkaCommandFeed:
         return KafkaCommandFeed(self.settings, worker_id, session_timeout_ms)
+
+    def tail(self, topic: str) -> KafkaTail:
+        return KafkaTail(self.settings, topic)
+
+    def commands_owner(self, partition: int) -> str | None:
+        return commands_owner(self.settings, partition)
 
     def ownership(
         self, loop: asyncio.AbstractEventLoop, is_claim: Callable[[bytes], bool]

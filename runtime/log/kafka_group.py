@@ -86,3 +86,22 @@ class KafkaCommandFeed:
         del consumer
         if self._on_revoke is not None:
             self._on_revoke([tp.partition for tp in partitions])
+
+
+def commands_owner(settings: Settings, partition: int) -> str | None:
+    """The worker id (static membership: its group.instance.id) the workers' group has assigned
+    the commands ``partition`` to, as the group coordinator says now; None if no member holds it.
+
+    The coordinator's assignment, not the last ``EpochClaimed`` in the events topic: a claim
+    stays the latest one long after its worker died, while a dead member leaves the group (and
+    its partitions) when its session times out."""
+    from confluent_kafka.admin import AdminClient  # only on this rare path: a result that timed out
+
+    admin = AdminClient(settings.kafka_common())
+    group = settings.worker_group
+    description = admin.describe_consumer_groups([group], request_timeout=10)[group].result()
+    for member in description.members:
+        assigned = member.assignment.topic_partitions if member.assignment is not None else []
+        if any(tp.topic == settings.commands_topic and tp.partition == partition for tp in assigned):
+            return str(member.group_instance_id or member.client_id or member.member_id)
+    return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -120,8 +121,13 @@ class EventWriter:
         self.records_written += 1
 
     def flush(self, timeout: float = 30.0) -> None:
-        if self.producer.flush(timeout) > 0:
-            raise WriteError(f"{len(self.producer)} record(s) not acknowledged within {timeout}s")
+        # Not producer.flush(): it serves delivery reports in 10 ms slices, and with the poller
+        # thread taking them it returned ~10 ms after the last ack (Client.result flushes first).
+        deadline = time.monotonic() + timeout
+        while len(self.producer) > 0:
+            if time.monotonic() >= deadline:
+                raise WriteError(f"{len(self.producer)} record(s) not acknowledged within {timeout}s")
+            self.producer.poll(0.001)
 
     def close(self) -> None:
         try:

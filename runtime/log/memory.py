@@ -153,6 +153,14 @@ class MemoryLog:
             self.group.owner = feed
         return feed
 
+    def tail(self, topic: str) -> MemoryTail:
+        return MemoryTail(self, topic)
+
+    def commands_owner(self, partition: int) -> str | None:
+        self._partition(self.settings.commands_topic, partition)  # a partition it has, or ValueError
+        owner = self.group.owner
+        return None if owner is None or owner.closed else owner.worker_id
+
     def ownership(
         self, loop: asyncio.AbstractEventLoop, is_claim: Callable[[bytes], bool]
     ) -> MemoryOwnershipCheck:
@@ -201,6 +209,27 @@ class MemoryLog:
         with self._changed:
             self._changed.wait(timeout_s)
 
+    def read_new(
+        self, topic: str, positions: dict[int, int], timeout_s: float
+    ) -> list[tuple[int, LogRecord]]:
+        """What the partitions of ``positions`` hold from each position on (advanced past it); if
+        nothing yet, waits up to ``timeout_s`` for an append."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while True:
+                found = [
+                    (partition, record)
+                    for partition, position in list(positions.items())
+                    for record in self._partition(topic, partition)[position:]
+                ]
+                remaining = deadline - time.monotonic()
+                if found or remaining <= 0:
+                    break
+                self._changed.wait(remaining)
+        for partition, record in found:
+            positions[partition] = record.offset + 1
+        return found
+
 
 def _loop_ack(loop: asyncio.AbstractEventLoop, future: asyncio.Future[int]) -> _Ack:
     """Resolve ``future`` in its loop, later, as a Kafka delivery callback would."""
@@ -209,6 +238,24 @@ def _loop_ack(loop: asyncio.AbstractEventLoop, future: asyncio.Future[int]) -> _
         loop.call_soon_threadsafe(settle, future, outcome)
 
     return ack
+
+
+class MemoryTail:
+    """Follows partitions of one topic of a MemoryLog; ``poll`` wakes at the next append."""
+
+    def __init__(self, log: MemoryLog, topic: str) -> None:
+        self.log = log
+        self.topic = topic
+        self._positions: dict[int, int] = {}
+
+    def follow(self, partition: int, start: int) -> None:
+        self._positions.setdefault(partition, start)
+
+    def poll(self, timeout_s: float) -> list[tuple[int, LogRecord]]:
+        return self.log.read_new(self.topic, self._positions, timeout_s)
+
+    def close(self) -> None:
+        self._positions.clear()
 
 
 class MemoryCommandFeed:
@@ -220,13 +267,13 @@ class MemoryCommandFeed:
         self._on_assign: AssignCallback | None = None
         self._on_revoke: RevokeCallback | None = None
         self._positions: dict[int, int] = {}  # partition -> next offset to deliver
-        self._closed = False
+        self.closed = False
 
     def bind(self, on_assign: AssignCallback, on_revoke: RevokeCallback) -> None:
         self._on_assign, self._on_revoke = on_assign, on_revoke
 
     def poll(self, max_records: int, timeout_s: float) -> list[Delivery]:
-        owner = self.log.group.owner is self and not self._closed
+        owner = self.log.group.owner is self and not self.closed
         if not owner and self._positions:
             partitions, self._positions = sorted(self._positions), {}
             if self._on_revoke is not None:
@@ -260,7 +307,7 @@ class MemoryCommandFeed:
         self.log.group.committed[partition] = offset
 
     def close(self) -> None:
-        self._closed = True
+        self.closed = True
 
 
 @dataclass

@@ -16,6 +16,8 @@ What a backend promises (the contract suite checks each):
   end when the call began), skipping, undecoded, those whose key ``keep`` rejects.
 - The commands feed delivers each assigned partition's records in order, starting where the
   assignment callback says, and ``commit`` records the position a restarted member resumes from.
+- A tail delivers each followed partition's records in offset order from its start, including
+  those appended after it began, and its ``poll`` returns within its timeout when none arrive.
 - The ownership check answers True for an offset once every record before it has been read
   without meeting a newer ``EpochClaimed``, and False once one was met.
 """
@@ -106,6 +108,19 @@ class OwnershipCheck(Protocol):
     def close(self) -> None: ...
 
 
+class Tail(Protocol):
+    """Follows partitions of one topic as they grow (a client's results feed): one reader for many
+    partitions, each read in offset order from where ``follow`` started it."""
+
+    def follow(self, partition: int, start: int) -> None:
+        """Read ``partition`` from ``start`` on; a partition already followed is left as it is."""
+
+    def poll(self, timeout_s: float) -> list[tuple[int, LogRecord]]:
+        """(partition, record) pairs read since the last poll; waits up to ``timeout_s`` for the first."""
+
+    def close(self) -> None: ...
+
+
 class EventLog(Protocol):
     """Appends, reads and group membership of one deployment's topics."""
 
@@ -151,6 +166,13 @@ class EventLog(Protocol):
 
     def join(self, worker_id: str, session_timeout_ms: int) -> CommandFeed:
         """Join the workers' group on the commands topic."""
+
+    def tail(self, topic: str) -> Tail:
+        """A reader that follows partitions of ``topic`` as records are appended."""
+
+    def commands_owner(self, partition: int) -> str | None:
+        """The member of the workers' group that the commands ``partition`` is assigned to now (its
+        worker id), or None if no member holds it."""
 
     def ownership(self, loop: asyncio.AbstractEventLoop, is_claim: Callable[[bytes], bool]) -> OwnershipCheck:
         """An ownership check over the events topic; ``is_claim`` tells a keyless record that is

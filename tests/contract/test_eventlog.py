@@ -127,6 +127,61 @@ class EventLogContract:
             (0, 3, b"c3"),
         ]
 
+    def test_commands_owner_is_the_member_the_partition_is_assigned_to(self, log: EventLog) -> None:
+        assert log.commands_owner(0) is None  # nobody joined the group yet
+        feed = log.join("owner-worker", 6000)
+        feed.bind(lambda partitions: {p: 0 for p in partitions}, lambda partitions: None)
+        try:
+            deadline = time.monotonic() + 30
+            owners: list[str | None] = []
+            while time.monotonic() < deadline:
+                feed.poll(10, 0.2)  # the assignment arrives from poll
+                owners = [log.commands_owner(p) for p in range(self.settings.partitions)]
+                if owners == ["owner-worker"] * self.settings.partitions:
+                    break
+            assert owners == ["owner-worker"] * self.settings.partitions
+        finally:
+            feed.close()
+
+    # -- the tail ------------------------------------------------------------------------------------
+    def test_a_tail_delivers_each_followed_partition_from_its_start_including_later_appends(
+        self, log: EventLog
+    ) -> None:
+        topic = self.settings.events_topic
+        self.append_all(log, topic, 0, [b"a0", b"a1"])
+        self.append_all(log, topic, 1, [b"b0"])
+        self.append_all(log, topic, 2, [b"unfollowed"])
+        tail = log.tail(topic)
+        try:
+            tail.follow(0, 1)
+            tail.follow(1, 0)
+            tail.follow(0, 0)  # already followed: stays where it started
+            got: list[tuple[int, int, bytes | None]] = []
+
+            def read_until(count: int) -> None:
+                deadline = time.monotonic() + 30
+                while len(got) < count and time.monotonic() < deadline:
+                    got.extend((p, r.offset, r.value) for p, r in tail.poll(0.2))
+
+            read_until(2)
+            self.append_all(log, topic, 0, [b"a2", b"a3"])
+            self.append_all(log, topic, 2, [b"still unfollowed"])
+            read_until(4)
+            assert sorted(got) == [(0, 1, b"a1"), (0, 2, b"a2"), (0, 3, b"a3"), (1, 0, b"b0")]
+            assert [o for p, o, _ in got if p == 0] == [1, 2, 3]  # in offset order
+        finally:
+            tail.close()
+
+    def test_a_tail_poll_returns_within_its_timeout_when_nothing_arrives(self, log: EventLog) -> None:
+        tail = log.tail(self.settings.events_topic)
+        try:
+            tail.follow(2, 0)
+            started = time.monotonic()
+            assert tail.poll(0.3) == []
+            assert time.monotonic() - started < 2.0
+        finally:
+            tail.close()
+
     # -- ownership -----------------------------------------------------------------------------------
     def test_ownership_holds_until_a_newer_claim_is_met(self, log: EventLog) -> None:
         topic = self.settings.events_topic
