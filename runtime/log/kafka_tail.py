@@ -15,7 +15,7 @@ import time
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from runtime.config import Settings
-from runtime.log.kafka_config import offset_of, reader_config
+from runtime.log.kafka_config import know_topic, offset_of, reader_config
 from runtime.log.port import LogRecord
 
 
@@ -35,6 +35,7 @@ class KafkaTail:
         self._followed: set[int] = set()
         self._queued: list[TopicPartition] = []
         self._lock = threading.Lock()  # follow() comes from callers' threads, poll() from the tail's
+        self._topic_known = False
 
     def follow(self, partition: int, start: int) -> None:
         with self._lock:
@@ -48,6 +49,9 @@ class KafkaTail:
             with self._lock:
                 queued, self._queued = self._queued, []
             if queued:
+                if not self._topic_known:  # else the first result waits for the 1 s topic scan
+                    know_topic(self._consumer, self.topic)
+                    self._topic_known = True
                 self._consumer.incremental_assign(queued)
             # poll() returns at the first record; consume() then drains what has already arrived.
             first = self._consumer.poll(max(0.0, min(_SLICE_S, deadline - time.monotonic())))
