@@ -73,6 +73,9 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     # Join the group first: the join runs in librdkafka's threads while the rest is imported.
     log = KafkaLog(settings)
     feed = log.join(worker_id, args.session_timeout_ms)
+    # And the producer: an idempotent producer's first ProducerId request usually finds no
+    # broker connection up yet and is retried ~0.5 s later; the partition claims wait for it.
+    log.connect()
     _serve(args, settings, worker_id, log, feed)
     return 0
 
@@ -123,7 +126,9 @@ def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: 
 
     def child() -> int:
         log = KafkaLog(settings)
-        _serve(args, settings, worker_id, log, log.join(worker_id, args.session_timeout_ms), serde)
+        feed = log.join(worker_id, args.session_timeout_ms)
+        log.connect()  # its ProducerId is acquired while the group is joined (see _worker)
+        _serve(args, settings, worker_id, log, feed, serde)
         return 0
 
     return supervise(child)
