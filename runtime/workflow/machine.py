@@ -48,6 +48,7 @@ from runtime.log.events import (
     ToolCallFailed,
     ToolCallScheduled,
 )
+from runtime.log.prompts import PromptBook
 from runtime.log.status import RunState, status_after
 from runtime.workflow.app import App
 from runtime.workflow.canonical import args_hash, canonical_json, idempotency_key, sha256_hex
@@ -67,9 +68,6 @@ from runtime.workflow.intents import (
 
 E = TypeVar("E", bound=Event)
 SCHEDULED_TYPES = (ModelCallScheduled, ToolCallScheduled, TimerScheduled, PatchRecorded)
-# Model prompts are large and the model's answer is what replay needs: history keeps only the
-# prompt's hash (enough to detect a changed prompt), never the prompt itself.
-MODEL_ARGS_INLINE_LIMIT = 0
 # ctx.history_near_limit(): the warn threshold of Settings unless the worker passes its own.
 HISTORY_WARN_EVENTS: int = Settings.model_fields["history_warn_events"].default
 
@@ -116,6 +114,11 @@ class RunMachine:
         self._blocked_on: DurableFuture | GatherFuture | None = None
         self._pending_terminal: Event | None = None
         self._history_records = {e.position: e for e in history if isinstance(e, SCHEDULED_TYPES)}
+        # The run's message sequence (runtime.log.prompts): a live call records only what is new.
+        self._prompts = PromptBook()
+        for event in history:
+            if isinstance(event, ModelCallScheduled):
+                self._prompts.learn(event)
         self._redecided_in_history = {e.position for e in history if isinstance(e, Redecided)}
         # (position, issued args hash): a replay meeting the same drift again records nothing.
         self._drift_in_history = {
@@ -404,7 +407,11 @@ class RunMachine:
     def _record(self, command: Intent) -> None:
         """Live: emit the command's record; calls and timers then wait in ``ready`` for durability."""
         if command.kind == "model":
-            inline = canonical_json(command.args)
+            # The whole input is recorded: the messages through the run's message sequence (each
+            # distinct one once per run), the params as JSON. ``args`` stays null (the input is
+            # in the fields below; the replay match needs only args_hash).
+            prompt = self._prompts.encode(command.args["messages"])
+            params = command.args["params"]
             self._emit(
                 ModelCallScheduled(
                     run_id=self.run_id,
@@ -412,7 +419,11 @@ class RunMachine:
                     model=command.name,
                     args_hash=command.hash,
                     prompt_version=command.prompt_version,
-                    args=inline if len(inline) <= MODEL_ARGS_INLINE_LIMIT else None,
+                    message_count=prompt.message_count,
+                    message_slots=prompt.message_slots,
+                    new_roles=prompt.new_roles,
+                    new_messages=prompt.new_messages,
+                    params=canonical_json(params) if params else None,
                 )
             )
         elif command.kind == "tool":
