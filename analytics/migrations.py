@@ -236,6 +236,7 @@ GROUP BY run_id, position"""
 _MODEL_EXTRA_V10 = (
     "anyIf(model, type = 'ModelCallScheduled') AS model,\n"
     "    anyIf(prompt_version, type = 'ModelCallScheduled') AS prompt_version,\n"
+    "    anyIf(args_hash, type = 'ModelCallScheduled') AS args_hash,\n"
     "    sumIf(input_tokens, type = 'ModelCallCompleted') AS input_tokens,\n"
     "    sumIf(output_tokens, type = 'ModelCallCompleted') AS output_tokens,\n"
     "    sumIf(cached_tokens, type = 'ModelCallCompleted') AS cached_tokens,\n"
