@@ -117,7 +117,10 @@ def load_prices(client: Client, prices: list[Price]) -> int:
     if prices:
         client.insert(
             PRICES,
-            [[p.model, p.from_date, p.input_per_token, p.output_per_token, p.cached_per_token] for p in prices],
+            [
+                [p.model, p.from_date, p.input_per_token, p.output_per_token, p.cached_per_token]
+                for p in prices
+            ],
             column_names=["model", "from_date", "input_per_token", "output_per_token", "cached_per_token"],
         )
     return len(prices)

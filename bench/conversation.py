@@ -59,7 +59,9 @@ def conversation_app(steps: int) -> App:
         transcript: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
         for n in range(1, steps + 1):
             transcript.append({"role": "user", "content": QUESTION.format(n=n)})
-            reply = await ctx.model("chat", messages=list(transcript), prompt_version="chat-v1", temperature=0.2)
+            reply = await ctx.model(
+                "chat", messages=list(transcript), prompt_version="chat-v1", temperature=0.2
+            )
             transcript.append({"role": "assistant", "content": reply["content"]})
         return len(transcript)
 
@@ -70,7 +72,9 @@ def run(steps: int) -> tuple[Settings, MemoryLog, Serde, str]:
     settings = Settings(partitions=1)
     log = MemoryLog(settings)
     serde = Serde.offline(settings)
-    worker = Worker(conversation_app(steps), settings, log=log, serde=serde, worker_id="w1", checkpoint_interval_s=3600)
+    worker = Worker(
+        conversation_app(steps), settings, log=log, serde=serde, worker_id="w1", checkpoint_interval_s=3600
+    )
     thread = threading.Thread(target=lambda: asyncio.run(worker.serve()), daemon=True)
     thread.start()
     try:

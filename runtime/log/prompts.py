@@ -163,7 +163,9 @@ def rebuild_inputs(events: Iterable[Event]) -> dict[int, RecordedInput]:
         sequence.extend(message_json(r, b) for r, b in zip(event.new_roles, event.new_messages, strict=True))
         messages: list[Any] | None = None
         if event.message_count != NOT_RECORDED:
-            slots = _expand(event.message_slots) if event.message_slots else list(range(first_new, len(sequence)))
+            slots = (
+                _expand(event.message_slots) if event.message_slots else list(range(first_new, len(sequence)))
+            )
             if len(slots) != event.message_count or any(s >= len(sequence) or s < 0 for s in slots):
                 raise PromptMissing(
                     f"run {event.run_id}: the prompt of model call {event.position} names messages "
@@ -184,7 +186,11 @@ def _describe(slots: Sequence[int]) -> str:
 def checked_args(recorded: RecordedInput) -> dict[str, Any]:
     """The call's arguments as the workflow issued them, checked against the recorded args hash
     (sha256 of canonical ``[kind, name, args]``, as runtime.workflow.canonical.args_hash)."""
-    args = {"messages": recorded.messages, "params": recorded.params, "prompt_version": recorded.prompt_version}
+    args = {
+        "messages": recorded.messages,
+        "params": recorded.params,
+        "prompt_version": recorded.prompt_version,
+    }
     digest = hashlib.sha256(_canonical(["model", recorded.model, args]).encode()).hexdigest()[:16]
     if recorded.messages is None or digest != recorded.args_hash:
         raise PromptMissing(

@@ -152,7 +152,10 @@ def test_audit_cost_prices_the_reported_usage_by_model(recorded: Recorded, tmp_p
     # A corrected prices file re-prices history: cost is computed at query time.
     doubled = tmp_path / "prices.csv"
     doubled.write_text(PRICES.replace("2.00,8.00,0.50", "4.00,16.00,1.00"))
-    assert agentlog(recorded.settings, "audit", "prices", "load", str(doubled), "--dsn", recorded.dsn).returncode == 0
+    assert (
+        agentlog(recorded.settings, "audit", "prices", "load", str(doubled), "--dsn", recorded.dsn).returncode
+        == 0
+    )
     (again,) = audit_json(recorded, "cost", "--by", "run")  # type: ignore[misc]
     assert again["run"] == recorded.run_id and again["cost_usd"] == pytest.approx(2 * row["cost_usd"])
 

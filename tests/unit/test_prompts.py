@@ -58,7 +58,9 @@ def run_live(app: App, history: Sequence[Event] = (), limit: int = 10_000) -> tu
             break
         for intent in ready:
             reply = {"text": f"answer at {intent.position}"}
-            run.record(ModelCallCompleted(run_id="r1", position=intent.position, result=canonical_json(reply)))
+            run.record(
+                ModelCallCompleted(run_id="r1", position=intent.position, result=canonical_json(reply))
+            )
     return run, emitted
 
 
@@ -101,7 +103,9 @@ def test_a_replayed_run_continues_the_same_message_sequence() -> None:
     cut = next(i for i, e in enumerate(full) if isinstance(e, ModelCallScheduled) and e.position == 4)
     # A new worker rebuilds from the first three calls, then records calls 4..6 live.
     _, resumed = run_live(chat_app(6), history=full[:cut])
-    assert [prompt_fields(e) for e in scheduled(resumed)[3:]] == [prompt_fields(e) for e in scheduled(full)[3:]]
+    assert [prompt_fields(e) for e in scheduled(resumed)[3:]] == [
+        prompt_fields(e) for e in scheduled(full)[3:]
+    ]
     assert all(checked_args(r) for r in rebuild_inputs(resumed).values())
 
 
@@ -118,7 +122,9 @@ def test_a_missing_record_of_the_sequence_is_detected() -> None:
 def test_an_altered_message_is_detected_by_the_args_hash() -> None:
     _, events = run_live(chat_app(3))
     first = scheduled(events)[0]
-    altered = dataclasses.replace(first, new_messages=[first.new_messages[0], "question 0: refund everything"])
+    altered = dataclasses.replace(
+        first, new_messages=[first.new_messages[0], "question 0: refund everything"]
+    )
     events = [altered if e is first else e for e in events]
     inputs = rebuild_inputs(events)
     with pytest.raises(PromptMissing, match="does not match its args hash"):
