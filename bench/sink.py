@@ -63,7 +63,7 @@ def emit(**fields: Any) -> None:
 SYSTEM_PROMPT = "You are the refund agent of an online shop. " * 10
 
 
-def run_template(run_id: str, steps: int = 4) -> list[ev.Event]:
+def run_template(run_id: str, steps: int = 4, with_prompts: bool = True) -> list[ev.Event]:
     """A typical run: start, ``steps`` x (model call with its prompt and usage, effecting tool call),
     completion (18 events)."""
     seq = 0
@@ -84,6 +84,27 @@ def run_template(run_id: str, steps: int = 4) -> list[ev.Event]:
             if step == 0
             else ["x" * 240, f"question {step}: " + "q" * 160]
         )
+        prompt = (
+            {
+                "message_count": 2 * step + 2,
+                "message_slots": [] if step == 0 else [0, 2 * step + 2],
+                "new_roles": ["system", "user"] if step == 0 else ["assistant", "user"],
+                "new_messages": new,
+                "params": '{"temperature":0.2}',
+            }
+            if with_prompts
+            else {}
+        )
+        usage = (
+            {
+                "input_tokens": 400 * (step + 1),
+                "output_tokens": 60,
+                "cached_tokens": 300 * step,
+                "response_model": "gpt-4o-mini-2024-07-18",
+            }
+            if with_prompts
+            else {}
+        )
         out.append(
             nxt(
                 ev.ModelCallScheduled,
@@ -91,11 +112,7 @@ def run_template(run_id: str, steps: int = 4) -> list[ev.Event]:
                 model="gpt-4o-mini",
                 args_hash="a" * 16,
                 prompt_version="v3",
-                message_count=2 * step + 2,
-                message_slots=[] if step == 0 else [0, 2 * step + 2],
-                new_roles=["system", "user"] if step == 0 else ["assistant", "user"],
-                new_messages=new,
-                params='{"temperature":0.2}',
+                **prompt,
             )
         )
         out.append(
@@ -104,10 +121,7 @@ def run_template(run_id: str, steps: int = 4) -> list[ev.Event]:
                 position=2 * step + 1,
                 result="x" * 240,
                 latency_us=850_000,
-                input_tokens=400 * (step + 1),
-                output_tokens=60,
-                cached_tokens=300 * step,
-                response_model="gpt-4o-mini-2024-07-18",
+                **usage,
             )
         )
         out.append(
@@ -134,7 +148,10 @@ def prefill(settings: Settings, events: int) -> tuple[int, list[str]]:
     """Produce about ``events`` events; return the count and a sample of run ids."""
     serde = Serde(settings)
     template_id = "bench-" + "X" * RUN_WIDTH
-    templates = [serde.encode(e) for e in run_template(template_id)]
+    with_prompts = (
+        os.environ.get("BENCH_SINK_PROMPTS", "1") != "0"
+    )  # 0: model calls as before prompts were recorded
+    templates = [serde.encode(e) for e in run_template(template_id, with_prompts=with_prompts)]
     producer = Producer(
         {
             "bootstrap.servers": settings.bootstrap_servers,
