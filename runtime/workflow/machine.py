@@ -65,6 +65,7 @@ from runtime.workflow.intents import (
     timer_hash,
     with_envelope,
 )
+from runtime.workflow.redact import redact
 
 E = TypeVar("E", bound=Event)
 SCHEDULED_TYPES = (ModelCallScheduled, ToolCallScheduled, TimerScheduled, PatchRecorded)
@@ -279,20 +280,32 @@ class RunMachine:
             raise AgentlogError(f"model {name!r} is not registered (known: {sorted(self.app.models)})")
         args = {"messages": messages, "params": params, "prompt_version": prompt_version}
         position = self._next_position()
+        recorded = redact(args, self.key_root)
         command = Intent(
-            position, "model", name, args, args_hash("model", name, args), DurableFuture(position)
+            position, "model", name, args, args_hash("model", name, recorded), DurableFuture(position)
         )
         command.prompt_version = prompt_version
+        self._note_redaction(command, recorded)
         return self._issue(command)
+
+    def _note_redaction(self, command: Intent, recorded: Any) -> None:
+        command.recorded_args = recorded
+        if recorded is not command.args:
+            command.legacy_hash = args_hash(command.kind, command.name, command.args)
 
     def issue_tool(self, name: str, args: dict[str, Any]) -> DurableFuture:
         spec = self.app.tools.get(name)
         if spec is None:
             raise AgentlogError(f"tool {name!r} is not registered (known: {sorted(self.app.tools)})")
         position = self._next_position()
-        command = Intent(position, "tool", name, args, args_hash("tool", name, args), DurableFuture(position))
+        recorded = redact(args, self.key_root, spec.redact)
+        command = Intent(
+            position, "tool", name, args, args_hash("tool", name, recorded), DurableFuture(position)
+        )
+        self._note_redaction(command, recorded)
         if spec.effect:
-            key_args = args if spec.key_args is None else {k: args.get(k) for k in spec.key_args}
+            # From the recorded (redacted) arguments: nothing in the log is derived from a secret.
+            key_args = recorded if spec.key_args is None else {k: recorded.get(k) for k in spec.key_args}
             identity = f"{name}/{sha256_hex(canonical_json(key_args))}"
             command.effect = True
             command.key = idempotency_key(self.key_root, name, key_args, self._identical[identity])
@@ -354,7 +367,7 @@ class RunMachine:
         if recorded is not None:
             if self._prompt_drift(recorded, command):
                 pass  # matched by kind and name: the recorded decision is served
-            elif record_signature(recorded) != command.signature():
+            elif not self._same_command(recorded, command):
                 self._diverge(command.position, describe_record(recorded), command.describe())
             elif isinstance(recorded, TimerScheduled):
                 command.fire_at = recorded.fire_at
@@ -363,6 +376,11 @@ class RunMachine:
         elif not self.replaying:
             self._record(command)
         return command.future
+
+    @staticmethod
+    def _same_command(recorded: Event, command: Intent) -> bool:
+        kind, name, digest = record_signature(recorded)
+        return (kind, name) == (command.kind, command.name) and command.matches(digest)
 
     def _prompt_drift(self, recorded: Event, command: Intent) -> bool:
         """A model call whose record names the same model but another args hash: a prompt is
@@ -374,7 +392,7 @@ class RunMachine:
             or command.kind != "model"
             or not isinstance(recorded, ModelCallScheduled)
             or recorded.model != command.name
-            or recorded.args_hash == command.hash
+            or command.matches(recorded.args_hash)
         ):
             return False
         drift = Drift(
@@ -410,8 +428,8 @@ class RunMachine:
             # The whole input is recorded: the messages through the run's message sequence (each
             # distinct one once per run), the params as JSON. ``args`` stays null (the input is
             # in the fields below; the replay match needs only args_hash).
-            prompt = self._prompts.encode(command.args["messages"])
-            params = command.args["params"]
+            prompt = self._prompts.encode(command.recorded_args["messages"])
+            params = command.recorded_args["params"]
             self._emit(
                 ModelCallScheduled(
                     run_id=self.run_id,
@@ -433,7 +451,7 @@ class RunMachine:
                     position=command.position,
                     tool=command.name,
                     args_hash=command.hash,
-                    args=canonical_json(command.args),
+                    args=canonical_json(command.recorded_args),
                     effect=command.effect,
                     idempotency_key=command.key,
                 )

@@ -18,8 +18,16 @@ import pytest
 
 from runtime.client import Client
 from runtime.config import Settings
-from support.audit_apps import SYSTEM, answer
-from support.sink import SinkProcess, agentlog, kafka_offsets, make_deployment, query, wait_for_rows
+from support.audit_apps import API_KEY, CARD, SYSTEM, answer
+from support.sink import (
+    SinkProcess,
+    agentlog,
+    kafka_offsets,
+    make_deployment,
+    query,
+    read_partition,
+    wait_for_rows,
+)
 from support.workers import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -34,6 +42,7 @@ class Recorded:
     settings: Settings
     dsn: str
     run_id: str
+    payment_id: str
 
 
 def transcript_at(turn: int, order: str) -> list[dict[str, str]]:
@@ -54,7 +63,9 @@ def recorded(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> It
         worker.wait_ready(2)
         with Client(settings) as client:
             run_id = client.submit("conversation", {"order": "48211"})
+            payment_id = client.submit("payment", {"order": "48211"})
             assert client.result(run_id, timeout=60)["turns"] == 3
+            assert client.result(payment_id, timeout=60) == {"charged": 4160, "last4": "1111"}
     finally:
         worker.stop()
     dsn = f"chdb://{tmp}/store"
@@ -69,7 +80,7 @@ def recorded(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> It
         wait_for_rows(dsn, settings.events_topic, total, proc=sink.proc)
     finally:
         assert sink.stop() == 0, sink.log_tail()
-    yield Recorded(settings, dsn, run_id)
+    yield Recorded(settings, dsn, run_id, payment_id)
 
 
 def audit_json(recorded: Recorded, *args: str) -> object:
@@ -136,18 +147,19 @@ def test_audit_cost_prices_the_reported_usage_by_model(recorded: Recorded, tmp_p
     rows = audit_json(recorded, "cost", "--by", "model")
     assert isinstance(rows, list)
     (row,) = rows
-    # Tokens: input 200 + 400 + 600 (half cached), output 3 x 20.
+    # Tokens: the conversation's 200 + 400 + 600 and the payment's 100 (half cached), output 4 x 20.
     assert (row["model"], row["calls"], row["input_tokens"], row["output_tokens"], row["cached_tokens"]) == (
         "fake-chat-1",
-        3,
-        1200,
-        60,
-        600,
+        4,
+        1300,
+        80,
+        650,
     )
-    assert row["cost_usd"] == pytest.approx(600 * 2e-6 + 600 * 0.5e-6 + 60 * 8e-6)
+    assert row["cost_usd"] == pytest.approx(650 * 2e-6 + 650 * 0.5e-6 + 80 * 8e-6)
     assert row["unpriced_calls"] == 0
     by_version = audit_json(recorded, "cost", "--by", "prompt_version")
-    assert [r["prompt_version"] for r in by_version] == ["refund-v3"]  # type: ignore[union-attr,index]
+    assert isinstance(by_version, list)
+    assert [r["prompt_version"] for r in by_version] == ["refund-v3", ""]  # the payment declared none
 
     # A corrected prices file re-prices history: cost is computed at query time.
     doubled = tmp_path / "prices.csv"
@@ -156,8 +168,10 @@ def test_audit_cost_prices_the_reported_usage_by_model(recorded: Recorded, tmp_p
         agentlog(recorded.settings, "audit", "prices", "load", str(doubled), "--dsn", recorded.dsn).returncode
         == 0
     )
-    (again,) = audit_json(recorded, "cost", "--by", "run")  # type: ignore[misc]
-    assert again["run"] == recorded.run_id and again["cost_usd"] == pytest.approx(2 * row["cost_usd"])
+    by_run = audit_json(recorded, "cost", "--by", "run")
+    assert isinstance(by_run, list)
+    again = {r["run"]: r["cost_usd"] for r in by_run}
+    assert again[recorded.run_id] == pytest.approx(2 * (600 * 2e-6 + 600 * 0.5e-6 + 60 * 8e-6))
 
 
 def test_a_malformed_prices_file_is_refused_naming_the_row(recorded: Recorded, tmp_path: Path) -> None:
@@ -166,3 +180,23 @@ def test_a_malformed_prices_file_is_refused_naming_the_row(recorded: Recorded, t
     done = agentlog(recorded.settings, "audit", "prices", "load", str(bad), "--dsn", recorded.dsn)
     assert done.returncode != 0
     assert "row 3: input 'cheap' is not a number" in done.stderr
+
+
+def test_secrets_reach_neither_the_log_nor_the_store(recorded: Recorded) -> None:
+    settings = recorded.settings
+    raw = b"".join(
+        (m.key() or b"") + (m.value() or b"")
+        for topic in (settings.events_topic, settings.commands_topic, settings.payloads_topic)
+        for p in range(settings.partitions)
+        for m in read_partition(settings, p, topic)
+    )
+    assert b"charge_card" in raw and b"[redacted sha256:" in raw  # the payment run is in the log
+    assert CARD.encode() not in raw and API_KEY.encode() not in raw
+    rows = query(recorded.dsn, "SELECT * FROM agentlog.events").rows
+    dumped = json.dumps(rows)
+    assert recorded.payment_id in dumped and "[redacted sha256:" in dumped
+    assert CARD not in dumped and API_KEY not in dumped
+    found = audit_json(recorded, "call", recorded.payment_id, "2")
+    assert isinstance(found, dict)
+    assert found["args"]["cents"] == 4160 and found["args"]["card"].startswith("[redacted sha256:")
+    assert found["result"] == {"charged": 4160, "last4": "1111"}

@@ -50,3 +50,26 @@ async def conversation(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
         transcript.append({"role": "assistant", "content": reply["content"]})
         await ctx.tool("lookup_order", order=order, fields=["status", f"turn-{turn}"])
     return {"turns": TURNS, "last": transcript[-1]["content"]}
+
+
+# Secrets in code, as deployments have them (an API key from configuration, a card from a vault
+# client): the log and the store must never hold them.
+CARD = "4111111111111111"
+API_KEY = "sk-live-audit-0123456789abcdef"
+
+
+@app.tool("charge_card", effect=True, key_args=("card", "cents"), redact=("card",))
+def charge_card(card: str, cents: int, api_key: str, *, idempotency_key: str) -> dict[str, Any]:
+    assert card == CARD and api_key == API_KEY  # the call itself gets the real values
+    return {"charged": cents, "last4": card[-4:]}
+
+
+@app.workflow("payment")
+async def payment(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
+    await ctx.model(
+        "chat",
+        messages=[{"role": "user", "content": f"charge order {request['order']}"}],
+        api_key=API_KEY,
+        headers={"Authorization": f"Bearer {API_KEY}"},
+    )
+    return await ctx.tool("charge_card", card=CARD, cents=4160, api_key=API_KEY)
