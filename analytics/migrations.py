@@ -351,7 +351,8 @@ FROM {EVENTS}
 WHERE fenced = 0 AND type = 'PromptDrifted'"""
 
 # Migration 10: the audit record answers "why". Fields of ModelCallScheduled (the prompt: the
-# run's message sequence, runtime.log.prompts) and ModelCallCompleted (usage).
+# run's message sequence, runtime.log.prompts), ModelCallCompleted (usage) and RunStarted (the
+# OpenTelemetry trace id).
 _V10_FIELD_COLUMNS: tuple[tuple[str, str], ...] = (
     ("message_count", "Nullable(Int32)"),
     ("message_slots", "Array(Int64)"),
@@ -362,6 +363,7 @@ _V10_FIELD_COLUMNS: tuple[tuple[str, str], ...] = (
     ("output_tokens", "Nullable(Int64)"),
     ("cached_tokens", "Nullable(Int64)"),
     ("response_model", "Nullable(String)"),
+    ("trace_id", "Nullable(String)"),
 )
 _AUDIT_COLUMNS = f"ALTER TABLE {EVENTS} " + ", ".join(
     f"ADD COLUMN IF NOT EXISTS {quote_identifier(name)} {ch_type}" for name, ch_type in _V10_FIELD_COLUMNS

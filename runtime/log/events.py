@@ -215,6 +215,7 @@ class RunStarted(Event):
     parent_run_id: str | None = None
     reset_position: int = 0
     key_root: str | None = None
+    trace_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
