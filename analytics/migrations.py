@@ -352,7 +352,7 @@ WHERE fenced = 0 AND type = 'PromptDrifted'"""
 
 # Migration 10: the audit record answers "why". Fields of ModelCallScheduled (the prompt: the
 # run's message sequence, runtime.log.prompts), ModelCallCompleted (usage) and RunStarted (the
-# OpenTelemetry trace id).
+# OpenTelemetry trace id, a fork's overrides).
 _V10_FIELD_COLUMNS: tuple[tuple[str, str], ...] = (
     ("message_count", "Nullable(Int32)"),
     ("message_slots", "Array(Int64)"),
@@ -364,6 +364,7 @@ _V10_FIELD_COLUMNS: tuple[tuple[str, str], ...] = (
     ("cached_tokens", "Nullable(Int64)"),
     ("response_model", "Nullable(String)"),
     ("trace_id", "Nullable(String)"),
+    ("fork_overrides", "Nullable(String)"),
 )
 _AUDIT_COLUMNS = f"ALTER TABLE {EVENTS} " + ", ".join(
     f"ADD COLUMN IF NOT EXISTS {quote_identifier(name)} {ch_type}" for name, ch_type in _V10_FIELD_COLUMNS

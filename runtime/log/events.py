@@ -216,6 +216,7 @@ class RunStarted(Event):
     reset_position: int = 0
     key_root: str | None = None
     trace_id: str | None = None
+    fork_overrides: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -229,6 +230,7 @@ class RunSubmitted(Command):
     key_root: str | None = None
     seed: str | None = None
     continued_from: str | None = None
+    fork_overrides: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -100,6 +100,14 @@ def completed(
     )
 
 
+# What an effecting tool "returns" in a fork (runtime.client.Client.fork): it was never called.
+SKIPPED_IN_FORK = {"skipped": "fork"}
+
+
+def skipped_in_fork(command: Intent) -> ToolCallCompleted:
+    return ToolCallCompleted(run_id="", position=command.position, result=canonical_json(SKIPPED_IN_FORK))
+
+
 def failed(command: Intent, error: BaseException, attempt: int, started: float, final: bool) -> Event:
     latency = int((time.perf_counter() - started) * 1_000_000)
     kind = ModelCallFailed if command.kind == "model" else ToolCallFailed

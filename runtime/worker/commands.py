@@ -145,6 +145,7 @@ class CommandHandler:
             reset_position=command.reset_position,
             key_root=command.key_root,
             trace_id=trace_id_for(command.run_id),
+            fork_overrides=command.fork_overrides,
         )
         # A reset's copied events keep their original times (ctx.now() replays as it ran).
         copies = [

@@ -22,7 +22,7 @@ from runtime.log.payloads import outlined
 from runtime.log.port import EventLog, OwnershipCheck, WriteError
 from runtime.worker.batching import TurnBatcher
 from runtime.worker.call_pool import CallPool
-from runtime.worker.calls import attempt_once, completed, failed, is_retryable, retry_policy
+from runtime.worker.calls import attempt_once, completed, failed, is_retryable, retry_policy, skipped_in_fork
 from runtime.worker.continuation import Continuer
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.tracing import RunSpans
@@ -127,6 +127,11 @@ class Executor:
         # in-doubt re-execution that record predates our claim, so our claim is the mark).
         if intent.effect and not await self.still_owner(owned, scheduled_at or owned.epoch):
             self.lose(owned.partition, f"fenced: a newer epoch claimed partition {owned.partition}")
+            return
+        if intent.effect and machine.dry_run:
+            # A fork compares, it never acts: the effect is recorded as skipped, never called.
+            machine.record(skipped_in_fork(intent))
+            self.flush(owned, machine)
             return
         assert self.pool is not None
         policy = retry_policy(self.app, intent)

@@ -92,6 +92,10 @@ class RunMachine:
         # A reset run derives its effect keys from the original run: an effect it repeats keeps
         # its key, so the service it calls applies it once.
         self.key_root = started.key_root or started.run_id
+        # A fork (agentlog fork): what the workflow sees as ctx.overrides, and effects run dry.
+        self.dry_run = started.fork_overrides is not None
+        self.overrides: dict[str, Any] = json.loads(started.fork_overrides) if started.fork_overrides else {}
+        self.fork_position = started.reset_position
         self.workflow = started.workflow
         self.stamp = stamp
         self.seq = started.seq
@@ -269,6 +273,11 @@ class RunMachine:
         return command is not None and self.active and not command.future.done
 
     # ----------------------------------------------------------------------------- commands out
+    def overrides_now(self) -> dict[str, Any]:
+        """A fork's overrides once the code has reached the fork position: before it the fork
+        replays the original's history, which the original code issued without them."""
+        return dict(self.overrides) if self._position + 1 >= self.fork_position else {}
+
     def _next_position(self) -> int:
         self._position += 1
         return self._position
