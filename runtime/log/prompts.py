@@ -42,6 +42,12 @@ from runtime.errors import AgentlogError
 from runtime.log.events import Event, ModelCallScheduled
 
 NOT_RECORDED = -1
+# New message bytes one record may carry. Kafka refuses a record over ~1 MB (message.max.bytes),
+# and a refused record stops the worker on every retry; so a message that would take a record
+# past this is recorded as a placeholder naming its sha256 and size (OMITTED) -- the call itself
+# gets the real message. Storing such messages out of line is not built yet.
+RECORD_MESSAGE_BUDGET = 512 * 1024
+OMITTED = "agentlog_omitted"
 
 
 class PromptMissing(AgentlogError):
@@ -124,13 +130,20 @@ class PromptBook:
         slots: list[int] = []
         roles: list[str] = []
         bodies: list[str] = []
+        budget = RECORD_MESSAGE_BUDGET
         for message in messages:
             role, body = _stored_form(message)
-            digest = _digest(message_json(role, body))
+            text = message_json(role, body)
+            digest = _digest(text)
             slot = self._slots.get(digest)
             if slot is None:
                 slot = self._slots[digest] = self.size
                 self.size += 1
+                size = len(text.encode("utf-8"))
+                if size > budget:
+                    role, body = "", _canonical({OMITTED: {"sha256": digest.hex(), "bytes": size}})
+                else:
+                    budget -= size
                 roles.append(role)
                 bodies.append(body)
             slots.append(slot)
@@ -186,6 +199,12 @@ def _describe(slots: Sequence[int]) -> str:
 def checked_args(recorded: RecordedInput) -> dict[str, Any]:
     """The call's arguments as the workflow issued them, checked against the recorded args hash
     (sha256 of canonical ``[kind, name, args]``, as runtime.workflow.canonical.args_hash)."""
+    for i, message in enumerate(recorded.messages or [], start=1):
+        if isinstance(message, dict) and set(message) == {OMITTED}:
+            raise PromptMissing(
+                f"model call {recorded.position}: message {i} was too large to record "
+                f"({message[OMITTED].get('bytes')} bytes, sha256 {message[OMITTED].get('sha256')})"
+            )
     args = {
         "messages": recorded.messages,
         "params": recorded.params,
