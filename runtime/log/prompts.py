@@ -64,7 +64,7 @@ def message_json(role: str, body: str) -> str:
     return _canonical({"content": body, "role": role}) if role else body
 
 
-def _stored_form(message: Any) -> tuple[str, str]:
+def _stored_form(message: Any, canonical: bytes) -> tuple[str, str]:
     if (
         isinstance(message, dict)
         and len(message) == 2
@@ -73,7 +73,7 @@ def _stored_form(message: Any) -> tuple[str, str]:
         and message["role"]
     ):
         return message["role"], message["content"]
-    return "", _canonical(message)
+    return "", canonical.decode()
 
 
 def _digest(text: str) -> bytes:
@@ -132,18 +132,19 @@ class PromptBook:
         bodies: list[str] = []
         budget = RECORD_MESSAGE_BUDGET
         for message in messages:
-            role, body = _stored_form(message)
-            text = message_json(role, body)
-            digest = _digest(text)
+            # The canonical JSON of a {"role", "content"} message is exactly what message_json
+            # rebuilds from its stored form, so one serialization serves the digest and the size.
+            data = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+            digest = hashlib.sha256(data).digest()
             slot = self._slots.get(digest)
             if slot is None:
                 slot = self._slots[digest] = self.size
                 self.size += 1
-                size = len(text.encode("utf-8"))
-                if size > budget:
-                    role, body = "", _canonical({OMITTED: {"sha256": digest.hex(), "bytes": size}})
+                if len(data) > budget:
+                    role, body = "", _canonical({OMITTED: {"sha256": digest.hex(), "bytes": len(data)}})
                 else:
-                    budget -= size
+                    budget -= len(data)
+                    role, body = _stored_form(message, data)
                 roles.append(role)
                 bodies.append(body)
             slots.append(slot)

@@ -33,6 +33,14 @@ if TYPE_CHECKING:
     from runtime.workflow.machine import RunMachine
 
 _tracer = trace.get_tracer("agentlog")
+_OFF = trace.INVALID_SPAN  # what every span is while no TracerProvider is configured
+
+
+def _enabled() -> bool:
+    """A TracerProvider has been set. Until then spans are skipped outright: even a no-op span
+    touches the context API, whose first use scans every installed package's entry points
+    (hundreds of milliseconds, paid by the first step after a worker starts)."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 def _derived(kind: str, run_id: str, hex_digits: int) -> int:
@@ -64,6 +72,8 @@ class RunSpans:
     def run_span(self, machine: RunMachine) -> Span:
         span = self._runs.get(machine.run_id)
         if span is None:
+            if not _enabled():
+                return _OFF
             span = self._runs[machine.run_id] = _tracer.start_span(
                 f"invoke_agent {machine.workflow}",
                 context=_run_root(machine.run_id),
@@ -87,6 +97,8 @@ class RunSpans:
             span.end()
 
     def call_started(self, machine: RunMachine, intent: Intent, attempt: int) -> Span:
+        if not _enabled():
+            return _OFF
         parent = trace.set_span_in_context(self.run_span(machine))
         if intent.kind == "model":
             name, attributes = (

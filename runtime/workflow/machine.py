@@ -289,7 +289,9 @@ class RunMachine:
             raise AgentlogError(f"model {name!r} is not registered (known: {sorted(self.app.models)})")
         args = {"messages": messages, "params": params, "prompt_version": prompt_version}
         position = self._next_position()
-        recorded = redact(args, self.key_root)
+        # Params are named (api_key, headers ...); messages are content, not scanned for names.
+        recorded_params = redact(params, self.key_root)
+        recorded = args if recorded_params is params else {**args, "params": recorded_params}
         command = Intent(
             position, "model", name, args, args_hash("model", name, recorded), DurableFuture(position)
         )

@@ -1,6 +1,7 @@
 """Secrets stay out of the log: arguments named like secrets are replaced by a hash before recording.
 
-An argument is redacted when its name (at any depth of the arguments, case-insensitive) is one of
+An argument (of a tool; a model call's params -- its messages are content, not scanned) is redacted
+when its name (at any depth, case-insensitive) is one of
 ``SECRET_NAMES`` or ends in ``_`` + one of them (``x_api_key``, ``access_token``, but not
 ``max_tokens``), or when the tool names it in ``@app.tool(..., redact=("card",))``. Its value is
 replaced by ``"[redacted sha256:<16 hex>]"``: a sha256 of the run's key root (the original run of
@@ -32,25 +33,56 @@ def is_secret_name(name: str, extra: Collection[str] = ()) -> bool:
     return lowered in SECRET_NAMES or lowered.endswith(_SUFFIXES) or name in extra
 
 
+# Argument names come from code, so a run meets the same few again and again: remember the verdict
+# (bounded: keys of data-shaped dicts could be anything). This runs for every call of every step.
+_VERDICTS: dict[str, bool] = {}
+_VERDICTS_MAX = 4096
+
+
+def _secret(name: str, extra: Collection[str]) -> bool:
+    if extra and name in extra:
+        return True
+    verdict = _VERDICTS.get(name)
+    if verdict is None:
+        verdict = is_secret_name(name)
+        if len(_VERDICTS) < _VERDICTS_MAX:
+            _VERDICTS[name] = verdict
+    return verdict
+
+
+def _has_secret(value: Any, extra: Collection[str]) -> bool:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and _secret(key, extra):
+                return True
+            if isinstance(item, (dict, list)) and _has_secret(item, extra):
+                return True
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, (dict, list)) and _has_secret(item, extra):
+                return True
+    return False
+
+
 def redacted_value(salt: str, name: str, value: Any) -> str:
     digest = hashlib.sha256(f"{salt}\x00{name}\x00{canonical_json(value)}".encode()).hexdigest()[:16]
     return f"[redacted sha256:{digest}]"
 
 
 def redact(value: Any, salt: str, extra: Collection[str] = ()) -> Any:
-    """``value`` with every secret-named entry replaced; the same object when nothing was."""
+    """``value`` with every secret-named entry replaced; the same object when nothing was (the
+    common case is one scan, no copy)."""
+    return _redacted(value, salt, extra) if _has_secret(value, extra) else value
+
+
+def _redacted(value: Any, salt: str, extra: Collection[str]) -> Any:
     if isinstance(value, dict):
-        changed = False
-        out: dict[Any, Any] = {}
-        for key, item in value.items():
-            if isinstance(key, str) and is_secret_name(key, extra):
-                out[key] = redacted_value(salt, key, item)
-                changed = True
-            else:
-                out[key] = new = redact(item, salt, extra)
-                changed = changed or new is not item
-        return out if changed else value
+        return {
+            key: redacted_value(salt, key, item)
+            if isinstance(key, str) and _secret(key, extra)
+            else _redacted(item, salt, extra)
+            for key, item in value.items()
+        }
     if isinstance(value, list):
-        items = [redact(item, salt, extra) for item in value]
-        return items if any(new is not old for new, old in zip(items, value, strict=True)) else value
+        return [_redacted(item, salt, extra) for item in value]
     return value
