@@ -20,6 +20,7 @@ and results are not put on spans: the log has them (redacted), a trace backend n
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import TYPE_CHECKING
 
 from opentelemetry import trace
@@ -36,10 +37,7 @@ _tracer = trace.get_tracer("agentlog")
 _OFF = trace.INVALID_SPAN  # what every span is while no TracerProvider is configured
 
 
-def _enabled() -> bool:
-    """A TracerProvider has been set. Until then spans are skipped outright: even a no-op span
-    touches the context API, whose first use scans every installed package's entry points
-    (hundreds of milliseconds, paid by the first step after a worker starts)."""
+def _provider_set() -> bool:
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
@@ -68,11 +66,27 @@ class RunSpans:
 
     def __init__(self) -> None:
         self._runs: dict[str, Span] = {}
+        self._on = False
+        self._checked_at = -1e9
+
+    def _enabled(self) -> bool:
+        """A TracerProvider has been set. Until then spans are skipped outright: even a no-op span
+        touches the context API, whose first use scans every installed package's entry points
+        (hundreds of milliseconds, paid by the first step after a worker starts). Asking the API
+        costs an ``os.environ`` miss (a KeyError raised and caught), twice a step, so a "no" is
+        asked again at most once a second; a provider, once set, stays."""
+        if self._on:
+            return True
+        now = time.monotonic()
+        if now - self._checked_at >= 1.0:
+            self._checked_at = now
+            self._on = _provider_set()
+        return self._on
 
     def run_span(self, machine: RunMachine) -> Span:
         span = self._runs.get(machine.run_id)
         if span is None:
-            if not _enabled():
+            if not self._enabled():
                 return _OFF
             span = self._runs[machine.run_id] = _tracer.start_span(
                 f"invoke_agent {machine.workflow}",
@@ -97,7 +111,7 @@ class RunSpans:
             span.end()
 
     def call_started(self, machine: RunMachine, intent: Intent, attempt: int) -> Span:
-        if not _enabled():
+        if not self._enabled():
             return _OFF
         parent = trace.set_span_in_context(self.run_span(machine))
         if intent.kind == "model":

@@ -43,6 +43,7 @@ class Recorded:
     dsn: str
     run_id: str
     payment_id: str
+    fork_id: str
 
 
 def transcript_at(turn: int, order: str) -> list[dict[str, str]]:
@@ -66,6 +67,10 @@ def recorded(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> It
             payment_id = client.submit("payment", {"order": "48211"})
             assert client.result(run_id, timeout=60)["turns"] == 3
             assert client.result(payment_id, timeout=60) == {"charged": 4160, "last4": "1111"}
+            # A fork of the payment from its charge: the original is left alone, the charge skipped.
+            fork_id = client.fork(payment_id, 2, {"prompt_version": "v2"})
+            assert client.result(fork_id, timeout=60) == {"skipped": "fork"}
+            assert client.status(payment_id).status == "completed"
     finally:
         worker.stop()
     dsn = f"chdb://{tmp}/store"
@@ -80,7 +85,7 @@ def recorded(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> It
         wait_for_rows(dsn, settings.events_topic, total, proc=sink.proc)
     finally:
         assert sink.stop() == 0, sink.log_tail()
-    yield Recorded(settings, dsn, run_id, payment_id)
+    yield Recorded(settings, dsn, run_id, payment_id, fork_id)
 
 
 def audit_json(recorded: Recorded, *args: str) -> object:
@@ -157,6 +162,8 @@ def test_audit_cost_prices_the_reported_usage_by_model(recorded: Recorded, tmp_p
     )
     assert row["cost_usd"] == pytest.approx(650 * 2e-6 + 650 * 0.5e-6 + 80 * 8e-6)
     assert row["unpriced_calls"] == 0
+    assert audit_json(recorded, "cost", "--by", "model", "--since", "1h") == rows
+    assert audit_json(recorded, "cost", "--by", "model", "--since", "2999-01-01") == []
     by_version = audit_json(recorded, "cost", "--by", "prompt_version")
     assert isinstance(by_version, list)
     assert [r["prompt_version"] for r in by_version] == ["refund-v3", ""]  # the payment declared none
@@ -200,3 +207,18 @@ def test_secrets_reach_neither_the_log_nor_the_store(recorded: Recorded) -> None
     assert isinstance(found, dict)
     assert found["args"]["cents"] == 4160 and found["args"]["card"].startswith("[redacted sha256:")
     assert found["result"] == {"charged": 4160, "last4": "1111"}
+
+
+def test_a_fork_skips_the_effect_and_leaves_the_original_alone(recorded: Recorded) -> None:
+    original = audit_json(recorded, "call", recorded.payment_id, "2")
+    forked = audit_json(recorded, "call", recorded.fork_id, "2")
+    assert isinstance(original, dict) and isinstance(forked, dict)
+    assert original["result"] == {"charged": 4160, "last4": "1111"}
+    assert forked["result"] == {"skipped": "fork"}
+    assert forked["args"] == original["args"]  # the same call, recorded and never made
+    (row,) = query(
+        recorded.dsn,
+        "SELECT parent_run_id, fork_overrides FROM agentlog.events WHERE run_id = {r:String} AND type = 'RunStarted'",
+        {"r": recorded.fork_id},
+    ).rows
+    assert row == (recorded.payment_id, '{"prompt_version":"v2"}')
