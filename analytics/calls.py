@@ -86,7 +86,7 @@ def call(store: QueryStore, run_id: str, position: int) -> dict[str, JsonValue]:
     model_rows = list(
         store.query(
             f"""SELECT run_id, position, model, prompt_version, args_hash, messages, params, response_model,
-                input_tokens, output_tokens, cached_tokens, cost_usd, priced, attempts, outcome,
+                input_tokens, output_tokens, cached_tokens, cost_usd, priced, copied, attempts, outcome,
                 scheduled_at, finished_at, was_in_doubt
             FROM {DATABASE}.model_calls WHERE run_id = {{run:String}} AND position = {{position:Int32}}""",
             {"run": run_id, "position": position},
@@ -121,11 +121,15 @@ def cost(store: QueryStore, by: str = "run", since: dt.datetime | None = None, l
     """Tokens and cost of model calls grouped ``by`` run, workflow, model or prompt_version, highest first.
 
     ``unpriced_calls`` counts calls that reported usage but have no price for their model: their
-    cost is missing from ``cost_usd``, not zero."""
+    cost is missing from ``cost_usd``, not zero. Calls a reset or fork copied from its original
+    (``model_calls.copied``) are the original's cost and are left out."""
     key = COST_KEYS.get(by)
     if key is None:
         raise AuditError(f"--by {by!r}: expected one of {', '.join(COST_KEYS)}")
-    where = "WHERE c.scheduled_at >= {since:DateTime64(3, 'UTC')}" if since is not None else ""
+    # Calls a reset or fork copied from the original were paid for once, by the original.
+    where = "WHERE NOT c.copied" + (
+        " AND c.scheduled_at >= {since:DateTime64(3, 'UTC')}" if since is not None else ""
+    )
     result = store.query(
         f"""SELECT
             {key} AS {by},

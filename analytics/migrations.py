@@ -427,6 +427,10 @@ WITH
     prompts AS ({_PROMPTS}
     ),
     sequences AS ({_SEQUENCES}
+    ),
+    starts AS (
+        SELECT run_id, max(ifNull(reset_position, 0)) AS reset_position
+        FROM {EVENTS} WHERE fenced = 0 AND type = 'RunStarted' GROUP BY run_id
     )
 SELECT
     calls.run_id AS run_id,
@@ -441,10 +445,14 @@ SELECT
        (ifNull(calls.input_tokens, 0) - ifNull(calls.cached_tokens, 0)) * p.input_per_token
        + ifNull(calls.cached_tokens, 0) * p.cached_per_token
        + ifNull(calls.output_tokens, 0) * p.output_per_token) AS cost_usd,
-    p.model != '' AS priced
+    p.model != '' AS priced,
+    -- Copied from the original by a reset or fork (positions before its cut): not a call this run
+    -- made, so not a cost of its own (audit cost leaves them out).
+    toBool(calls.position < ifNull(starts.reset_position, 0)) AS copied
 FROM calls
 LEFT JOIN prompts ON prompts.run_id = calls.run_id AND prompts.position = calls.position
 LEFT JOIN sequences ON sequences.run_id = calls.run_id
+LEFT JOIN starts ON starts.run_id = calls.run_id
 ASOF LEFT JOIN {PRICES} AS p
     ON p.model = calls.priced_model AND ifNull(calls.scheduled_at, toDateTime64(0, 3, 'UTC')) >= p.from_date
 SETTINGS join_use_nulls = 0, output_format_json_escape_forward_slashes = 0"""

@@ -221,4 +221,4 @@ def test_a_fork_skips_the_effect_and_leaves_the_original_alone(recorded: Recorde
         "SELECT parent_run_id, fork_overrides FROM agentlog.events WHERE run_id = {r:String} AND type = 'RunStarted'",
         {"r": recorded.fork_id},
     ).rows
-    assert row == (recorded.payment_id, '{"prompt_version":"v2"}')
+    assert list(row) == [recorded.payment_id, '{"prompt_version":"v2"}']
