@@ -151,10 +151,18 @@ def cost(store: QueryStore, by: str = "run", since: dt.datetime | None = None, l
     return Rows(result.columns, list(result.dicts()))
 
 
+def _shown(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.10g}"
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
 def describe_call(found: dict[str, Any]) -> list[str]:
     """``audit call`` as text: the header fields, then the prompt message by message, then the result."""
     skip = {"messages", "result", "args"}
-    lines = [f"{name}: {value}" for name, value in found.items() if name not in skip]
+    lines = [f"{name}: {_shown(value)}" for name, value in found.items() if name not in skip]
     if found["kind"] == "model":
         messages = found.get("messages")
         lines.append("messages:" if isinstance(messages, list) else "messages: (not recorded)")
