@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from runtime.config import Settings
 
 from . import audit, diff, render
+from .cost_cli import add_call_and_cost_commands
 from .store import connect
 
 if TYPE_CHECKING:
@@ -70,6 +71,8 @@ def add_audit_commands(subparsers: Subparsers) -> None:
     sql = commands.add_parser("sql", parents=[common], help="one read-only SQL statement")
     sql.add_argument("statement", metavar="SQL")
     sql.set_defaults(func=_audit_sql)
+
+    add_call_and_cost_commands(commands, common)
 
 
 def _dsn(args: argparse.Namespace, settings: Settings) -> str:

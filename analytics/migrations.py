@@ -36,6 +36,7 @@ from .tables import (
     ENVELOPE_COLUMNS,
     EVENTS,
     MIGRATIONS,
+    PRICES,
     SINK_COLUMNS,
     WRITER_SCHEMAS,
     quote_identifier,
@@ -195,10 +196,15 @@ GROUP BY run_id"""
 
 
 def _call_view(kind: str, extra: str) -> str:
+    return f"""CREATE OR REPLACE VIEW {DATABASE}.{kind.lower()}_calls AS
+{_call_view_select(kind, extra)}"""
+
+
+def _call_view_select(kind: str, extra: str) -> str:
+    """The per-call aggregate of the call views (its text is part of migration 3: keep it)."""
     scheduled, completed, failed = f"{kind}CallScheduled", f"{kind}CallCompleted", f"{kind}CallFailed"
     outcome = f"type IN ('{completed}', '{failed}')"
-    return f"""CREATE OR REPLACE VIEW {DATABASE}.{kind.lower()}_calls AS
-SELECT
+    return f"""SELECT
     run_id,
     position,
     {extra},
@@ -224,6 +230,19 @@ WHERE fenced = 0 AND type IN ('{scheduled}', '{completed}', '{failed}')
 GROUP BY run_id, position"""
 
 
+# Migration 10: usage of the completed attempts (a retried or re-executed call costs what each
+# completed attempt reported), and the model name prices are looked up by: the one the provider
+# reported, else the registered name.
+_MODEL_EXTRA_V10 = (
+    "anyIf(model, type = 'ModelCallScheduled') AS model,\n"
+    "    anyIf(prompt_version, type = 'ModelCallScheduled') AS prompt_version,\n"
+    "    anyIf(args_hash, type = 'ModelCallScheduled') AS args_hash,\n"
+    "    sumIf(input_tokens, type = 'ModelCallCompleted') AS input_tokens,\n"
+    "    sumIf(output_tokens, type = 'ModelCallCompleted') AS output_tokens,\n"
+    "    sumIf(cached_tokens, type = 'ModelCallCompleted') AS cached_tokens,\n"
+    "    anyIf(response_model, type = 'ModelCallCompleted') AS response_model,\n"
+    "    ifNull(response_model, ifNull(model, '')) AS priced_model"
+)
 _MODEL_CALLS_VIEW = _call_view(
     "Model",
     "anyIf(model, type = 'ModelCallScheduled') AS model,\n"
@@ -331,6 +350,122 @@ SELECT
 FROM {EVENTS}
 WHERE fenced = 0 AND type = 'PromptDrifted'"""
 
+# Migration 10: the audit record answers "why". Fields of ModelCallScheduled (the prompt: the
+# run's message sequence, runtime.log.prompts), ModelCallCompleted (usage) and RunStarted (the
+# OpenTelemetry trace id, a fork's overrides).
+_V10_FIELD_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("message_count", "Nullable(Int32)"),
+    ("message_slots", "Array(Int64)"),
+    ("new_roles", "Array(String)"),
+    ("new_messages", "Array(String)"),
+    ("params", "Nullable(String)"),
+    ("input_tokens", "Nullable(Int64)"),
+    ("output_tokens", "Nullable(Int64)"),
+    ("cached_tokens", "Nullable(Int64)"),
+    ("response_model", "Nullable(String)"),
+    ("trace_id", "Nullable(String)"),
+    ("fork_overrides", "Nullable(String)"),
+)
+_AUDIT_COLUMNS = f"ALTER TABLE {EVENTS} " + ", ".join(
+    f"ADD COLUMN IF NOT EXISTS {quote_identifier(name)} {ch_type}" for name, ch_type in _V10_FIELD_COLUMNS
+)
+
+# Prices are data, not code: `agentlog audit prices load FILE` replaces the rows; cost is computed
+# when a view is read, so a corrected price re-prices history. A row holds from from_date until
+# the model's next row. Prices per token, in USD; cached tokens are part of input_tokens.
+_PRICES_TABLE = f"""CREATE TABLE IF NOT EXISTS {PRICES} (
+    model String,
+    from_date DateTime64(3, 'UTC'),
+    input_per_token Float64,
+    output_per_token Float64,
+    cached_per_token Float64
+)
+ENGINE = MergeTree
+ORDER BY (model, from_date)"""
+
+# A message's canonical JSON from its stored form (runtime.log.prompts.message_json): the
+# {"content", "role"} wrapper is rebuilt; any other shape is stored whole.
+_MESSAGE_JSON = (
+    "if(r = '', b, concat('{{\"content\":', toJSONString(b), ',\"role\":', toJSONString(r), '}}'))"
+)
+
+# The prompt of each recorded model call, rebuilt in SQL from the run's message sequence: each
+# ModelCallScheduled appends its new messages (first_new = how many came before it in the run, in
+# log order, fenced records excluded as the runtime excludes them), and names its prompt as
+# ranges of the sequence (or, when it names none, its own new messages).
+_PROMPTS = f"""
+    SELECT
+        run_id,
+        position,
+        message_count,
+        params,
+        if(empty(message_slots),
+           arrayMap(i -> toInt64(first_new + i), range(toUInt64(length(new_messages)))),
+           arrayFlatten(arrayMap(
+               i -> arrayMap(k -> toInt64(message_slots[2 * i - 1] + k), range(toUInt64(message_slots[2 * i]))),
+               range(1, toUInt64(intDiv(length(message_slots), 2) + 1))))) AS slots
+    FROM (
+        SELECT run_id, position, offset, message_count, message_slots, new_messages, params,
+            ifNull(sum(length(new_messages)) OVER (
+                PARTITION BY run_id ORDER BY offset ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS first_new
+        FROM {EVENTS}
+        WHERE fenced = 0 AND type = 'ModelCallScheduled'
+    )"""
+_SEQUENCES = f"""
+    SELECT run_id,
+        arrayFlatten(arrayMap(x -> x.2, arraySort(x -> x.1, groupArray((offset, arrayMap(
+            (r, b) -> {_MESSAGE_JSON.format()}, new_roles, new_messages)))))) AS sequence
+    FROM {EVENTS}
+    WHERE fenced = 0 AND type = 'ModelCallScheduled'
+    GROUP BY run_id"""
+
+_MODEL_CALLS_VIEW_V10 = f"""CREATE OR REPLACE VIEW {DATABASE}.model_calls AS
+WITH
+    calls AS (
+        {_call_view_select("Model", _MODEL_EXTRA_V10)}
+    ),
+    prompts AS ({_PROMPTS}
+    ),
+    sequences AS ({_SEQUENCES}
+    ),
+    starts AS (
+        SELECT run_id, max(ifNull(reset_position, 0)) AS reset_position
+        FROM {EVENTS} WHERE fenced = 0 AND type = 'RunStarted' GROUP BY run_id
+    )
+SELECT
+    calls.run_id AS run_id,
+    calls.position AS position,
+    calls.model AS model,
+    calls.* EXCEPT (run_id, position, model),
+    if(prompts.message_count >= 0,
+       concat('[', arrayStringConcat(arrayMap(s -> sequences.sequence[s + 1], prompts.slots), ','), ']'),
+       NULL) AS messages,
+    prompts.params AS params,
+    if(p.model = '' OR (calls.input_tokens IS NULL AND calls.output_tokens IS NULL), NULL,
+       (ifNull(calls.input_tokens, 0) - ifNull(calls.cached_tokens, 0)) * p.input_per_token
+       + ifNull(calls.cached_tokens, 0) * p.cached_per_token
+       + ifNull(calls.output_tokens, 0) * p.output_per_token) AS cost_usd,
+    p.model != '' AS priced,
+    -- Copied from the original by a reset or fork (positions before its cut): not a call this run
+    -- made, so not a cost of its own (audit cost leaves them out).
+    toBool(calls.position < ifNull(starts.reset_position, 0)) AS copied
+FROM calls
+LEFT JOIN prompts ON prompts.run_id = calls.run_id AND prompts.position = calls.position
+LEFT JOIN sequences ON sequences.run_id = calls.run_id
+LEFT JOIN starts ON starts.run_id = calls.run_id
+ASOF LEFT JOIN {PRICES} AS p
+    ON p.model = calls.priced_model AND ifNull(calls.scheduled_at, toDateTime64(0, 3, 'UTC')) >= p.from_date
+SETTINGS join_use_nulls = 0, output_format_json_escape_forward_slashes = 0"""
+
+_TOOL_CALLS_VIEW_V10 = _call_view(
+    "Tool",
+    "anyIf(tool, type = 'ToolCallScheduled') AS tool,\n"
+    "    anyIf(idempotency_key, type = 'ToolCallScheduled') AS idempotency_key,\n"
+    "    ifNull(anyIf(effect, type = 'ToolCallScheduled'), false) AS effecting,\n"
+    "    anyIf(args_hash, type = 'ToolCallScheduled') AS args_hash,\n"
+    "    anyIf(args, type = 'ToolCallScheduled') AS args",
+)
+
 MIGRATIONS_LIST: tuple[Migration, ...] = (
     Migration(1, "events table", (f"CREATE DATABASE IF NOT EXISTS {DATABASE}", _EVENTS_TABLE)),
     Migration(2, "writer schemas table", (_WRITER_SCHEMAS_TABLE,)),
@@ -345,6 +480,11 @@ MIGRATIONS_LIST: tuple[Migration, ...] = (
     Migration(7, "runs view: the runtime's status vocabulary", (_RUNS_VIEW_V7,)),
     Migration(8, "prompt drift columns and view", (_DRIFT_COLUMNS, _PROMPT_DRIFT_VIEW)),
     Migration(9, "schema_version: the registry version of the writer schema", (_SCHEMA_VERSION_COMMENT,)),
+    Migration(
+        10,
+        "audit: prompts, usage, prices and cost",
+        (_AUDIT_COLUMNS, _PRICES_TABLE, _MODEL_CALLS_VIEW_V10, _TOOL_CALLS_VIEW_V10),
+    ),
 )
 
 _LEDGER = f"""CREATE TABLE IF NOT EXISTS {MIGRATIONS} (

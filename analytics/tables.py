@@ -14,6 +14,7 @@ DATABASE = "agentlog"
 EVENTS = f"{DATABASE}.events"
 WRITER_SCHEMAS = f"{DATABASE}.writer_schemas"
 MIGRATIONS = f"{DATABASE}.schema_migrations"
+PRICES = f"{DATABASE}.model_prices"
 
 # Filled by the sink from the Kafka record and its decoding, never from an event field.
 SINK_COLUMNS: tuple[tuple[str, str], ...] = (

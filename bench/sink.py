@@ -60,8 +60,12 @@ def emit(**fields: Any) -> None:
 
 
 # -- prefill --------------------------------------------------------------------------------------
-def run_template(run_id: str, steps: int = 4) -> list[ev.Event]:
-    """A typical run: start, ``steps`` x (model call, effecting tool call), completion (18 events)."""
+SYSTEM_PROMPT = "You are the refund agent of an online shop. " * 10
+
+
+def run_template(run_id: str, steps: int = 4, with_prompts: bool = True) -> list[ev.Event]:
+    """A typical run: start, ``steps`` x (model call with its prompt and usage, effecting tool call),
+    completion (18 events)."""
     seq = 0
     now = int(time.time() * 1000)
 
@@ -72,16 +76,54 @@ def run_template(run_id: str, steps: int = 4) -> list[ev.Event]:
 
     out = [nxt(ev.RunStarted, workflow="refund", input='{"order": 4242, "amount": 40}', command_offset=0)]
     for step in range(steps):
+        # The prompt as the runtime records it (runtime.log.prompts): the transcript so far as one
+        # range of the run's message sequence, plus the new messages (the system prompt and the
+        # first question at step 0; the last answer and the next question after).
+        new = (
+            [SYSTEM_PROMPT, f"question {step}: " + "q" * 160]
+            if step == 0
+            else ["x" * 240, f"question {step}: " + "q" * 160]
+        )
+        prompt = (
+            {
+                "message_count": 2 * step + 2,
+                "message_slots": [] if step == 0 else [0, 2 * step + 2],
+                "new_roles": ["system", "user"] if step == 0 else ["assistant", "user"],
+                "new_messages": new,
+                "params": '{"temperature":0.2}',
+            }
+            if with_prompts
+            else {}
+        )
+        usage = (
+            {
+                "input_tokens": 400 * (step + 1),
+                "output_tokens": 60,
+                "cached_tokens": 300 * step,
+                "response_model": "gpt-4o-mini-2024-07-18",
+            }
+            if with_prompts
+            else {}
+        )
         out.append(
             nxt(
                 ev.ModelCallScheduled,
                 position=2 * step + 1,
                 model="gpt-4o-mini",
-                args_hash="a" * 64,
+                args_hash="a" * 16,
                 prompt_version="v3",
+                **prompt,
             )
         )
-        out.append(nxt(ev.ModelCallCompleted, position=2 * step + 1, result="x" * 240, latency_us=850_000))
+        out.append(
+            nxt(
+                ev.ModelCallCompleted,
+                position=2 * step + 1,
+                result="x" * 240,
+                latency_us=850_000,
+                **usage,
+            )
+        )
         out.append(
             nxt(
                 ev.ToolCallScheduled,
@@ -106,7 +148,10 @@ def prefill(settings: Settings, events: int) -> tuple[int, list[str]]:
     """Produce about ``events`` events; return the count and a sample of run ids."""
     serde = Serde(settings)
     template_id = "bench-" + "X" * RUN_WIDTH
-    templates = [serde.encode(e) for e in run_template(template_id)]
+    with_prompts = (
+        os.environ.get("BENCH_SINK_PROMPTS", "1") != "0"
+    )  # 0: model calls as before prompts were recorded
+    templates = [serde.encode(e) for e in run_template(template_id, with_prompts=with_prompts)]
     producer = Producer(
         {
             "bootstrap.servers": settings.bootstrap_servers,

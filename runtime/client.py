@@ -9,7 +9,7 @@ import concurrent.futures
 import logging
 import secrets
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -88,8 +88,27 @@ class Client:
         self._send(RunSubmitted(run_id=run_id, workflow=workflow, input=text))
         return run_id
 
+    def fork(
+        self,
+        run_id: str,
+        position: int,
+        overrides: Mapping[str, Any] | None = None,
+        new_id: str | None = None,
+    ) -> str:
+        """A new run from ``run_id``'s history before ``position`` that leaves ``run_id`` untouched
+        (unlike ``reset``) and runs effecting tools dry: each is recorded as skipped, never called,
+        so comparing the two runs never touches the world. The workflow sees ``overrides`` (e.g.
+        ``{"model": "planner-v2"}``) as ``ctx.overrides``. Raises what ``reset`` raises."""
+        return self.reset(run_id, position, new_id, fork_overrides=dict(overrides or {}))
+
     def reset(
-        self, run_id: str, position: int, new_id: str | None = None, *, allow_in_doubt: bool = False
+        self,
+        run_id: str,
+        position: int,
+        new_id: str | None = None,
+        *,
+        allow_in_doubt: bool = False,
+        fork_overrides: dict[str, Any] | None = None,
     ) -> str:
         """A new run from ``run_id``'s recorded history before ``position`` (runtime.replay.reset): no
         call before it runs again, everything from it runs with the current code, and effects it
@@ -121,7 +140,7 @@ class Client:
                 f"run {run_id} before position {position} is {len(seed)} bytes of history, over the "
                 f"{_SEED_LIMIT}-byte limit of one submission: reset to an earlier position"
             )
-        if summarize(run_id, logged).status == "running":
+        if fork_overrides is None and summarize(run_id, logged).status == "running":
             self.cancel(run_id, reason=f"reset to position {position}")
         new = new_id or new_run_id()
         self._note_floor(new)
@@ -134,6 +153,7 @@ class Client:
                 reset_position=position,
                 key_root=started.key_root or run_id,
                 seed=seed,
+                fork_overrides=None if fork_overrides is None else canonical_json(fork_overrides),
             )
         )
         return new

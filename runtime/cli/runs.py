@@ -165,6 +165,23 @@ def _reset(args: argparse.Namespace, settings: Settings) -> int:
         return _print_run(client, new, args)
 
 
+def _override(text: str) -> tuple[str, Any]:
+    """``--set key=value``: the value as JSON when it parses (numbers, true, objects), else as text."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"--set {text!r}: expected key=value, e.g. model=planner-v2")
+    try:
+        return key.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return key.strip(), value
+
+
+def _fork(args: argparse.Namespace, settings: Settings) -> int:
+    with _client(settings, "cli") as client:
+        new = client.fork(args.run, args.at, dict(args.set or []), new_id=args.run_id)
+        return _print_run(client, new, args)
+
+
 def _status(args: argparse.Namespace, settings: Settings) -> int:
     status = _client(settings).status(args.run)
     if args.json:
@@ -300,6 +317,25 @@ def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     reset.add_argument("--wait", action="store_true", help="wait and print the new run's result as JSON")
     reset.add_argument("--timeout", type=float, default=60.0)
     reset.set_defaults(func=_reset)
+
+    fork = subparsers.add_parser(
+        "fork",
+        help="a new run from a run's history before a position, to compare: the original is left "
+        "alone and effecting tools are skipped (recorded, never called)",
+    )
+    fork.add_argument("run")
+    fork.add_argument("--at", type=int, required=True, help="first position the fork executes (1-based)")
+    fork.add_argument(
+        "--set",
+        action="append",
+        type=_override,
+        metavar="KEY=VALUE",
+        help="an override the workflow sees in ctx.overrides from --at on (model=NAME, prompt_version=V); repeatable",
+    )
+    fork.add_argument("--run-id", help="the fork's run id (default: a fresh one)")
+    fork.add_argument("--wait", action="store_true", help="wait and print the fork's result as JSON")
+    fork.add_argument("--timeout", type=float, default=60.0)
+    fork.set_defaults(func=_fork)
 
     cancel = subparsers.add_parser("cancel", help="cancel a run")
     cancel.add_argument("run")

@@ -69,6 +69,10 @@ class ModelCallCompleted(Event):
     result_offset: int | None = None
     result_sha256: str | None = None
     result_size: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None
+    response_model: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -93,6 +97,12 @@ class ModelCallScheduled(Event):
     args_hash: str
     prompt_version: str | None = None
     args: str | None = None
+    # The prompt itself, each distinct message once per run (runtime.log.prompts).
+    message_count: int = -1
+    message_slots: list[int] = field(default_factory=list)
+    new_roles: list[str] = field(default_factory=list)
+    new_messages: list[str] = field(default_factory=list)
+    params: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -205,6 +215,8 @@ class RunStarted(Event):
     parent_run_id: str | None = None
     reset_position: int = 0
     key_root: str | None = None
+    trace_id: str | None = None
+    fork_overrides: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -218,6 +230,7 @@ class RunSubmitted(Command):
     key_root: str | None = None
     seed: str | None = None
     continued_from: str | None = None
+    fork_overrides: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -9,6 +9,7 @@ from typing import Any
 
 from runtime.log.events import Event, ModelCallCompleted, ModelCallFailed, ToolCallCompleted, ToolCallFailed
 from runtime.worker.call_pool import CallPool
+from runtime.worker.usage import usage_of
 from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.canonical import canonical_json
 from runtime.workflow.intents import Intent
@@ -76,6 +77,7 @@ def completed(
     latency = int((time.perf_counter() - started) * 1_000_000)
     text = canonical_json(result)
     if command.kind == "model":
+        usage = usage_of(result)
         return ModelCallCompleted(
             run_id="",
             position=command.position,
@@ -83,6 +85,10 @@ def completed(
             attempt=attempt,
             latency_us=latency,
             in_doubt=command.in_doubt,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cached_tokens=usage.cached_tokens,
+            response_model=usage.response_model,
         )
     return ToolCallCompleted(
         run_id="",
@@ -92,6 +98,14 @@ def completed(
         latency_us=latency,
         in_doubt=command.in_doubt,
     )
+
+
+# What an effecting tool "returns" in a fork (runtime.client.Client.fork): it was never called.
+SKIPPED_IN_FORK = {"skipped": "fork"}
+
+
+def skipped_in_fork(command: Intent) -> ToolCallCompleted:
+    return ToolCallCompleted(run_id="", position=command.position, result=canonical_json(SKIPPED_IN_FORK))
 
 
 def failed(command: Intent, error: BaseException, attempt: int, started: float, final: bool) -> Event:

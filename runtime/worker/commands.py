@@ -30,6 +30,7 @@ from runtime.replay.reset import SeedError, decode_seed
 from runtime.worker.batching import TurnBatcher
 from runtime.worker.execution import Executor
 from runtime.worker.partition import OwnedPartition
+from runtime.worker.tracing import trace_id_for
 from runtime.workflow.app import App
 from runtime.workflow.input_shape import shape_error
 from runtime.workflow.intents import with_envelope
@@ -143,6 +144,8 @@ class CommandHandler:
             parent_run_id=command.reset_from or command.continued_from,
             reset_position=command.reset_position,
             key_root=command.key_root,
+            trace_id=trace_id_for(command.run_id),
+            fork_overrides=command.fork_overrides,
         )
         # A reset's copied events keep their original times (ctx.now() replays as it ran).
         copies = [

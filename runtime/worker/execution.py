@@ -22,9 +22,10 @@ from runtime.log.payloads import outlined
 from runtime.log.port import EventLog, OwnershipCheck, WriteError
 from runtime.worker.batching import TurnBatcher
 from runtime.worker.call_pool import CallPool
-from runtime.worker.calls import attempt_once, completed, failed, is_retryable, retry_policy
+from runtime.worker.calls import attempt_once, completed, failed, is_retryable, retry_policy, skipped_in_fork
 from runtime.worker.continuation import Continuer
 from runtime.worker.partition import OwnedPartition
+from runtime.worker.tracing import RunSpans
 from runtime.workflow.app import App
 from runtime.workflow.intents import Intent
 from runtime.workflow.machine import RunMachine
@@ -53,6 +54,7 @@ class Executor:
         # Set when a record the run depends on was not acknowledged: the worker stops on it.
         self.failure: str | None = None
         self.continuer = Continuer(settings, batcher.serde, log, self._fail)
+        self.spans = RunSpans()
 
     def _fail(self, why: str) -> None:
         self.failure = self.failure or why
@@ -63,11 +65,14 @@ class Executor:
     def flush(self, owned: OwnedPartition, machine: RunMachine) -> None:
         """Append what the machine emitted; start the intents that became ready."""
         events, ready = machine.drain()
+        if machine.active:
+            self.spans.run_span(machine)
         durable = self.batcher.append(owned, events) if events else None
         if machine.active and self._over_history_limit(owned, machine):
             ready = []  # parked: nothing more runs
             durable = self.batcher.append(owned, machine.drain()[0]) or durable
         if not machine.active:
+            self.spans.run_ended(machine.run_id, machine.status)
             continued = next((e for e in events if isinstance(e, RunContinuedAsNew)), None)
             if continued is not None:  # its first offset stays until the successor is submitted
                 owned.runs.pop(machine.run_id, None)
@@ -123,16 +128,24 @@ class Executor:
         if intent.effect and not await self.still_owner(owned, scheduled_at or owned.epoch):
             self.lose(owned.partition, f"fenced: a newer epoch claimed partition {owned.partition}")
             return
+        if intent.effect and machine.dry_run:
+            # A fork compares, it never acts: the effect is recorded as skipped, never called.
+            machine.record(skipped_in_fork(intent))
+            self.flush(owned, machine)
+            return
         assert self.pool is not None
         policy = retry_policy(self.app, intent)
         attempt = intent.failed_attempts + (2 if intent.in_doubt else 1)
         while True:
             started = time.perf_counter()
+            span = self.spans.call_started(machine, intent, attempt)
             try:
                 outcome = completed(intent, await attempt_once(self.app, intent, self.pool), attempt, started)
-            except asyncio.CancelledError:
+            except asyncio.CancelledError as cancelled:
+                self.spans.call_failed(span, cancelled)
                 raise
             except Exception as error:  # the call's own failure: recorded, retried by its policy
+                self.spans.call_failed(span, error)
                 if owned.lost or not machine.active:
                     return
                 final = not is_retryable(policy, error, attempt)
@@ -143,6 +156,7 @@ class Executor:
                 await asyncio.sleep(policy.backoff(attempt))
                 attempt += 1
                 continue
+            self.spans.call_completed(span, outcome)
             if owned.lost or not machine.active:
                 return
             text: str | None = None

@@ -60,6 +60,9 @@ class ToolSpec:
     is_async: bool
     effect: bool
     key_args: tuple[str, ...] | None  # None: every argument identifies the effect
+    redact: tuple[
+        str, ...
+    ] = ()  # arguments recorded as a hash (runtime.workflow.redact), besides secret names
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,7 @@ class App:
         effect: bool = False,
         key_args: tuple[str, ...] | None = None,
         retry: RetryPolicy | None = None,
+        redact: tuple[str, ...] = (),
     ) -> Callable[[F], F]:
         """Register a tool as ``name``: a callable taking keyword arguments, sync or async.
 
@@ -136,8 +140,10 @@ class App:
         recorded before the call, to pass to the service it calls; it starts only once the worker
         has proven it still owns the run's partition. ``key_args`` names the arguments that
         identify the effect (a refund's order and amount, not a free-text reason), so a reworded
-        call keeps its key. ``retry`` as for ``model``. Raises RegistrationError for a bad
-        signature or a name taken twice."""
+        call keeps its key. ``retry`` as for ``model``. ``redact`` names arguments that must never
+        reach the log (a card number): they are recorded as a hash, as arguments named like secrets
+        (api_key, authorization, password, token...) always are (runtime.workflow.redact). Raises
+        RegistrationError for a bad signature or a name taken twice."""
 
         def register(fn: F) -> F:
             if name in self.tools:
@@ -152,6 +158,10 @@ class App:
             for arg in key_args or ():
                 if arg not in params:
                     raise RegistrationError(f"tool {name!r}: key_args names {arg!r}, not a parameter")
+            takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+            for arg in redact:
+                if arg not in params and not takes_any:
+                    raise RegistrationError(f"tool {name!r}: redact names {arg!r}, not a parameter")
             self.tools[name] = ToolSpec(
                 name,
                 fn,
@@ -159,6 +169,7 @@ class App:
                 _is_async(fn),
                 effect,
                 tuple(key_args) if key_args is not None else None,
+                tuple(redact),
             )
             return fn
 

@@ -53,6 +53,19 @@ class Context:
         """Call the model client registered as ``name``; the completion is recorded."""
         return self._machine.issue_model(name, messages, params, prompt_version)
 
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """What ``agentlog fork RUN --at N --set key=value`` asked this run to change (``model``,
+        ``prompt_version``, ...), from position N on (before it, the fork replays the original's
+        calls: empty there, and in a run that is not a fork). The workflow applies them itself,
+        e.g. ``ctx.model(ctx.overrides.get("model", "planner"), ...)``."""
+        return self._machine.overrides_now()
+
+    @property
+    def is_fork(self) -> bool:
+        """True in a fork: effecting tools are recorded as skipped and never called."""
+        return self._machine.dry_run
+
     def tool(self, name: str, /, **args: Any) -> DurableFuture:
         """Call the tool registered as ``name`` with keyword arguments; the result is recorded."""
         return self._machine.issue_tool(name, args)

@@ -38,6 +38,16 @@ class Intent:
     failed_attempts: int = 0
     in_doubt: bool = False
     recorded: bool = True  # False for a signal wait without timeout: nothing to record or match
+    # What the log records of ``args``: secrets replaced by hashes (runtime.workflow.redact); ``hash``
+    # is over these. ``legacy_hash`` (set only when something was redacted) is the hash of the raw
+    # arguments, as code before redaction recorded it, so such a record still matches on replay.
+    recorded_args: Any = None
+    legacy_hash: str | None = None
+
+    def matches(self, recorded_hash: str) -> bool:
+        return recorded_hash == self.hash or (
+            self.legacy_hash is not None and recorded_hash == self.legacy_hash
+        )
 
     def signature(self) -> tuple[str, str, str]:
         return (self.kind, self.name, self.hash)

@@ -48,6 +48,7 @@ from runtime.log.events import (
     ToolCallFailed,
     ToolCallScheduled,
 )
+from runtime.log.prompts import PromptBook
 from runtime.log.status import RunState, status_after
 from runtime.workflow.app import App
 from runtime.workflow.canonical import args_hash, canonical_json, idempotency_key, sha256_hex
@@ -64,12 +65,10 @@ from runtime.workflow.intents import (
     timer_hash,
     with_envelope,
 )
+from runtime.workflow.redact import redact
 
 E = TypeVar("E", bound=Event)
 SCHEDULED_TYPES = (ModelCallScheduled, ToolCallScheduled, TimerScheduled, PatchRecorded)
-# Model prompts are large and the model's answer is what replay needs: history keeps only the
-# prompt's hash (enough to detect a changed prompt), never the prompt itself.
-MODEL_ARGS_INLINE_LIMIT = 0
 # ctx.history_near_limit(): the warn threshold of Settings unless the worker passes its own.
 HISTORY_WARN_EVENTS: int = Settings.model_fields["history_warn_events"].default
 
@@ -93,6 +92,10 @@ class RunMachine:
         # A reset run derives its effect keys from the original run: an effect it repeats keeps
         # its key, so the service it calls applies it once.
         self.key_root = started.key_root or started.run_id
+        # A fork (agentlog fork): what the workflow sees as ctx.overrides, and effects run dry.
+        self.dry_run = started.fork_overrides is not None
+        self.overrides: dict[str, Any] = json.loads(started.fork_overrides) if started.fork_overrides else {}
+        self.fork_position = started.reset_position
         self.workflow = started.workflow
         self.stamp = stamp
         self.seq = started.seq
@@ -116,6 +119,11 @@ class RunMachine:
         self._blocked_on: DurableFuture | GatherFuture | None = None
         self._pending_terminal: Event | None = None
         self._history_records = {e.position: e for e in history if isinstance(e, SCHEDULED_TYPES)}
+        # The run's message sequence (runtime.log.prompts): a live call records only what is new.
+        self._prompts = PromptBook()
+        for event in history:
+            if isinstance(event, ModelCallScheduled):
+                self._prompts.learn(event)
         self._redecided_in_history = {e.position for e in history if isinstance(e, Redecided)}
         # (position, issued args hash): a replay meeting the same drift again records nothing.
         self._drift_in_history = {
@@ -265,6 +273,11 @@ class RunMachine:
         return command is not None and self.active and not command.future.done
 
     # ----------------------------------------------------------------------------- commands out
+    def overrides_now(self) -> dict[str, Any]:
+        """A fork's overrides once the code has reached the fork position: before it the fork
+        replays the original's history, which the original code issued without them."""
+        return dict(self.overrides) if self._position + 1 >= self.fork_position else {}
+
     def _next_position(self) -> int:
         self._position += 1
         return self._position
@@ -276,20 +289,34 @@ class RunMachine:
             raise AgentlogError(f"model {name!r} is not registered (known: {sorted(self.app.models)})")
         args = {"messages": messages, "params": params, "prompt_version": prompt_version}
         position = self._next_position()
+        # Params are named (api_key, headers ...); messages are content, not scanned for names.
+        recorded_params = redact(params, self.key_root)
+        recorded = args if recorded_params is params else {**args, "params": recorded_params}
         command = Intent(
-            position, "model", name, args, args_hash("model", name, args), DurableFuture(position)
+            position, "model", name, args, args_hash("model", name, recorded), DurableFuture(position)
         )
         command.prompt_version = prompt_version
+        self._note_redaction(command, recorded)
         return self._issue(command)
+
+    def _note_redaction(self, command: Intent, recorded: Any) -> None:
+        command.recorded_args = recorded
+        if recorded is not command.args:
+            command.legacy_hash = args_hash(command.kind, command.name, command.args)
 
     def issue_tool(self, name: str, args: dict[str, Any]) -> DurableFuture:
         spec = self.app.tools.get(name)
         if spec is None:
             raise AgentlogError(f"tool {name!r} is not registered (known: {sorted(self.app.tools)})")
         position = self._next_position()
-        command = Intent(position, "tool", name, args, args_hash("tool", name, args), DurableFuture(position))
+        recorded = redact(args, self.key_root, spec.redact)
+        command = Intent(
+            position, "tool", name, args, args_hash("tool", name, recorded), DurableFuture(position)
+        )
+        self._note_redaction(command, recorded)
         if spec.effect:
-            key_args = args if spec.key_args is None else {k: args.get(k) for k in spec.key_args}
+            # From the recorded (redacted) arguments: nothing in the log is derived from a secret.
+            key_args = recorded if spec.key_args is None else {k: recorded.get(k) for k in spec.key_args}
             identity = f"{name}/{sha256_hex(canonical_json(key_args))}"
             command.effect = True
             command.key = idempotency_key(self.key_root, name, key_args, self._identical[identity])
@@ -351,7 +378,7 @@ class RunMachine:
         if recorded is not None:
             if self._prompt_drift(recorded, command):
                 pass  # matched by kind and name: the recorded decision is served
-            elif record_signature(recorded) != command.signature():
+            elif not self._same_command(recorded, command):
                 self._diverge(command.position, describe_record(recorded), command.describe())
             elif isinstance(recorded, TimerScheduled):
                 command.fire_at = recorded.fire_at
@@ -360,6 +387,11 @@ class RunMachine:
         elif not self.replaying:
             self._record(command)
         return command.future
+
+    @staticmethod
+    def _same_command(recorded: Event, command: Intent) -> bool:
+        kind, name, digest = record_signature(recorded)
+        return (kind, name) == (command.kind, command.name) and command.matches(digest)
 
     def _prompt_drift(self, recorded: Event, command: Intent) -> bool:
         """A model call whose record names the same model but another args hash: a prompt is
@@ -371,7 +403,7 @@ class RunMachine:
             or command.kind != "model"
             or not isinstance(recorded, ModelCallScheduled)
             or recorded.model != command.name
-            or recorded.args_hash == command.hash
+            or command.matches(recorded.args_hash)
         ):
             return False
         drift = Drift(
@@ -404,7 +436,11 @@ class RunMachine:
     def _record(self, command: Intent) -> None:
         """Live: emit the command's record; calls and timers then wait in ``ready`` for durability."""
         if command.kind == "model":
-            inline = canonical_json(command.args)
+            # The whole input is recorded: the messages through the run's message sequence (each
+            # distinct one once per run), the params as JSON. ``args`` stays null (the input is
+            # in the fields below; the replay match needs only args_hash).
+            prompt = self._prompts.encode(command.recorded_args["messages"])
+            params = command.recorded_args["params"]
             self._emit(
                 ModelCallScheduled(
                     run_id=self.run_id,
@@ -412,7 +448,11 @@ class RunMachine:
                     model=command.name,
                     args_hash=command.hash,
                     prompt_version=command.prompt_version,
-                    args=inline if len(inline) <= MODEL_ARGS_INLINE_LIMIT else None,
+                    message_count=prompt.message_count,
+                    message_slots=prompt.message_slots,
+                    new_roles=prompt.new_roles,
+                    new_messages=prompt.new_messages,
+                    params=canonical_json(params) if params else None,
                 )
             )
         elif command.kind == "tool":
@@ -422,7 +462,7 @@ class RunMachine:
                     position=command.position,
                     tool=command.name,
                     args_hash=command.hash,
-                    args=canonical_json(command.args),
+                    args=canonical_json(command.recorded_args),
                     effect=command.effect,
                     idempotency_key=command.key,
                 )

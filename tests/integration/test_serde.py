@@ -41,6 +41,10 @@ def sample(cls: type[Record], n: int) -> Record:
         text = str(field.type)
         if "dict" in text:
             values[name] = {"r1": 3, "r2": 9}
+        elif text == "list[int]":
+            values[name] = [0, 2, 5, 1]
+        elif "list" in text:
+            values[name] = [name, json.dumps({"field": name})]
         elif "bool" in text:
             values[name] = True
         elif "int" in text:

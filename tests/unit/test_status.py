@@ -89,6 +89,7 @@ def test_released_migrations_keep_their_text() -> None:
         7: "054d6e33d8dbf346",
         8: "5ccee703f36fc8a6",
         9: "9af335b60a50ddbb",
+        10: "ef3c7a101d4a7084",
     }
 
 

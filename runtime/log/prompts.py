@@ -1,0 +1,223 @@
+"""Every model input recorded, each distinct message once per run (content-addressed).
+
+A model call's input is its messages, params and prompt_version. Recording the messages whole in
+every ``ModelCallScheduled`` makes an agent that resends its transcript grow its log
+quadratically; so does recording one hash per message (step 200 names 400 of them). Instead:
+
+- A run has a **message sequence**: every distinct message (its canonical JSON, addressed by its
+  sha256) is appended to it once, by the call that first sends it, in that record
+  (``new_roles``/``new_messages``: a ``{"role", "content"}`` message as its role and content --
+  the JSON wrapper rebuilt on read, a fifth of a short message -- any other shape as its canonical
+  JSON with an empty role).
+- A call names its prompt as ranges of that sequence (``message_slots``: start, length, ...): a
+  transcript resent with one new turn is one range plus the new turn, whatever its length. An
+  empty list means "exactly this record's new messages, in order" (a prompt with nothing
+  repeated costs no range at all).
+- ``message_count`` is the prompt's length; -1 on records written before prompts were recorded.
+
+Where: in the run's own records of the events topic -- not a compacted blob topic keyed by hash,
+and not the payloads topic. Replay, rebuild, ``reset`` (which copies a run's records), fencing
+and the ClickHouse sink all already read exactly the run's records of its own partition, so the
+prompts need no second read, no second retention policy and no second fencing rule; and the
+bytes a step costs are counted where the history size is (the limits, the benchmark). The price:
+a system prompt shared by many runs is stored once per run, not once in the deployment.
+
+Integrity: the rebuilt input is checked against the call's ``args_hash`` (sha256 of the canonical
+kind, name and arguments, as replay compares it), so a missing or altered record of the sequence
+shows as a mismatch, never as someone else's prompt. The sequence is built from the records a
+reader keeps after fencing, which is the same set for the writer's rebuild, replay and the sink.
+Pure functions and one small class: no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+
+from runtime.errors import AgentlogError
+from runtime.log.events import Event, ModelCallScheduled
+
+NOT_RECORDED = -1
+# New message bytes one record may carry. Kafka refuses a record over ~1 MB (message.max.bytes),
+# and a refused record stops the worker on every retry; so a message that would take a record
+# past this is recorded as a placeholder naming its sha256 and size (OMITTED) -- the call itself
+# gets the real message. Storing such messages out of line is not built yet.
+RECORD_MESSAGE_BUDGET = 512 * 1024
+OMITTED = "agentlog_omitted"
+
+
+class PromptMissing(AgentlogError):
+    """A recorded prompt could not be rebuilt intact from the run's records; the message says which."""
+
+
+def _canonical(value: Any) -> str:
+    # Same bytes as runtime.workflow.canonical.canonical_json (the log layer cannot import it).
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def message_json(role: str, body: str) -> str:
+    """A message's canonical JSON from its stored form (see the module docstring)."""
+    return _canonical({"content": body, "role": role}) if role else body
+
+
+def _stored_form(message: Any, canonical: bytes) -> tuple[str, str]:
+    if (
+        isinstance(message, dict)
+        and len(message) == 2
+        and isinstance(message.get("role"), str)
+        and isinstance(message.get("content"), str)
+        and message["role"]
+    ):
+        return message["role"], message["content"]
+    return "", canonical.decode()
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptFields:
+    """What a ModelCallScheduled carries about its messages."""
+
+    message_count: int
+    message_slots: list[int]
+    new_roles: list[str]
+    new_messages: list[str]
+
+
+def _ranges(slots: Sequence[int]) -> list[int]:
+    out: list[int] = []
+    for slot in slots:
+        if out and out[-2] + out[-1] == slot:
+            out[-1] += 1
+        else:
+            out += [slot, 1]
+    return out
+
+
+def _expand(ranges: Sequence[int]) -> list[int]:
+    slots: list[int] = []
+    for i in range(0, len(ranges) - 1, 2):
+        slots.extend(range(ranges[i], ranges[i] + ranges[i + 1]))
+    return slots
+
+
+class PromptBook:
+    """One run's message sequence as the writer knows it: sha256 of each message -> its slot."""
+
+    __slots__ = ("_slots", "size")
+
+    def __init__(self) -> None:
+        self._slots: dict[bytes, int] = {}
+        self.size = 0
+
+    def learn(self, event: ModelCallScheduled) -> None:
+        """Append a recorded call's new messages (rebuilding the book from history, in log order)."""
+        for role, body in zip(event.new_roles, event.new_messages, strict=True):
+            self._slots.setdefault(_digest(message_json(role, body)), self.size)
+            self.size += 1
+
+    def encode(self, messages: Any) -> PromptFields:
+        """The fields recording ``messages``; the new ones join the sequence."""
+        if not isinstance(messages, list):
+            return PromptFields(NOT_RECORDED, [], [], [])
+        first_new = self.size
+        slots: list[int] = []
+        roles: list[str] = []
+        bodies: list[str] = []
+        budget = RECORD_MESSAGE_BUDGET
+        for message in messages:
+            # The canonical JSON of a {"role", "content"} message is exactly what message_json
+            # rebuilds from its stored form, so one serialization serves the digest and the size.
+            data = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+            digest = hashlib.sha256(data).digest()
+            slot = self._slots.get(digest)
+            if slot is None:
+                slot = self._slots[digest] = self.size
+                self.size += 1
+                if len(data) > budget:
+                    role, body = "", _canonical({OMITTED: {"sha256": digest.hex(), "bytes": len(data)}})
+                else:
+                    budget -= len(data)
+                    role, body = _stored_form(message, data)
+                roles.append(role)
+                bodies.append(body)
+            slots.append(slot)
+        plain = slots == list(range(first_new, self.size))
+        return PromptFields(len(messages), [] if plain else _ranges(slots), roles, bodies)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordedInput:
+    """One model call's full input, rebuilt from the run's records."""
+
+    position: int
+    model: str
+    messages: list[Any] | None  # None: recorded before prompts were (message_count -1)
+    params: dict[str, Any]
+    prompt_version: str | None
+    args_hash: str
+
+
+def rebuild_inputs(events: Iterable[Event]) -> dict[int, RecordedInput]:
+    """Every model call's input in one run's records (after fencing, in log order), by position.
+
+    Raises PromptMissing when a prompt refers to messages the records do not hold."""
+    sequence: list[str] = []
+    found: dict[int, RecordedInput] = {}
+    for event in events:
+        if not isinstance(event, ModelCallScheduled):
+            continue
+        first_new = len(sequence)
+        sequence.extend(message_json(r, b) for r, b in zip(event.new_roles, event.new_messages, strict=True))
+        messages: list[Any] | None = None
+        if event.message_count != NOT_RECORDED:
+            slots = (
+                _expand(event.message_slots) if event.message_slots else list(range(first_new, len(sequence)))
+            )
+            if len(slots) != event.message_count or any(s >= len(sequence) or s < 0 for s in slots):
+                raise PromptMissing(
+                    f"run {event.run_id}: the prompt of model call {event.position} names messages "
+                    f"{_describe(slots)} of a sequence of {len(sequence)} in the run's records"
+                )
+            messages = [orjson.loads(sequence[s]) for s in slots]
+        params = orjson.loads(event.params) if event.params else {}
+        found[event.position] = RecordedInput(
+            event.position, event.model, messages, params, event.prompt_version, event.args_hash
+        )
+    return found
+
+
+def _describe(slots: Sequence[int]) -> str:
+    return str(slots) if len(slots) <= 8 else f"[{slots[0]} .. {slots[-1]}] ({len(slots)})"
+
+
+def checked_args(recorded: RecordedInput) -> dict[str, Any]:
+    """The call's arguments as the workflow issued them, checked against the recorded args hash
+    (sha256 of canonical ``[kind, name, args]``, as runtime.workflow.canonical.args_hash)."""
+    for i, message in enumerate(recorded.messages or [], start=1):
+        if isinstance(message, dict) and set(message) == {OMITTED}:
+            raise PromptMissing(
+                f"model call {recorded.position}: message {i} was too large to record "
+                f"({message[OMITTED].get('bytes')} bytes, sha256 {message[OMITTED].get('sha256')})"
+            )
+    args = {
+        "messages": recorded.messages,
+        "params": recorded.params,
+        "prompt_version": recorded.prompt_version,
+    }
+    digest = hashlib.sha256(_canonical(["model", recorded.model, args]).encode()).hexdigest()[:16]
+    if recorded.messages is None or digest != recorded.args_hash:
+        raise PromptMissing(
+            f"model call {recorded.position}: the input rebuilt from the records does not match its "
+            f"args hash {recorded.args_hash} (rebuilt {digest}): a record of the run's message "
+            "sequence is missing or altered"
+            if recorded.messages is not None
+            else f"model call {recorded.position} was recorded before prompts were (only its hash is kept)"
+        )
+    return args
