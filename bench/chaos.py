@@ -11,6 +11,9 @@ temporary state folder, in front of the configured schema registry, and runs the
   ``--respawn``, so a fresh fork takes over;
 - ``broker``: the leader of events partition 0 SIGKILLed while 200 runs of 20 steps execute,
   restarted 10 s later;
+- ``registry``: a registry of its own (and its PostgreSQL, on 27081 and 27432) SIGKILLed for
+  30 s while 100 runs execute; fresh clients keep submitting during the outage (their schema ids
+  come from the state folder's cache) and any refusal is counted with its message;
 - ``workers``: three workers under load (200 runs), one SIGKILLed and a fourth added.
 
 Every row counts: runs completed of runs submitted, effects and effect attempts (a duplicate
@@ -19,14 +22,14 @@ whose completion is not in the run's history), runs with a call in doubt, and a 
 (each run's recorded effect completions equal the effects the world saw). Prints the table, then
 one JSON line per row.
 
-Not measured here (see the README): the registry stopped under load, the sink killed during the
-broker kill, the network to one broker cut.
+Not measured here: the sink killed during the broker kill, the network to one broker cut.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import sys
@@ -174,8 +177,9 @@ def crash_points(base: Settings, work: Path, steps: int = 40) -> dict[str, Any]:
     points = [("AT_STEP", str(s)) for s in range(1, steps + 1)] + [("IN_EFFECT", kind) for kind in EFFECTS]
     totals: dict[str, Any] = defaultdict(int)
     exactly_one_in_doubt = 0
+    deployment = scratch_deployment(base, partitions=1, prefix="chaos")  # one for all points: a
+    # point's worker is stopped before the next one's starts (static membership takes over at once)
     for kind, where in points:
-        deployment = scratch_deployment(base, partitions=1, prefix="chaos")
         world = new_world(work / f"crash-{kind}-{where}.db")
         log = work / f"crash-{kind}-{where}.log"
         worker = start_worker(
@@ -308,9 +312,75 @@ def wait_reclaimed(settings: Settings, before: dict[int, tuple[int, str]], since
     return float("nan")
 
 
+def registry_outage(base: Settings, work: Path, n: int = 100, steps: int = 20, down_s: float = 30.0) -> dict[str, Any]:
+    """A registry of its own SIGKILLed for ``down_s`` while ``n`` runs execute; during the outage
+    fresh clients (a new process's Serde: the schema cache in the state folder) submit more."""
+    from infra import postgres, registry
+
+    reg = base.model_copy(
+        update={
+            "state_dir": work / "registry-state",
+            "registry_port": int(os.environ.get("CHAOS_REGISTRY_PORT", "27081")),
+            "postgres_port": int(os.environ.get("CHAOS_POSTGRES_PORT", "27432")),
+        }
+    )
+    reg = reg.model_copy(update={"schema_registry_url": f"http://127.0.0.1:{reg.registry_port}"})
+    postgres.start(reg, lambda _m: None)
+    registry.start(reg, lambda _m: None)
+    deployment = scratch_deployment(reg, partitions=3, prefix="chaos")
+    world = new_world(work / "registry.db")
+    worker = start_worker(deployment, "w1", work / "registry-w1.log", REFUND_WORLD_DB=str(world))
+    client = Client(deployment)
+    watch = Watch(deployment, client.serde)
+    refused: list[str] = []
+    try:
+        runs = submit(client, n, steps, "registry")
+        while world_counts(world)[1] < n // 4:
+            watch.poll(0.2)
+        pid = registry.running_pid(reg)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        during = 0
+        while time.monotonic() - killed < down_s:
+            fresh = Client(deployment)  # a cold client: its ids come from the cache or it says why not
+            try:
+                runs += submit(fresh, 5, steps, f"outage{during}")
+                during += 5
+            except Exception as error:  # counted and shown: the point is that it says what is wrong
+                refused.append(f"{type(error).__name__}: {error}")
+            finally:
+                fresh.close()
+            watch.poll(1.0)
+        registry.start(reg, lambda _m: None)
+        restarted_after = round(time.monotonic() - killed, 1)
+        watch.wait_ended(runs, 600, alive=lambda: worker.poll() is None)
+        return row(
+            f"registry SIGKILLed for {down_s:.0f}s under load",
+            runs,
+            watch,
+            world,
+            len(runs) * effects_for(steps),
+            submitted_during_outage=during,
+            submissions_refused=len(refused),
+            refusal=refused[0] if refused else "",
+            registry_back_after_s=restarted_after,
+            worker_survived=worker.poll() is None,
+        )
+    finally:
+        watch.close()
+        client.close()
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+        registry.stop(reg)
+        postgres.stop(reg)
+        shutil.rmtree(postgres.fallback_dir(reg), ignore_errors=True)
+
+
 ROWS: dict[str, Callable[[Settings, Path], dict[str, Any]]] = {
     "crash": crash_points,
     "broker": broker_kill,
+    "registry": registry_outage,
     "workers": worker_churn,
 }
 
