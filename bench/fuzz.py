@@ -14,6 +14,7 @@ import json
 import logging
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -24,15 +25,16 @@ from hypothesis import strategies as st
 from support.fuzzing import FuzzDeployment, cases
 
 BATCH = 200
+CHUNK = 10_000  # cases per deployment: the in-memory log copies a partition on every read
 
 
-def main() -> int:
-    logging.disable(logging.CRITICAL)  # a line per rejected case would cost more than the case
-    wanted = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+def chunk(cases_wanted: int) -> tuple[Counter[str], BaseException | None]:
+    """``cases_wanted`` cases against a fresh worker and log; their counts and the worker's death."""
     fuzz = FuzzDeployment()
-    started = time.monotonic()
 
-    @settings(max_examples=-(-wanted // BATCH), deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(
+        max_examples=-(-cases_wanted // BATCH), deadline=None, suppress_health_check=list(HealthCheck), database=None
+    )
     @given(st.lists(cases(fuzz.serde), min_size=BATCH, max_size=BATCH))
     def batch_of_cases(batch: list) -> None:  # type: ignore[type-arg]
         fuzz.check([(case, fuzz.produce(case)) for case in batch], timeout=60)
@@ -41,10 +43,21 @@ def main() -> int:
         batch_of_cases()
     finally:
         fuzz.close()
-    counts = dict(sorted(fuzz.counts.items()))
-    print(json.dumps({"bench": "fuzz", "seconds": round(time.monotonic() - started, 1), **counts}))
-    ok = counts.get("cases", 0) >= wanted and fuzz.failure is None
-    return 0 if ok else 1
+    return fuzz.counts, fuzz.failure
+
+
+def main() -> int:
+    logging.disable(logging.CRITICAL)  # a line per rejected case would cost more than the case
+    wanted = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+    started = time.monotonic()
+    totals: Counter[str] = Counter()
+    failure: BaseException | None = None
+    while totals["cases"] < wanted and failure is None:
+        counts, failure = chunk(min(CHUNK, wanted - totals["cases"]))
+        totals.update(counts)
+        print(json.dumps({"progress": totals["cases"], "seconds": round(time.monotonic() - started, 1)}), flush=True)
+    print(json.dumps({"bench": "fuzz", "seconds": round(time.monotonic() - started, 1), **dict(sorted(totals.items()))}))
+    return 0 if totals["cases"] >= wanted and failure is None else 1
 
 
 if __name__ == "__main__":
