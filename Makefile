@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 AGENTLOG := $(VENV)/bin/agentlog
 
-.PHONY: setup up down demo test lint unit bench bench-sink clean
+.PHONY: setup up down demo test lint unit bench bench-sink chaos fuzz clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,14 @@ bench: up
 
 bench-sink: up
 	$(PY) bench/sink.py
+
+# Faults on a 3-node cluster of its own (ports 27092-27094), one table: see bench/chaos.py.
+chaos: up
+	$(PY) bench/chaos.py
+
+# 100,000 fuzzed commands, submissions and workflow inputs against a worker on the in-memory log.
+fuzz: setup
+	$(PY) bench/fuzz.py
 
 clean: down
 	rm -rf .agentlog

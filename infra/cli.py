@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from infra import stack
+from infra import kafka, stack
 from infra.topics import ensure_topics
 from runtime.config import Settings
 
@@ -37,7 +37,9 @@ def _progress(message: str) -> None:
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     # A ServiceError reaches runtime.cli.main, which prints it on one line.
-    print(format_table(stack.up(settings, _progress)))
+    print(format_table(stack.up(settings, _progress, brokers=args.brokers)))
+    if kafka.node_count(settings) > 1:
+        print(f"clients reach the cluster with AGENTLOG_BOOTSTRAP_SERVERS={kafka.bootstrap(settings)}")
     return 0
 
 
@@ -60,9 +62,18 @@ def add_infra_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         description="The local services, with data, pid files and logs in the state folder.",
     )
     actions = infra.add_subparsers(dest="infra_command", metavar="{up,down,status,topics}", required=True)
-    actions.add_parser(
+    up = actions.add_parser(
         "up", help="start the services that are not running and create the topics (idempotent)"
-    ).set_defaults(func=cmd_up)
+    )
+    up.add_argument(
+        "--brokers",
+        type=int,
+        default=None,
+        help="Kafka nodes (KRaft, each a broker and a voter of the controller quorum) on kafka_port, "
+        "kafka_port+1, ...; 3 gives every topic replication factor 3 and min.insync.replicas 2. Fixed "
+        "when a state folder is first formatted (default: what the state folder has, else 1)",
+    )
+    up.set_defaults(func=cmd_up)
     actions.add_parser("down", help="stop the services of this state folder").set_defaults(func=cmd_down)
     actions.add_parser("status", help="show each service, its address, pid and log file").set_defaults(
         func=cmd_status

@@ -1,20 +1,35 @@
-"""One Apache Kafka KRaft node (broker and controller in one JVM) on 127.0.0.1.
+"""Apache Kafka in KRaft mode on 127.0.0.1: one node, or a cluster of several (each node a broker
+and a controller in one JVM).
 
 Jars come from Maven Central through ``infra/pom.xml`` (``mvn dependency:copy-dependencies``)
-into the per-user cache; data, config and log live under ``<state_dir>/kafka/``.
+into the per-user cache; data, config and log live under ``<state_dir>/kafka/`` (one node) or
+``<state_dir>/kafka/node-<id>/`` (a cluster).
+
+A cluster of N nodes (``agentlog infra up --brokers N``): node i (from 1) listens on
+``kafka_port + i - 1``; its controller on ``kafka_controller_port + i - 1``, or on
+``kafka_port + 100 + i - 1`` where that range would overlap the brokers' ports (the defaults,
+9092 and 9093, do). All N are voters of the controller quorum. With 3 or more nodes every topic
+gets replication factor 3, ``min.insync.replicas=2`` and no unclean leader election, the
+internal topics too, so an acknowledged (``acks=all``) record is on two nodes at least and a
+leader's death loses nothing. The node count is fixed when the storage is formatted and kept in
+``<state_dir>/kafka/cluster.json``: a later ``infra up`` brings up the same cluster.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import json
 import logging
+import os
 import shutil
 import signal
 import subprocess
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import KafkaException
@@ -29,6 +44,8 @@ SERVICE = "kafka"
 POM = Path(__file__).with_name("pom.xml")
 HOST = "127.0.0.1"
 HEAP = "-Xmx768m"
+CLUSTER_HEAP = "-Xmx512m"  # per node of a cluster: three JVMs share a small machine
+CONTROLLER_OFFSET = 100  # a cluster's controllers sit this far above its brokers when their ranges clash
 START_TIMEOUT = 120.0
 STOP_TIMEOUT = 60.0
 
@@ -110,47 +127,147 @@ def ensure_jars(progress: Callable[[str], None]) -> Path:
     return libs
 
 
-def home_dir(settings: Settings) -> Path:
+def cluster_home(settings: Settings) -> Path:
     return state_dir(settings) / "kafka"
 
 
+def layout_path(settings: Settings) -> Path:
+    return cluster_home(settings) / "cluster.json"
+
+
+def _layout(settings: Settings) -> dict[str, object]:
+    try:
+        data = json.loads(layout_path(settings).read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise ServiceError(SERVICE, f"{layout_path(settings)} is unreadable: {exc}") from exc
+    return data if isinstance(data, dict) else {}
+
+
+def node_count(settings: Settings) -> int:
+    """How many nodes this state folder's cluster has (1 unless ``configure`` said otherwise)."""
+    nodes = _layout(settings).get("nodes", 1)
+    return nodes if isinstance(nodes, int) and nodes >= 1 else 1
+
+
+def configure(settings: Settings, brokers: int | None) -> int:
+    """Fix the cluster's node count (``None``: keep what the state folder has, else 1); return it.
+
+    Raises ServiceError if the state folder already holds a formatted cluster of another size: its
+    controller quorum was formatted with its own voters."""
+    current = node_count(settings)
+    if brokers is None or brokers == current:
+        return current
+    if brokers < 1:
+        raise ServiceError(SERVICE, f"--brokers must be at least 1, not {brokers}")
+    formatted = [n.node_id for n in nodes(settings) if (n.data_dir / "meta.properties").is_file()]
+    if formatted:
+        raise ServiceError(
+            SERVICE,
+            f"the state folder {state_dir(settings)} holds a {current}-node Kafka cluster; it cannot become "
+            f"{brokers} nodes (its controller quorum is formatted): use another state folder "
+            "(--state-dir or AGENTLOG_STATE_DIR), or `agentlog infra down` and remove its kafka/ folder",
+        )
+    cluster_home(settings).mkdir(parents=True, exist_ok=True)
+    layout_path(settings).write_text(json.dumps({"nodes": brokers}) + "\n")
+    return brokers
+
+
+@dataclass(frozen=True)
+class Node:
+    """One KRaft node of the local cluster (broker and controller in one JVM)."""
+
+    node_id: int
+    port: int
+    controller_port: int
+    home: Path
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.home / "kafka.log"
+
+    @property
+    def pid_path(self) -> Path:
+        return self.home / "kafka.pid"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.home / "data"
+
+    def running_pid(self) -> int | None:
+        return process.read_pid(self.pid_path)
+
+
+def nodes(settings: Settings) -> list[Node]:
+    """The nodes of this state folder's cluster, by node id."""
+    count = node_count(settings)
+    home = cluster_home(settings)
+    if count == 1:  # the layout of a single node, as it always was
+        return [Node(1, settings.kafka_port, settings.kafka_controller_port, home)]
+    brokers = range(settings.kafka_port, settings.kafka_port + count)
+    controllers = range(settings.kafka_controller_port, settings.kafka_controller_port + count)
+    clash = set(brokers) & set(controllers)
+    first_controller = settings.kafka_port + CONTROLLER_OFFSET if clash else settings.kafka_controller_port
+    return [
+        Node(i + 1, settings.kafka_port + i, first_controller + i, home / f"node-{i + 1}") for i in range(count)
+    ]
+
+
+def home_dir(settings: Settings) -> Path:
+    return nodes(settings)[0].home
+
+
 def log_path(settings: Settings) -> Path:
-    return home_dir(settings) / "kafka.log"
+    """The first node's log (the one a single node has)."""
+    return nodes(settings)[0].log_path
 
 
 def pid_path(settings: Settings) -> Path:
-    return home_dir(settings) / "kafka.pid"
+    return nodes(settings)[0].pid_path
 
 
 def data_dir(settings: Settings) -> Path:
-    return home_dir(settings) / "data"
+    return nodes(settings)[0].data_dir
 
 
 def bootstrap(settings: Settings) -> str:
-    """``host:port`` of the local broker."""
-    return f"{HOST}:{settings.kafka_port}"
+    """``host:port`` of every local node, comma-separated (the value for AGENTLOG_BOOTSTRAP_SERVERS)."""
+    return ",".join(node.address for node in nodes(settings))
 
 
-def server_properties(settings: Settings) -> str:
-    """The broker's configuration: one node, replication factor 1 everywhere, no auto-created topics."""
+def server_properties(settings: Settings, node: Node | None = None) -> str:
+    """A node's configuration. One node: replication factor 1 everywhere. A cluster of 3 or more:
+    replication factor 3, min.insync.replicas 2, no unclean leader election (see the module
+    docstring). No auto-created topics either way."""
+    cluster = nodes(settings)
+    node = node or cluster[0]
+    replicas = min(3, len(cluster))
+    min_isr = 2 if replicas >= 3 else 1
+    voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in cluster)
     props = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@{HOST}:{settings.kafka_controller_port}",
-        "listeners": f"PLAINTEXT://{HOST}:{settings.kafka_port},CONTROLLER://{HOST}:{settings.kafka_controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{HOST}:{settings.kafka_port}",
+        "node.id": str(node.node_id),
+        "controller.quorum.voters": voters,
+        "listeners": f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{HOST}:{node.port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-        "log.dirs": str(data_dir(settings)),
+        "log.dirs": str(node.data_dir),
         "num.partitions": "1",
-        "default.replication.factor": "1",
-        "min.insync.replicas": "1",
-        "offsets.topic.replication.factor": "1",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
+        "default.replication.factor": str(replicas),
+        "min.insync.replicas": str(min_isr),
+        "unclean.leader.election.enable": "false",
+        "offsets.topic.replication.factor": str(replicas),
+        "transaction.state.log.replication.factor": str(replicas),
+        "transaction.state.log.min.isr": str(min_isr),
+        "share.coordinator.state.topic.replication.factor": str(replicas),
+        "share.coordinator.state.topic.min.isr": str(min_isr),
         "group.initial.rebalance.delay.ms": "0",
         "auto.create.topics.enable": "false",
     }
@@ -180,17 +297,16 @@ _LOG4J2 = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
-def _write_configs(settings: Settings) -> tuple[Path, Path]:
-    home = home_dir(settings)
-    home.mkdir(parents=True, exist_ok=True)
-    props = home / "server.properties"
-    props.write_text(server_properties(settings))
-    log4j = home / "log4j2.xml"
+def _write_configs(settings: Settings, node: Node) -> tuple[Path, Path]:
+    node.home.mkdir(parents=True, exist_ok=True)
+    props = node.home / "server.properties"
+    props.write_text(server_properties(settings, node))
+    log4j = node.home / "log4j2.xml"
     log4j.write_text(_LOG4J2)
     return props, log4j
 
 
-def _java(libs: Path, log4j: Path, settings: Settings, *, heap: str) -> list[str]:
+def _java(libs: Path, log4j: Path, node: Node, *, heap: str) -> list[str]:
     java = shutil.which("java")
     if java is None:
         raise ServiceError(SERVICE, "java is not installed (Kafka needs Java 17 or newer)")
@@ -206,7 +322,7 @@ def _java(libs: Path, log4j: Path, settings: Settings, *, heap: str) -> list[str
         "-XX:+ExitOnOutOfMemoryError",
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={log4j}",
-        f"-Dkafka.logs.dir={home_dir(settings)}",
+        f"-Dkafka.logs.dir={node.home}",
         "-cp",
         f"{libs}/*",
     ]
@@ -220,79 +336,126 @@ def new_cluster_id() -> str:
             return cid
 
 
+def _cluster_id(settings: Settings) -> str:
+    """The id every node of the cluster is formatted with (kept in cluster.json)."""
+    layout = _layout(settings)
+    cid = layout.get("cluster_id")
+    if isinstance(cid, str) and cid:
+        return cid
+    cid = new_cluster_id()
+    cluster_home(settings).mkdir(parents=True, exist_ok=True)
+    layout_path(settings).write_text(json.dumps({**layout, "nodes": node_count(settings), "cluster_id": cid}) + "\n")
+    return cid
+
+
 def _format_once(
-    settings: Settings, libs: Path, props: Path, log4j: Path, progress: Callable[[str], None]
+    settings: Settings, node: Node, libs: Path, props: Path, log4j: Path, progress: Callable[[str], None]
 ) -> None:
-    if (data_dir(settings) / "meta.properties").is_file():
+    if (node.data_dir / "meta.properties").is_file():
         return
-    progress(f"formatting Kafka storage in {data_dir(settings)}")
-    argv = [*_java(libs, log4j, settings, heap="-Xmx256m"), "kafka.tools.StorageTool", "format"]
-    argv += ["-t", new_cluster_id(), "-c", str(props)]
-    log = log_path(settings)
-    with log.open("ab") as out:
+    progress(f"formatting Kafka storage in {node.data_dir}")
+    cid = _cluster_id(settings) if node_count(settings) > 1 else new_cluster_id()
+    argv = [*_java(libs, log4j, node, heap="-Xmx256m"), "kafka.tools.StorageTool", "format"]
+    argv += ["-t", cid, "-c", str(props)]
+    with node.log_path.open("ab") as out:
         out.write(f"==== agentlog formats the storage: {' '.join(argv)}\n".encode())
         out.flush()
         done = subprocess.run(
             argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, check=False
         )
     if done.returncode != 0:
-        raise ServiceError(SERVICE, f"formatting the storage failed (exit {done.returncode})", log)
+        raise ServiceError(SERVICE, f"formatting the storage failed (exit {done.returncode})", node.log_path)
 
 
 def running_pid(settings: Settings) -> int | None:
-    return process.read_pid(pid_path(settings))
+    """The first node's pid, if it runs (a cluster's nodes: ``running_pids``)."""
+    return nodes(settings)[0].running_pid()
 
 
-def metadata_ready(settings: Settings, timeout: float = 2.0) -> bool:
-    """Whether the broker answers a metadata request and lists itself."""
-    admin = AdminClient({"bootstrap.servers": bootstrap(settings)}, logger=_QUIET)
+def running_pids(settings: Settings) -> dict[int, int | None]:
+    """Node id -> pid (None when stopped)."""
+    return {node.node_id: node.running_pid() for node in nodes(settings)}
+
+
+def metadata_ready(settings: Settings, timeout: float = 2.0, node: Node | None = None) -> bool:
+    """Whether ``node`` (default the first) answers a metadata request listing every node."""
+    address = (node or nodes(settings)[0]).address
+    admin = AdminClient({"bootstrap.servers": address}, logger=_QUIET)
     try:
         meta = admin.list_topics(timeout=timeout)
     except KafkaException:
         return False
-    return bool(meta.brokers)
+    return len(meta.brokers) >= node_count(settings)
 
 
-def wait_ready(settings: Settings, pid: int | None, timeout: float = START_TIMEOUT) -> None:
-    """Wait until the port is open and the broker answers metadata requests."""
-    process.wait_for_port(SERVICE, HOST, settings.kafka_port, timeout, log_path=log_path(settings), pid=pid)
+def wait_ready(settings: Settings, pid: int | None, timeout: float = START_TIMEOUT, node: Node | None = None) -> None:
+    """Wait until the node's port is open and it answers metadata requests listing every node."""
+    node = node or nodes(settings)[0]
+    process.wait_for_port(SERVICE, HOST, node.port, timeout, log_path=node.log_path, pid=pid)
     process.wait_until(
         SERVICE,
-        lambda: metadata_ready(settings),
-        what=f"the broker on {bootstrap(settings)} to answer metadata requests",
+        lambda: metadata_ready(settings, node=node),
+        what=f"the broker on {node.address} to answer metadata requests (with {node_count(settings)} node(s))",
         timeout=timeout,
-        log_path=log_path(settings),
+        log_path=node.log_path,
         pid=pid,
     )
 
 
-def start(settings: Settings, progress: Callable[[str], None]) -> int:
-    """Start the node unless it is running; wait until it serves metadata; return its pid."""
-    pid = running_pid(settings)
+def start_node(settings: Settings, node: Node, progress: Callable[[str], None]) -> int:
+    """Start one node unless it runs; do not wait for it; return its pid."""
+    pid = node.running_pid()
     if pid is not None:
-        wait_ready(settings, pid)
         return pid
     libs = ensure_jars(progress)
-    log = log_path(settings)
-    process.ensure_port_free(SERVICE, HOST, settings.kafka_port, log)
-    process.ensure_port_free(SERVICE, HOST, settings.kafka_controller_port, log)
-    props, log4j = _write_configs(settings)
-    _format_once(settings, libs, props, log4j, progress)
-    progress(f"starting Kafka on {bootstrap(settings)}")
-    argv = [*_java(libs, log4j, settings, heap=HEAP), "kafka.Kafka", str(props)]
-    pid = process.start_detached(argv, log_path=log, pid_path=pid_path(settings), cwd=home_dir(settings))
+    process.ensure_port_free(SERVICE, HOST, node.port, node.log_path)
+    process.ensure_port_free(SERVICE, HOST, node.controller_port, node.log_path)
+    props, log4j = _write_configs(settings, node)
+    _format_once(settings, node, libs, props, log4j, progress)
+    progress(f"starting Kafka node {node.node_id} on {node.address} (controller {HOST}:{node.controller_port})")
+    heap = HEAP if node_count(settings) == 1 else CLUSTER_HEAP
+    argv = [*_java(libs, log4j, node, heap=heap), "kafka.Kafka", str(props)]
+    return process.start_detached(argv, log_path=node.log_path, pid_path=node.pid_path, cwd=node.home)
+
+
+def start(settings: Settings, progress: Callable[[str], None]) -> int:
+    """Start every node that is not running -- all before waiting on any, since a controller quorum
+    needs a majority to elect -- and wait until each serves metadata; return the first one's pid."""
+    started: dict[int, int] = {}
+    cluster = nodes(settings)
+    for node in cluster:
+        was_running = node.running_pid() is not None
+        pid = start_node(settings, node, progress)
+        if not was_running:
+            started[node.node_id] = pid
     try:
-        wait_ready(settings, pid)
+        for node in cluster:
+            wait_ready(settings, node.running_pid(), node=node)
     except ServiceError:
-        process.stop_pid(pid, timeout=10.0)
-        pid_path(settings).unlink(missing_ok=True)
+        for node in cluster:
+            if node.node_id in started:
+                process.stop_pid(started[node.node_id], timeout=10.0)
+                node.pid_path.unlink(missing_ok=True)
         raise
-    return pid
+    first = cluster[0].running_pid()
+    if first is None:
+        raise ServiceError(SERVICE, f"node 1 on {cluster[0].address} is not running", cluster[0].log_path)
+    return first
 
 
 def stop(settings: Settings) -> int | None:
-    """Stop the node (SIGTERM: controlled shutdown; SIGKILL after a minute); return its pid if it ran."""
+    """Stop every node (SIGTERM: controlled shutdown; SIGKILL after a minute); return the first
+    one's pid if it ran. The nodes are signalled together: stopped one by one, the last ones
+    would wait out their controlled shutdown without a controller quorum."""
+    cluster = nodes(settings)
+    pids = {node.node_id: node.running_pid() for node in cluster}
     try:
-        return process.stop_pid_file(pid_path(settings), sig=signal.SIGTERM, timeout=STOP_TIMEOUT)
+        for pid in pids.values():
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+        for node in cluster:
+            process.stop_pid_file(node.pid_path, sig=signal.SIGTERM, timeout=STOP_TIMEOUT)
     except OSError as exc:
         raise ServiceError(SERVICE, f"could not stop: {exc}", log_path(settings)) from exc
+    return pids[cluster[0].node_id]

@@ -31,12 +31,10 @@ def _quiet(_message: str) -> None:
 
 
 def _ports(settings: Settings) -> list[tuple[str, int]]:
-    return [
-        ("postgres_port", settings.postgres_port),
-        ("registry_port", settings.registry_port),
-        ("kafka_port", settings.kafka_port),
-        ("kafka_controller_port", settings.kafka_controller_port),
-    ]
+    ports = [("postgres_port", settings.postgres_port), ("registry_port", settings.registry_port)]
+    for node in kafka.nodes(settings):
+        ports += [(f"kafka node {node.node_id} port", node.port), (f"kafka node {node.node_id} controller port", node.controller_port)]
+    return ports
 
 
 def _lock(settings: Settings) -> Path:
@@ -47,7 +45,18 @@ def status(settings: Settings) -> list[ServiceInfo]:
     """Each service of this state folder, in start order."""
     pg_pid = postgres.running_pid(settings)
     reg_pid = registry.running_pid(settings)
-    kafka_pid = kafka.running_pid(settings)
+    cluster = kafka.nodes(settings)
+    brokers = [
+        ServiceInfo(
+            kafka.SERVICE if len(cluster) == 1 else f"{kafka.SERVICE}-{node.node_id}",
+            node.address,
+            pid,
+            node.log_path,
+            pid is not None,
+        )
+        for node in cluster
+        for pid in (node.running_pid(),)
+    ]
     return [
         ServiceInfo(
             postgres.SERVICE,
@@ -63,22 +72,22 @@ def status(settings: Settings) -> list[ServiceInfo]:
             registry.log_path(settings),
             reg_pid is not None,
         ),
-        ServiceInfo(
-            kafka.SERVICE,
-            kafka.bootstrap(settings),
-            kafka_pid,
-            kafka.log_path(settings),
-            kafka_pid is not None,
-        ),
+        *brokers,
     ]
 
 
-def up(settings: Settings, progress: Callable[[str], None] = _quiet) -> list[ServiceInfo]:
+def up(
+    settings: Settings, progress: Callable[[str], None] = _quiet, *, brokers: int | None = None
+) -> list[ServiceInfo]:
     """Start whatever is not running, wait until each answers, create the topics; return the status.
 
+    ``brokers``: the number of Kafka nodes (infra.kafka: a cluster of 3 replicates every topic
+    three times); None keeps what the state folder has (1 for a new one).
     Raises infra.errors.ServiceError naming the service, the reason and its log (with its last lines).
     """
     state_dir(settings).mkdir(parents=True, exist_ok=True)
+    with file_lock(_lock(settings)):
+        kafka.configure(settings, brokers)
     low, high = process.ephemeral_range()
     for name, port in _ports(settings):
         if low <= port <= high:

@@ -9,14 +9,13 @@ from concurrent.futures import Future
 
 from confluent_kafka import (
     Consumer,
-    TopicPartition,
 )
 
 from runtime.config import Settings
 from runtime.log.kafka_config import reader_config
 from runtime.log.kafka_group import KafkaCommandFeed, commands_owner
 from runtime.log.kafka_ownership import KafkaOwnershipCheck
-from runtime.log.kafka_reader import read_partition
+from runtime.log.kafka_reader import read_partition, watermarks
 from runtime.log.kafka_tail import KafkaTail
 from runtime.log.kafka_writer import EventWriter
 from runtime.log.port import LogRecord
@@ -84,10 +83,7 @@ class KafkaLog:
         return read_partition(self.settings, topic, partition, start, end, consumer=self.reader, keep=keep)
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
-        low, high = self.reader.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=10, cached=False
-        )
-        return int(low), int(high)
+        return watermarks(self.reader, topic, partition)
 
     def join(self, worker_id: str, session_timeout_ms: int) -> KafkaCommandFeed:
         return KafkaCommandFeed(self.settings, worker_id, session_timeout_ms)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 
@@ -35,7 +36,7 @@ def read_partition(
     own = consumer is None
     reader = consumer or Consumer(reader_config(settings))
     try:
-        low, high = reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+        low, high = watermarks(reader, topic, partition)
         stop = high if end is None else min(end, high)
         first = low if start is None or start < low else start
         if first >= stop:
@@ -70,3 +71,31 @@ def read_partition(
             reader.close()
         else:
             reader.unassign()
+
+
+# While a cluster elects a new leader for a partition (its old leader's node died: the controller
+# fences it after broker.session.timeout.ms, 9 s by default) its offsets cannot be asked for, and
+# librdkafka answers with whatever its handle of the dead node last knew (timed out, unknown
+# partition, a destroyed handle...). Only a topic that does not exist is an answer.
+WATERMARK_PATIENCE_S = 60.0
+_ANSWERS = {KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART}
+
+
+def watermarks(
+    reader: Consumer, topic: str, partition: int, patience_s: float = WATERMARK_PATIENCE_S
+) -> tuple[int, int]:
+    """The partition's low and high watermarks, asked again (with fresh metadata, so a newly
+    elected leader is found) while its leader is being elected; ReadError (retryable) if none
+    answers within ``patience_s``."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            low, high = reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+            return int(low), int(high)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if (error is not None and error.code() in _ANSWERS) or time.monotonic() > deadline:
+                raise ReadError(f"cannot read the offsets of {topic}[{partition}]: {exc}") from exc
+        time.sleep(0.5)
+        with contextlib.suppress(KafkaException):
+            reader.list_topics(topic, timeout=5)  # a metadata request: who leads the partition now

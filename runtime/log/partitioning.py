@@ -38,4 +38,19 @@ def murmur2(data: bytes) -> int:
 
 
 def partition_for(run_id: str, partitions: int) -> int:
-    return (murmur2(run_id.encode("utf-8")) & 0x7FFFFFFF) % partitions
+    return partition_of_key(run_id.encode("utf-8"), partitions)
+
+
+def partition_of_key(key: bytes, partitions: int) -> int:
+    """The home partition of a record keyed ``key``: where Kafka's default (Java) partitioner puts it."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def name_in_partition(prefix: str, partition: int, partitions: int) -> str:
+    """``<prefix>-<n>`` for the smallest n whose home partition is ``partition``: an id for a record
+    that must live in a given partition (a keyless command's rejection) and still be found where
+    every reader looks for its key. About ``partitions`` hashes."""
+    n = 0
+    while partition_for(f"{prefix}-{n}", partitions) != partition:
+        n += 1
+    return f"{prefix}-{n}"

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
 from runtime.config import Settings
-from runtime.errors import AgentlogError
+from runtime.errors import AgentlogError, RetryableError
 
 if TYPE_CHECKING:
     from runtime.log.registry_client import Schema, SchemaRegistryClient, SchemaRegistryError
@@ -38,6 +38,32 @@ _NOT_FOUND_CODES = (40401, 40402, 40403, 40408)
 class LookupUnavailable(AgentlogError):
     """The registry could not be asked over plain HTTP (not a "not registered" answer); the
     caller falls back to the client."""
+
+
+class RegistryUnreachable(LookupUnavailable, RetryableError):
+    """The registry did not answer (refused, timed out, a server error), and what was needed is not
+    in the schema cache (runtime.log.schema_cache). Retryable: a worker stops before the command it
+    was handling is committed; a client call fails with this message instead of a traceback."""
+
+    def __init__(self, url: str, detail: str, what: str = "") -> None:
+        super().__init__(f"schema registry at {url} unreachable ({detail})" + (f": {what}" if what else ""))
+        self.url = url
+
+
+def is_unreachable(error: BaseException) -> bool:
+    """Whether ``error`` means the registry could not be asked (as opposed to an answer): a
+    connection or timeout error of either path, or a 5xx answer (the registry's own store down)."""
+    if isinstance(error, (OSError, RegistryUnreachable)):
+        return True
+    # The client's transport errors (httpx, or the httpx2 fork newer confluent-kafka releases use),
+    # recognised by name: importing either just to ask would cost a cold process its import.
+    if any(
+        cls.__name__ == "TransportError" and cls.__module__.split(".")[0] in ("httpx", "httpx2")
+        for cls in type(error).__mro__
+    ):
+        return True
+    status = getattr(error, "http_status_code", None)
+    return isinstance(status, int) and status >= 500
 
 
 # -- the confluent client ------------------------------------------------------------------------
@@ -75,6 +101,8 @@ def schema_ids(settings: Settings, subjects: Iterable[tuple[str, str]]) -> dict[
     wanted = list(subjects)
     try:
         return lookup_registered(settings.schema_registry_url, wanted)
+    except RegistryUnreachable:
+        raise  # the client would meet the same closed port
     except LookupUnavailable:
         pass  # the client below asks the same question its own way
     from runtime.log.registry_client import Schema, SchemaRegistryError
@@ -147,11 +175,15 @@ def lookup_registered(
                 status, payload = _post(connection, path, headers, {"schema": text, "schemaType": "AVRO"})
                 if status == 404:
                     continue
+                if status >= 500:
+                    raise RegistryUnreachable(url, f"it answered {status}: {payload[:200]!r}")
                 if status != 200:
                     raise LookupUnavailable(f"registry answered {status} for {subject}: {payload[:200]!r}")
                 answer = json.loads(payload)
                 found[subject] = (int(answer["id"]), int(answer["version"]))
-    except (OSError, http.client.HTTPException, ValueError, KeyError) as error:
+    except OSError as error:
+        raise RegistryUnreachable(url, f"{type(error).__name__}: {error}") from error
+    except (http.client.HTTPException, ValueError, KeyError) as error:
         raise LookupUnavailable(f"registry lookup failed: {error}") from error
     return found
 

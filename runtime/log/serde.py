@@ -5,8 +5,8 @@ TopicRecordNameStrategy, and ``auto.register.schemas=False`` -- a producer never
 schema version; ``agentlog schemas register`` is the only way in.
 
 Reading: the writer's schema id (bytes 1-4 of the frame) is resolved through the registry to
-a record name; ``AvroDeserializer`` then resolves that writer schema to the *local* reader
-schema of the same name, so code reads every version ever written with the shape it knows.
+the writer schema; fastavro resolves it to the *local* reader schema of the same record name,
+so code reads every version ever written with the shape it knows.
 
 The run id is not in the Avro value: it is the Kafka key of every command and event (the
 records are partitioned by it anyway), so repeating it in the value cost ~100 bytes a step.
@@ -16,6 +16,12 @@ Likewise ``Record.schema_version`` is not in the Avro value: on decode it is the
 of the writer schema (the id in the frame) under the record's subject -- ToolCallCompleted written
 with the second registered ToolCallCompleted schema reads as 2, whichever code reads it. The
 encoder ignores it: the frame's schema id already says which schema wrote the record.
+
+Every id the registry gives (this code's schemas under their subjects, writer schemas read by
+id) is also kept in the state folder (runtime.log.schema_cache). When the registry cannot be
+reached, those kept answers serve instead -- a reader, a fresh ``agentlog submit`` and a cold
+worker go on with the schemas the project already knows -- and what is not kept fails with
+``RegistryUnreachable``: "schema registry at URL unreachable (...)", never a transport traceback.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ import dataclasses
 import datetime as dt
 import io
 import json
+import logging
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,12 +45,28 @@ from runtime.log.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
 from runtime.log.events import RECORD_TYPES, Record
 from runtime.log.frame import HEADER_SIZE, ID_SLICE, MAGIC, NotFramed, frame_header, is_framed
 from runtime.log.frame import schema_id_of as frame_schema_id
-from runtime.log.registry import is_not_found, registry_client, schema_by_id, schema_ids, version_under
+from runtime.log.registry import (
+    RegistryUnreachable,
+    is_not_found,
+    is_unreachable,
+    registry_client,
+    schema_by_id,
+    schema_ids,
+    version_under,
+)
+from runtime.log.schema_cache import SchemaCache, cache_path
 
 # The registry client is imported where it is first used, not here: its import is heavy
 # (see runtime.log.registry), and a recovering worker does not need it to start.
 if TYPE_CHECKING:
-    from runtime.log.registry_client import AvroDeserializer, AvroSerializer, SchemaRegistryClient
+    from runtime.log.registry_client import AvroSerializer, SchemaRegistryClient
+
+
+logger = logging.getLogger("agentlog.schemas")
+
+# After the registry was found unreachable, the cache answers first for this long: every ask of a
+# dead registry costs the client's retries (seconds), once per schema id a cold reader meets.
+UNREACHABLE_BACKOFF_S = 30.0
 
 
 class DecodeError(AgentlogError):
@@ -95,6 +119,20 @@ def _record_from_dict(cls: type[Record], values: dict[str, Any], key: bytes | No
     return cls(**values)
 
 
+def _read_datum(reader: tuple[type[Record], Any, Any, int], data: bytes, key: bytes | None) -> Record:
+    cls, writer, local, version = reader
+    try:
+        values = schemaless_reader(io.BytesIO(data[HEADER_SIZE:]), writer, local)
+    except Exception as exc:
+        raise DecodeError(f"cannot decode {cls.__name__}: {exc}", data) from exc
+    if not isinstance(values, dict):
+        raise DecodeError(f"cannot decode {cls.__name__}: not a record", data)
+    try:
+        return _record_from_dict(cls, values, key, version)
+    except (TypeError, ValueError) as exc:
+        raise DecodeError(f"cannot decode {cls.__name__}: {exc}", data) from exc
+
+
 def schema_id_of(data: bytes) -> int:
     """The writer schema id in ``data``'s frame; DecodeError (carrying the bytes) if unframed."""
     try:
@@ -116,7 +154,6 @@ class Serde:
         self._client = client
         self.catalog: dict[str, LocalSchema] = load_catalog(schema_dir)
         self._serializers: dict[str, AvroSerializer] = {}
-        self._deserializers: dict[str, AvroDeserializer] = {}
         self._names_by_id: dict[int, str] = {}
         self._writers: dict[str, tuple[bytes, Any]] = {}  # record name -> (magic + schema id, parsed schema)
         # schema id -> (class, writer, reader, the writer schema's registry version under its subject)
@@ -125,6 +162,19 @@ class Serde:
         self._client_lock = threading.Lock()  # apart: the serializer makers read .client under _lock
         self._warming: threading.Thread | None = None
         self._offline = False
+        url = settings.schema_registry_url
+        self.cache = SchemaCache(cache_path(settings.state_dir, url), url)
+        self._down_until = 0.0  # monotonic time until which the registry is taken to be down
+
+    def _registry_down(self) -> bool:
+        return time.monotonic() < self._down_until
+
+    def _unreachable(self, error: BaseException) -> bool:
+        """Whether ``error`` says the registry cannot be reached (and remember it for a while)."""
+        if not is_unreachable(error):
+            return False
+        self._down_until = time.monotonic() + UNREACHABLE_BACKOFF_S
+        return True
 
     @property
     def client(self) -> SchemaRegistryClient:
@@ -160,20 +210,74 @@ class Serde:
         if self._await_warm_up() and record.type in self._writers:
             return self.encode(record)
         name = record.type
-        serializer = self._serializers.get(name) or self._serializer(name)
         schema = self.catalog[name]
+        subject = schema.subject(self.settings)
+        cached = self.cache.writer(subject, schema.text) if self._registry_down() else None
+        if cached is not None:
+            self._adopt(name, *cached)
+            return self.encode(record)
         from runtime.log.registry_client import SchemaRegistryError
 
         try:
+            serializer = self._serializers.get(name) or self._serializer(name)
             data = serializer(record, SerializationContext(schema.topic(self.settings), MessageField.VALUE))
         except SchemaRegistryError as error:
             if is_not_found(error):
-                raise SchemaNotRegistered(name, schema.subject(self.settings), str(error)) from error
-            raise
+                raise SchemaNotRegistered(name, subject, str(error)) from error
+            if not self._unreachable(error):
+                raise
+            return self._encode_cached(record, subject, error)
+        except Exception as error:
+            if not self._unreachable(error):
+                raise
+            return self._encode_cached(record, subject, error)
         assert data is not None
         data = bytes(data)
-        self._writers[name] = (data[:HEADER_SIZE], parse_schema(schema.parsed))
+        parsed = parse_schema(schema.parsed)
+        self._writers[name] = (data[:HEADER_SIZE], parsed)
+        self._remember_writer(name, subject, frame_schema_id(data))
         return data
+
+    def _encode_cached(self, record: Record, subject: str, error: BaseException) -> bytes:
+        """``record`` written with the id the cache kept for this schema, the registry being down."""
+        name = record.type
+        local = self.catalog[name]
+        found = self.cache.writer(subject, local.text)
+        if found is None:
+            raise RegistryUnreachable(
+                self.settings.schema_registry_url,
+                f"{type(error).__name__}: {error}",
+                f"the id of {name} under subject {subject!r} is not in the schema cache {self.cache.path}",
+            ) from error
+        self._adopt(name, found[0], found[1])
+        logger.warning(
+            "schema registry at %s unreachable: %s written with cached schema id %s",
+            self.settings.schema_registry_url,
+            name,
+            found[0],
+        )
+        return self.encode(record)
+
+    def _remember_writer(self, name: str, subject: str, schema_id: int) -> None:
+        """Keep the id (and version) of this code's schema of ``name``; the serializer does not
+        tell the version, the client's cache of its own lookup does."""
+        from runtime.log.registry_client import Schema
+
+        try:
+            registered = self.client.lookup_schema(subject, Schema(self.catalog[name].text, schema_type="AVRO"))
+        except Exception as error:  # only the cache misses out: the record itself is written
+            logger.warning("schema %s under %s not kept in the schema cache: %s", name, subject, error)
+            return
+        self.cache.remember_writer(subject, self.catalog[name].text, schema_id, int(registered.version or 0))
+
+    def _adopt(self, name: str, schema_id: int, version: int) -> None:
+        """Use ``schema_id`` for this code's schema of ``name``, to write and to read."""
+        parsed = parse_schema(self.catalog[name].parsed)
+        # The id names this very schema text, so it is also the writer schema of records
+        # carrying the id: one parsed schema serves as writer and reader.
+        self._readers.setdefault(schema_id, (RECORD_TYPES[name], parsed, parsed, version))
+        self._names_by_id.setdefault(schema_id, name)
+        self._writers.setdefault(name, (frame_header(schema_id), parsed))
 
     def _serializer(self, name: str) -> AvroSerializer:
         from runtime.log.registry_client import AvroSerializer, topic_record_subject_name_strategy
@@ -223,19 +327,35 @@ class Serde:
             if name not in self._writers and name in RECORD_TYPES
         }
         subjects = {name: local.subject(self.settings) for name, local in wanted.items()}
-        ids = schema_ids(self.settings, ((subjects[n], wanted[n].text) for n in wanted))
+        try:
+            ids = schema_ids(self.settings, ((subjects[n], wanted[n].text) for n in wanted))
+        except Exception as error:
+            if not self._unreachable(error):
+                raise
+            ids = {
+                subjects[n]: found
+                for n in wanted
+                if (found := self.cache.writer(subjects[n], wanted[n].text)) is not None
+            }
+            logger.warning(
+                "%s: %d of %d schema ids from the schema cache %s",
+                error
+                if isinstance(error, RegistryUnreachable)
+                else RegistryUnreachable(self.settings.schema_registry_url, f"{type(error).__name__}: {error}"),
+                len(ids),
+                len(wanted),
+                self.cache.path,
+            )
+        else:
+            self.cache.remember(
+                writers=[(subjects[n], wanted[n].text, *ids[subjects[n]]) for n in wanted if subjects[n] in ids]
+            )
         resolved = 0
-        for name, local in wanted.items():
+        for name in wanted:
             found = ids.get(subjects[name])
             if found is None:
                 continue
-            schema_id, version = found
-            parsed = parse_schema(local.parsed)
-            # The id was matched to this very schema text, so it is also the writer schema of
-            # records carrying the id: one parsed schema serves as writer and reader.
-            self._readers.setdefault(schema_id, (RECORD_TYPES[name], parsed, parsed, version))
-            self._names_by_id.setdefault(schema_id, name)
-            self._writers.setdefault(name, (frame_header(schema_id), parsed))
+            self._adopt(name, *found)
             resolved += 1
         return resolved
 
@@ -244,15 +364,55 @@ class Serde:
         """The record name of the writer schema of ``data`` (asks the registry once per id)."""
         schema_id = schema_id_of(data)
         name = self._names_by_id.get(schema_id)
-        if name is None and self._offline:
-            raise DecodeError(f"schema id {schema_id} is not in this offline catalog", data)
         if name is None:
-            writer = schema_by_id(self.client, schema_id)
-            if writer is None:
-                raise DecodeError(f"schema id {schema_id} is not in the registry", data)
-            name = str(json.loads(writer.schema_str or "{}")["name"])
+            name = str(json.loads(self._writer_text(schema_id, data))["name"])
             self._names_by_id[schema_id] = name
         return name
+
+    def _writer_text(self, schema_id: int, data: bytes) -> str:
+        """The text of writer schema ``schema_id``: the registry's, else the cache's while the
+        registry cannot be reached. DecodeError if the registry has no such id."""
+        if self._offline:
+            raise DecodeError(f"schema id {schema_id} is not in this offline catalog", data)
+        cached = self.cache.schema(schema_id) if self._registry_down() else None
+        if cached is not None:
+            return cached
+        try:
+            writer = schema_by_id(self.client, schema_id)
+        except Exception as error:
+            if not self._unreachable(error):
+                raise
+            text = self.cache.schema(schema_id)
+            if text is None:
+                raise RegistryUnreachable(
+                    self.settings.schema_registry_url,
+                    f"{type(error).__name__}: {error}",
+                    f"writer schema id {schema_id} is not in the schema cache {self.cache.path}",
+                ) from error
+            return text
+        if writer is None:
+            raise DecodeError(f"schema id {schema_id} is not in the registry", data)
+        return writer.schema_str or "{}"
+
+    def _version(self, schema_id: int, subject: str) -> int:
+        """The registry's version of ``schema_id`` under ``subject`` (the cache's in an outage)."""
+        cached = self.cache.version(schema_id, subject) if self._registry_down() else None
+        if cached is not None:
+            return cached
+        try:
+            return version_under(self.client, schema_id, subject)
+        except Exception as error:
+            if not self._unreachable(error):
+                raise
+            version = self.cache.version(schema_id, subject)
+            if version is None:
+                raise RegistryUnreachable(
+                    self.settings.schema_registry_url,
+                    f"{type(error).__name__}: {error}",
+                    f"the version of schema id {schema_id} under {subject!r} is not in the schema cache "
+                    f"{self.cache.path}",
+                ) from error
+            return version
 
     def decode(self, data: bytes, key: bytes | None = None, topic: str | None = None) -> Record:
         """A typed record; the writer schema (by id, from the registry) resolved to the local one.
@@ -260,54 +420,39 @@ class Serde:
         ``key`` is the record's Kafka key -- the run id on the commands and events topics (None on
         partition-level records such as claims and checkpoints, whose ``run_id`` is then "").
 
-        The first record of each schema id goes through ``AvroDeserializer``; later ones are
-        resolved by fastavro with the same writer and reader schemas, cached by id."""
-        if len(data) > HEADER_SIZE:
+        The first record of each schema id fetches its writer schema (``_decode_first``); every
+        record is resolved by fastavro with the writer and reader schemas cached by id."""
+        if len(data) > HEADER_SIZE and data[0] == MAGIC:
             fast = self._readers.get(int.from_bytes(data[ID_SLICE], "big"))
-            if fast is not None and data[0] == MAGIC:
-                cls, writer, reader, version = fast
-                try:
-                    values = schemaless_reader(io.BytesIO(data[HEADER_SIZE:]), writer, reader)
-                except Exception as exc:
-                    raise DecodeError(f"cannot decode {cls.__name__}: {exc}", data) from exc
-                assert isinstance(values, dict)
-                return _record_from_dict(cls, values, key, version)
+            if fast is not None:
+                return _read_datum(fast, data, key)
         return self._decode_first(data, key, topic)
 
     def _decode_first(self, data: bytes, key: bytes | None, topic: str | None) -> Record:
+        """The first record of a schema id: resolve the writer schema (the registry's text, the
+        cache's in an outage) and its version, keep them, then decode as ``decode`` does."""
         if self._await_warm_up() and is_framed(data) and frame_schema_id(data) in self._readers:
             return self.decode(data, key, topic)
-        name = self.record_name(data)
+        schema_id = schema_id_of(data)
+        text = self._writer_text(schema_id, data)
+        try:
+            writer = json.loads(text)
+            parsed_writer = parse_schema(writer)
+        except Exception as exc:
+            raise DecodeError(f"writer schema id {schema_id} cannot be parsed: {exc}", data) from exc
+        name = str(writer.get("name", ""))
         cls = RECORD_TYPES.get(name)
         if cls is None or name not in self.catalog:
-            raise DecodeError(
-                f"record type {name!r} (schema id {schema_id_of(data)}) is unknown to this code", data
-            )
-        deserializer = self._deserializers.get(name)
-        if deserializer is None:
-            deserializer = self._deserializer(name)
+            raise DecodeError(f"record type {name!r} (schema id {schema_id}) is unknown to this code", data)
         schema = self.catalog[name]
         topic = topic or schema.topic(self.settings)
-        ctx = SerializationContext(topic, MessageField.VALUE)
-        try:
-            values = deserializer(data, ctx)
-        except Exception as exc:
-            raise DecodeError(f"cannot decode {name}: {exc}", data) from exc
-        assert isinstance(values, dict)
-        schema_id = schema_id_of(data)
-        writer = json.loads(self.client.get_schema(schema_id).schema_str or "{}")
         full_name = ".".join(part for part in (writer.get("namespace"), writer.get("name")) if part)
-        version = version_under(self.client, schema_id, f"{topic}-{full_name}")
-        self._readers[schema_id] = (cls, parse_schema(writer), parse_schema(schema.parsed), version)
-        return _record_from_dict(cls, values, key, version)
-
-    def _deserializer(self, name: str) -> AvroDeserializer:
-        from runtime.log.registry_client import AvroDeserializer
-
-        with self._lock:
-            if name not in self._deserializers:
-                self._deserializers[name] = AvroDeserializer(self.client, self.catalog[name].text)
-            return self._deserializers[name]
+        subject = f"{topic}-{full_name}"
+        version = self._version(schema_id, subject)
+        self._names_by_id.setdefault(schema_id, name)
+        self._readers[schema_id] = (cls, parsed_writer, parse_schema(schema.parsed), version)
+        self.cache.remember_id(schema_id, text, subject, version)
+        return _read_datum(self._readers[schema_id], data, key)
 
     @classmethod
     def offline(cls, settings: Settings) -> Serde:

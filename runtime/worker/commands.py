@@ -6,6 +6,21 @@ the reason, and so does one whose handling raised. Only a failure the log or the
 recover from (a ``RetryableError``) is not turned into a rejection: the worker stops before any
 checkpoint covers the command, and a restarted worker handles it again -- a valid run must not
 be rejected because a service blinked.
+
+Any producer may submit (docs/producers.md is the contract). Two mistakes a producer that is
+not agentlog's own can make are handled here rather than lost:
+- **No key.** Every command is keyed by its run id. A keyless one (or one whose key is not
+  UTF-8 text) ends as ``RunRejected`` naming what was wrong, under the id ``keyless_run_id``
+  gives its coordinates (``keyless-<partition>-<offset>-<n>``, n chosen so that the id's home is
+  that partition: ``agentlog status`` finds it) -- it used to start a run with id "", and every
+  later keyless one was ignored as its duplicate.
+- **The wrong partition.** A run lives in partition ``murmur2(key) % n`` of both topics (Kafka's
+  Java partitioner; librdkafka's default, ``consistent_random``, is CRC32 and disagrees). A command
+  read from another partition is forwarded, byte for byte, to its home partition of the commands
+  topic, and counts as handled only once the forward is acknowledged (the loop waits for that
+  ack: one round trip, paid only by misrouted commands). A worker killed after the ack but before
+  a checkpoint covers the command forwards it again on restart; the home partition ignores a
+  submission whose run id it knows, so the run starts once.
 """
 
 from __future__ import annotations
@@ -13,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from runtime.errors import AgentlogError, RetryableError
 from runtime.log.events import (
@@ -24,7 +40,8 @@ from runtime.log.events import (
     SignalReceived,
     SignalSent,
 )
-from runtime.log.port import Delivery
+from runtime.log.partitioning import name_in_partition, partition_of_key
+from runtime.log.port import Delivery, WriteError
 from runtime.log.serde import DecodeError, Serde
 from runtime.replay.reset import SeedError, decode_seed
 from runtime.worker.batching import TurnBatcher
@@ -39,6 +56,8 @@ from runtime.workflow.machine import RunMachine
 log = logging.getLogger("agentlog.worker")
 
 RAW_LIMIT = 10_000  # characters of a rejected input kept in its RunRejected record
+FORWARD_TIMEOUT_S = 30.0  # a forward not acknowledged by then stops the worker (retryable)
+PRODUCERS_DOC = "docs/producers.md"
 
 
 class WorkerError(AgentlogError):
@@ -68,7 +87,12 @@ class CommandHandler:
             return
         owned.next_command = offset + 1
         key = delivery.key
-        run_id = key.decode("utf-8", "replace") if key else f"poison-{delivery.partition}-{offset}"
+        if key:
+            home = partition_of_key(key, self.executor.settings.partitions)
+            if home != delivery.partition:
+                self._forward(owned, delivery, home)
+                return
+        run_id = _run_id_of(key) or keyless_run_id(delivery.partition, offset, self.executor.settings.partitions)
         try:
             self._apply(owned, run_id, delivery)
         except RetryableError as error:
@@ -87,8 +111,39 @@ class CommandHandler:
                     f"and its rejection could not be recorded ({reject_error})"
                 ) from reject_error
 
+    def _forward(self, owned: OwnedPartition, delivery: Delivery, home: int) -> None:
+        """Send a misrouted command to its home partition, untouched, and wait for the ack."""
+        settings = self.executor.settings
+        where = f"{settings.commands_topic}[{delivery.partition}]@{delivery.offset}"
+        sent = self.executor.log.append(settings.commands_topic, home, delivery.key, delivery.value)
+        try:
+            at = sent.result(timeout=FORWARD_TIMEOUT_S)
+        except (WriteError, FutureTimeout) as error:
+            owned.next_command = delivery.offset  # the restart forwards it again
+            raise WorkerError(
+                f"stopping: command {where} could not be forwarded to its home partition {home}: "
+                f"{error or 'no ack within ' + str(FORWARD_TIMEOUT_S) + 's'}"
+            ) from error
+        owned.writes_since_checkpoint += 1  # the next checkpoint records the command as handled
+        log.warning(
+            json.dumps(
+                {
+                    "event": "command_forwarded",
+                    "from": where,
+                    "to": f"{settings.commands_topic}[{home}]@{at}",
+                    "run": (delivery.key or b"").decode("utf-8", "replace"),
+                    "why": f"its key's murmur2 partition is {home}: the producer did not use Kafka's "
+                    "murmur2 partitioner (librdkafka's default is consistent_random, CRC32; "
+                    f"set partitioner=murmur2_random; see {PRODUCERS_DOC})",
+                }
+            )
+        )
+
     def _apply(self, owned: OwnedPartition, run_id: str, delivery: Delivery) -> None:
         offset = delivery.offset
+        if _run_id_of(delivery.key) is None:
+            self._reject(owned, run_id, None, _keyless_reason(delivery), "", offset)
+            return
         try:
             command = self.serde.decode(delivery.value or b"", delivery.key)
         except DecodeError as decode_error:
@@ -197,3 +252,27 @@ class CommandHandler:
             command_offset=offset,
         )
         self.batcher.append(owned, [rejected])
+
+
+def keyless_run_id(partition: int, offset: int, partitions: int) -> str:
+    """The run id of the rejection of the keyless command at ``partition``@``offset``."""
+    return name_in_partition(f"keyless-{partition}-{offset}", partition, partitions)
+
+
+def _run_id_of(key: bytes | None) -> str | None:
+    """The run id a command's key names; None for no key, an empty one or one that is not UTF-8 (a
+    run's events are keyed by its id re-encoded, so other bytes would land in another partition)."""
+    if not key:
+        return None
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _keyless_reason(delivery: Delivery) -> str:
+    what = "has no key" if not delivery.key else f"has a key that is not UTF-8 text ({delivery.key[:40]!r})"
+    return (
+        f"command at offset {delivery.offset} {what}: every command must be keyed by its run id "
+        f"(UTF-8), which also picks its partition (murmur2); see {PRODUCERS_DOC}"
+    )

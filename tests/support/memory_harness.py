@@ -38,9 +38,9 @@ async def until(condition: Callable[[], Any], timeout: float = 5.0, what: str = 
 class Harness:
     """One in-memory deployment: its log, an offline serde, a client, and the workers started on it."""
 
-    def __init__(self, app: App, serde: Serde | None = None) -> None:
+    def __init__(self, app: App, serde: Serde | None = None, settings: Settings = SETTINGS) -> None:
         self.app = app
-        self.settings = SETTINGS
+        self.settings = settings
         self.log = MemoryLog(self.settings)
         self.serde = serde or Serde.offline(self.settings)
         self.client = Client(self.settings, identity="test", log=self.log, serde=Serde.offline(self.settings))

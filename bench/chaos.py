@@ -1,0 +1,422 @@
+"""Faults on a 3-node cluster, one table: ``make chaos`` (or ``python bench/chaos.py [ROW ...]``).
+
+Starts its own 3-node KRaft cluster (``infra up --brokers 3``'s, on ports 27092-27094 and
+controllers 27192-27194; ``CHAOS_KAFKA_PORT`` / ``CHAOS_CONTROLLER_PORT`` move them) in a
+temporary state folder, in front of the configured schema registry, and runs the refund agent
+(examples/refund_agent.py: its world is a SQLite file that counts every effect attempt) under:
+
+- ``crash``: the worker SIGKILLed at the start of each of the 40 steps of refund-40 (the step's
+  model call has started, its result is not recorded), and after each effect ran but before its
+  result was recorded (the 3 effecting steps), one run per point; the worker runs under
+  ``--respawn``, so a fresh fork takes over;
+- ``broker``: the leader of events partition 0 SIGKILLed while 200 runs of 20 steps execute,
+  restarted 10 s later;
+- ``registry``: a registry of its own (and its PostgreSQL, on 27081 and 27432) SIGKILLed for
+  30 s while 100 runs execute; fresh clients keep submitting during the outage (their schema ids
+  come from the state folder's cache) and any refusal is counted with its message;
+- ``workers``: three workers under load (200 runs), one SIGKILLed and a fourth added.
+
+Every row counts: runs completed of runs submitted, effects and effect attempts (a duplicate
+effect is an effect key attempted twice), lost results (a run without its effect, or an effect
+whose completion is not in the run's history), runs with a call in doubt, and a history check
+(each run's recorded effect completions equal the effects the world saw). Prints the table, then
+one JSON line per row.
+
+Not measured here: the sink killed during the broker kill, the network to one broker cut.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from _deploy import start_worker
+from confluent_kafka import Consumer, TopicPartition
+
+from examples.refund_agent import init_world
+from infra.deployment import scratch_deployment
+from runtime.client import Client
+from runtime.config import Settings, load_settings
+from runtime.log.events import (
+    EpochClaimed,
+    Event,
+    RunCompleted,
+    RunFailed,
+    RunParked,
+    RunRejected,
+    ToolCallCompleted,
+    ToolCallScheduled,
+)
+from runtime.log.fencing import FenceFilter
+from runtime.log.kafka_config import reader_config
+from runtime.log.serde import Serde
+from support import cluster as cluster_support
+
+EFFECTS = ("send_email", "refund", "create_ticket")
+
+
+@dataclass
+class Watch:
+    """What the events topic says, read incrementally: per run its end, its effect calls."""
+
+    settings: Settings
+    serde: Serde
+    ended: dict[str, str] = field(default_factory=dict)
+    effect_positions: dict[str, dict[int, str]] = field(default_factory=lambda: defaultdict(dict))
+    effect_completions: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    in_doubt: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.consumer = Consumer(reader_config(self.settings))
+        self.consumer.assign([TopicPartition(self.settings.events_topic, p, 0) for p in range(self.settings.partitions)])
+        self.fences = [FenceFilter() for _ in range(self.settings.partitions)]
+
+    def poll(self, seconds: float = 0.5) -> None:
+        for message in self.consumer.consume(num_messages=10_000, timeout=seconds):
+            if message.error() is not None or message.value() is None:
+                continue
+            event = self.serde.decode(message.value(), message.key())
+            partition = message.partition() or 0
+            if not isinstance(event, Event) or not self.fences[partition].admit(event, message.offset() or 0):
+                continue
+            if isinstance(event, EpochClaimed):
+                continue
+            run = event.run_id
+            if isinstance(event, ToolCallScheduled) and event.tool in EFFECTS:
+                self.effect_positions[run][event.position] = event.tool
+            elif isinstance(event, ToolCallCompleted):
+                if event.position in self.effect_positions.get(run, {}):
+                    self.effect_completions[run] += 1
+                if event.in_doubt:
+                    self.in_doubt.add(run)
+            elif isinstance(event, (RunCompleted, RunFailed, RunParked, RunRejected)):
+                self.ended[run] = event.type
+
+    def wait_ended(self, runs: list[str], timeout: float, alive: Callable[[], bool] = lambda: True) -> float:
+        """Seconds until every run of ``runs`` has ended (or ``timeout``)."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout:
+            self.poll()
+            if all(run in self.ended for run in runs):
+                return time.monotonic() - started
+            if not alive():
+                break
+        return float("nan")
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def world_counts(db: Path) -> tuple[int, int, int]:
+    """Effects, effect attempts, and effect keys attempted more than once (the world's table of
+    effects has the key as primary key: a second attempt is recorded but not applied)."""
+    with sqlite3.connect(db, timeout=30) as conn:
+        effects = conn.execute("SELECT count(*) FROM effects").fetchone()[0]
+        attempts = conn.execute("SELECT count(*) FROM effect_attempts").fetchone()[0]
+        twice = conn.execute(
+            "SELECT count(*) FROM (SELECT idempotency_key FROM effect_attempts GROUP BY 1 HAVING count(*) > 1)"
+        ).fetchone()[0]
+    return int(effects), int(attempts), int(twice)
+
+
+def new_world(path: Path) -> Path:
+    with sqlite3.connect(path) as conn:
+        init_world(conn)
+    return path
+
+
+def row(name: str, runs: list[str], watch: Watch, world: Path, expected_effects: int, **extra: Any) -> dict[str, Any]:
+    watch.poll(0.5)
+    effects, attempts, twice = world_counts(world)
+    completed = sum(1 for r in runs if watch.ended.get(r) == "RunCompleted")
+    recorded = sum(watch.effect_completions.get(r, 0) for r in runs)
+    return {
+        "row": name,
+        "runs": len(runs),
+        "completed": completed,
+        "effects": effects,
+        "effect_attempts": attempts,
+        # An effect applied beyond the expected ones; a key attempted again (an in-doubt call
+        # retried with its recorded key, which the service deduplicates) is counted apart.
+        "duplicate_effects": max(0, effects - expected_effects),
+        "keys_attempted_twice": twice,
+        "lost_results": max(0, expected_effects - effects) + max(0, effects - recorded),
+        "in_doubt_runs": sum(1 for r in runs if r in watch.in_doubt),
+        "history_equals_effects": recorded == effects,
+        **extra,
+    }
+
+
+def submit(client: Client, n: int, steps: int, tag: str) -> list[str]:
+    runs = [client.submit("refund", {"order": f"{tag}-{i}", "steps": steps}) for i in range(n)]
+    client.flush()
+    return runs
+
+
+def effects_for(steps: int) -> int:
+    return sum(1 for s in (14, 22, 30) if s <= steps)
+
+
+def crash_points(base: Settings, work: Path, steps: int = 40) -> dict[str, Any]:
+    """The worker SIGKILLed at each step's model call, and after each effect: one run per point."""
+    points = [("AT_STEP", str(s)) for s in range(1, steps + 1)] + [("IN_EFFECT", kind) for kind in EFFECTS]
+    totals: dict[str, Any] = defaultdict(int)
+    exactly_one_in_doubt = 0
+    deployment = scratch_deployment(base, partitions=1, prefix="chaos")  # one for all points: a
+    # point's worker is stopped before the next one's starts (static membership takes over at once)
+    for kind, where in points:
+        world = new_world(work / f"crash-{kind}-{where}.db")
+        log = work / f"crash-{kind}-{where}.log"
+        worker = start_worker(
+            deployment, "w1", log, "--respawn", REFUND_WORLD_DB=str(world), **{f"REFUND_CRASH_{kind}": where}
+        )
+        client = Client(deployment)
+        watch = Watch(deployment, client.serde)
+        try:
+            runs = submit(client, 1, steps, f"crash-{where}")
+            watch.wait_ended(runs, 120, alive=lambda w=worker: w.poll() is None)  # type: ignore[misc]
+            point = row("crash", runs, watch, world, effects_for(steps))
+            crashed = Path(f"{world}.crash-{kind}-{where}").exists()
+            totals["points"] += 1
+            totals["crashed"] += int(crashed)
+            for key in (
+                "runs", "completed", "effects", "effect_attempts", "duplicate_effects", "keys_attempted_twice", "lost_results"
+            ):
+                totals[key] += point[key]
+            exactly_one_in_doubt += int(len(client.status(runs[0]).in_doubt) == 1)
+            totals["history_mismatches"] += int(not point["history_equals_effects"])
+        finally:
+            watch.close()
+            client.close()
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=30)
+    return {"row": "crash points (40 steps before the call, 3 after an effect)", **totals, "runs_exactly_one_in_doubt": exactly_one_in_doubt}
+
+
+def broker_kill(base: Settings, work: Path, n: int = 200, steps: int = 20, down_s: float = 10.0) -> dict[str, Any]:
+    deployment = scratch_deployment(base, partitions=3, prefix="chaos")
+    world = new_world(work / "broker.db")
+    worker = start_worker(deployment, "w1", work / "broker-w1.log", REFUND_WORLD_DB=str(world))
+    client = Client(deployment)
+    watch = Watch(deployment, client.serde)
+    try:
+        runs = submit(client, n, steps, "broker")
+        while world_counts(world)[1] < n // 4:  # a quarter of the effects ran: mid-flight
+            watch.poll(0.2)
+        leader = cluster_support.leader_of(deployment, deployment.events_topic, 0)
+        killed = time.monotonic()
+        cluster_support.kill_node(deployment, leader)
+        time.sleep(down_s)
+        cluster_support.restart_node(deployment, leader)
+        watch.wait_ended(runs, 600, alive=lambda: worker.poll() is None)
+        return row(
+            f"broker SIGKILLed (leader of events[0], node {leader}), restarted after {down_s:.0f}s",
+            runs,
+            watch,
+            world,
+            n * effects_for(steps),
+            all_done_s_after_kill=round(time.monotonic() - killed, 1),
+            worker_survived=worker.poll() is None,
+        )
+    finally:
+        watch.close()
+        client.close()
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+
+
+def worker_churn(base: Settings, work: Path, n: int = 200, steps: int = 20) -> dict[str, Any]:
+    deployment = scratch_deployment(base, partitions=6, prefix="chaos")
+    world = new_world(work / "workers.db")
+    env = {"REFUND_WORLD_DB": str(world)}
+    workers = {f"w{i}": start_worker(deployment, f"w{i}", work / f"workers-w{i}.log", **env) for i in (1, 2, 3)}
+    client = Client(deployment)
+    watch = Watch(deployment, client.serde)
+    try:
+        time.sleep(5)  # let the three share the partitions
+        runs = submit(client, n, steps, "workers")
+        while world_counts(world)[1] < n // 4:
+            watch.poll(0.2)
+        claims_before = claims(deployment)
+        os.kill(workers["w2"].pid, signal.SIGKILL)
+        workers["w2"].wait()
+        killed = time.monotonic()
+        workers["w4"] = start_worker(deployment, "w4", work / "workers-w4.log", **env)
+        rebalance = wait_reclaimed(deployment, claims_before, killed)
+        watch.wait_ended(runs, 600)
+        return row(
+            "3 workers under load: one SIGKILLed, one added",
+            runs,
+            watch,
+            world,
+            n * effects_for(steps),
+            rebalance_s=rebalance,
+        )
+    finally:
+        watch.close()
+        client.close()
+        for proc in workers.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=30)
+
+
+def claims(settings: Settings) -> dict[int, tuple[int, str]]:
+    """Partition -> (offset, worker) of its latest EpochClaimed."""
+    serde = Serde(settings)
+    found: dict[int, tuple[int, str]] = {}
+    consumer = Consumer(reader_config(settings))
+    try:
+        for partition in range(settings.partitions):
+            tp = TopicPartition(settings.events_topic, partition)
+            _, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+            consumer.assign([TopicPartition(settings.events_topic, partition, 0)])
+            position = 0
+            while position < high:
+                for message in consumer.consume(num_messages=5000, timeout=1):
+                    if message.error() is not None:
+                        continue
+                    position = (message.offset() or 0) + 1
+                    if message.key() is None and message.value():
+                        event = serde.decode(message.value())
+                        if isinstance(event, EpochClaimed):
+                            found[partition] = (position - 1, event.worker)
+    finally:
+        consumer.close()
+    return found
+
+
+def wait_reclaimed(settings: Settings, before: dict[int, tuple[int, str]], since: float) -> float:
+    """Seconds from ``since`` until every partition the killed worker held has a newer claim."""
+    held = {p for p, (_, worker) in before.items() if worker == "w2"}
+    while time.monotonic() - since < 120:
+        now = claims(settings)
+        if all(now.get(p, (-1, ""))[0] > before[p][0] for p in held):
+            return round(time.monotonic() - since, 1)
+        time.sleep(0.5)
+    return float("nan")
+
+
+def registry_outage(base: Settings, work: Path, n: int = 100, steps: int = 20, down_s: float = 30.0) -> dict[str, Any]:
+    """A registry of its own SIGKILLed for ``down_s`` while ``n`` runs execute; during the outage
+    fresh clients (a new process's Serde: the schema cache in the state folder) submit more."""
+    from infra import postgres, registry
+
+    reg = base.model_copy(
+        update={
+            "state_dir": work / "registry-state",
+            "registry_port": int(os.environ.get("CHAOS_REGISTRY_PORT", "27081")),
+            "postgres_port": int(os.environ.get("CHAOS_POSTGRES_PORT", "27432")),
+        }
+    )
+    reg = reg.model_copy(update={"schema_registry_url": f"http://127.0.0.1:{reg.registry_port}"})
+    postgres.start(reg, lambda _m: None)
+    registry.start(reg, lambda _m: None)
+    deployment = scratch_deployment(reg, partitions=3, prefix="chaos")
+    world = new_world(work / "registry.db")
+    worker = start_worker(deployment, "w1", work / "registry-w1.log", REFUND_WORLD_DB=str(world))
+    client = Client(deployment)
+    watch = Watch(deployment, client.serde)
+    refused: list[str] = []
+    try:
+        runs = submit(client, n, steps, "registry")
+        while world_counts(world)[1] < n // 4:
+            watch.poll(0.2)
+        pid = registry.running_pid(reg)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        during = 0
+        while time.monotonic() - killed < down_s:
+            fresh = Client(deployment)  # a cold client: its ids come from the cache or it says why not
+            try:
+                runs += submit(fresh, 5, steps, f"outage{during}")
+                during += 5
+            except Exception as error:  # counted and shown: the point is that it says what is wrong
+                refused.append(f"{type(error).__name__}: {error}")
+            finally:
+                fresh.close()
+            watch.poll(1.0)
+        registry.start(reg, lambda _m: None)
+        restarted_after = round(time.monotonic() - killed, 1)
+        watch.wait_ended(runs, 600, alive=lambda: worker.poll() is None)
+        return row(
+            f"registry SIGKILLed for {down_s:.0f}s under load",
+            runs,
+            watch,
+            world,
+            len(runs) * effects_for(steps),
+            submitted_during_outage=during,
+            submissions_refused=len(refused),
+            refusal=refused[0] if refused else "",
+            registry_back_after_s=restarted_after,
+            worker_survived=worker.poll() is None,
+        )
+    finally:
+        watch.close()
+        client.close()
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+        registry.stop(reg)
+        postgres.stop(reg)
+        shutil.rmtree(postgres.fallback_dir(reg), ignore_errors=True)
+
+
+ROWS: dict[str, Callable[[Settings, Path], dict[str, Any]]] = {
+    "crash": crash_points,
+    "broker": broker_kill,
+    "registry": registry_outage,
+    "workers": worker_churn,
+}
+
+COLUMNS = ("runs", "completed", "effects", "effect_attempts", "duplicate_effects", "lost_results", "in_doubt_runs")
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| fault | " + " | ".join(COLUMNS) + " | other |", "|" + " --- |" * (len(COLUMNS) + 2)]
+    for r in rows:
+        other = {k: v for k, v in r.items() if k not in (*COLUMNS, "row")}
+        cells = [str(r.get(c, "")) for c in COLUMNS]
+        lines.append(f"| {r['row']} | " + " | ".join(cells) + f" | {json.dumps(other)} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    wanted = sys.argv[1:] or list(ROWS)
+    unknown = [w for w in wanted if w not in ROWS]
+    if unknown:
+        raise SystemExit(f"unknown rows {unknown}; choose from {list(ROWS)}")
+    cluster_support.BROKER_PORT = int(os.environ.get("CHAOS_KAFKA_PORT", cluster_support.BROKER_PORT))
+    cluster_support.CONTROLLER_PORT = int(os.environ.get("CHAOS_CONTROLLER_PORT", cluster_support.CONTROLLER_PORT))
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="agentlog-chaos-") as scratch:
+        work = Path(scratch)
+        with cluster_support.private_cluster(load_settings(), work / "state") as base:
+            for name in wanted:
+                started = time.monotonic()
+                result = ROWS[name](base, work)
+                result["seconds"] = round(time.monotonic() - started, 1)
+                rows.append(result)
+                print(json.dumps(result), flush=True)
+    print(table(rows))
+    bad = [r for r in rows if r.get("duplicate_effects") or r.get("lost_results") or r.get("completed") != r.get("runs")]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
