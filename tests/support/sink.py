@@ -30,7 +30,7 @@ from runtime.log.fencing import FenceFilter
 from runtime.log.partitioning import partition_for
 from runtime.log.serde import Serde
 from support.services import ROOT, agentlog, deployment_env, make_deployment
-from support.wait import wait_until
+from support.wait import stop_process, wait_until
 
 __all__ = ["ROOT", "agentlog", "make_deployment"]
 
@@ -317,13 +317,7 @@ class SinkProcess:
         self.proc.wait(timeout=10)
 
     def stop(self, timeout: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout)
         self._log.close()
         return int(self.proc.returncode)
 

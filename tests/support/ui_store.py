@@ -24,7 +24,7 @@ from runtime.client import Client
 from runtime.config import Settings
 from support.services import ROOT, deployment_env
 from support.sink import SinkProcess, kafka_offsets, wait_for_rows
-from support.wait import wait_until
+from support.wait import stop_process, wait_until
 from support.workers import WorkerProcess
 
 REFUND_APP = "examples.refund_agent:app"
@@ -124,13 +124,7 @@ class UiProcess:
         return self.log_path.read_text(errors="replace")[-chars:]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self._log.close()
 
 

@@ -55,3 +55,15 @@ def wait_for_event(client: Client, run_id: str, event_type: str, count: int = 1,
         interval=0.1,
         detail=lambda: str([e["type"] for e in client.history(run_id)]),
     )
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> int:
+    """SIGTERM, and SIGKILL if it has not exited within ``timeout``; returns its exit code."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return int(proc.returncode)

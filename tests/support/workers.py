@@ -13,7 +13,7 @@ from infra.deployment import environment
 from runtime.config import Settings
 from support.events import LogReader
 from support.services import ROOT, TESTS, deployment_env
-from support.wait import wait_until
+from support.wait import stop_process, wait_until
 
 APP = "support.agent_apps:app"  # the scripted workflows of tests/support/agent_apps.py
 
@@ -91,13 +91,7 @@ class WorkerProcess:
         self.proc.wait(timeout=10)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self._log.close()
         self.reader.close()
 
