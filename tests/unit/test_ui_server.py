@@ -4,12 +4,12 @@ request here is refused or served before a page asks the store, or finds the sto
 from __future__ import annotations
 
 import http.client
-import socket
 from collections.abc import Iterator
 
 import pytest
 
 from runtime.config import Settings
+from support.ui_store import free_port as any_free_port
 from ui.server import COOKIE, UiConfigError, UiServer
 
 pytestmark = pytest.mark.unit
@@ -18,15 +18,8 @@ NO_STORE = "http://127.0.0.1:9"  # nothing listens on the discard port: pages an
 
 
 def free_port() -> int:
-    """A port of this project's test range (25000-25999) that nothing listens on."""
-    for port in range(25100, 26000):
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise AssertionError("no free port in 25100-25999")
+    """A port of the range this module's servers use (the browser tests take 25200 on)."""
+    return any_free_port(25100, 25199)
 
 
 @pytest.fixture
@@ -74,7 +67,9 @@ def test_a_token_is_needed_and_a_token_link_sets_a_cookie(make_server: object) -
     token = "t" * 24
     server = make_server(token)  # type: ignore[operator]
     assert request(server, "GET", "/static/ui.css").status == 401
-    assert request(server, "GET", "/static/ui.css", {"Authorization": "Bearer wrong-token-wrong"}).status == 401
+    assert (
+        request(server, "GET", "/static/ui.css", {"Authorization": "Bearer wrong-token-wrong"}).status == 401
+    )
     assert request(server, "GET", "/static/ui.css", {"Authorization": f"Bearer {token}"}).status == 200
     assert request(server, "GET", "/?token=nope").status == 401
     link = request(server, "GET", f"/diff?a=x&token={token}")
