@@ -483,25 +483,33 @@ ORDER BY (partition, offset)"""
 
 _BLOB_PREFIX = '{"agentlog_blob":'
 # The run's message sequence with each blob pointer replaced by the message it names, when the
-# payloads table holds a record of the run with that sha256; otherwise the pointer stays, and
-# ``audit call`` reports the prompt unverified.
+# payloads table holds a record with that sha256 (content-addressed: a reset or fork finds the
+# blob its original stored); otherwise the pointer stays, and ``audit call`` reports the prompt
+# unverified. Only the payloads some pointer names are read.
+_BLOB_SHA = "JSONExtractString(m, 'agentlog_blob', 'sha256')"
 _SEQUENCES_V11 = f"""
     SELECT s.run_id AS run_id,
-        arrayMap(m -> if(startsWith(m, '{_BLOB_PREFIX}')
-                         AND indexOf(b.shas, JSONExtractString(m, 'agentlog_blob', 'sha256')) > 0,
-                         b.contents[indexOf(b.shas, JSONExtractString(m, 'agentlog_blob', 'sha256'))],
+        arrayMap(m -> if(startsWith(m, '{_BLOB_PREFIX}') AND indexOf(b.shas, {_BLOB_SHA}) > 0,
+                         b.contents[indexOf(b.shas, {_BLOB_SHA})],
                          m),
                  s.sequence) AS sequence
     FROM ({_SEQUENCES}
     ) AS s
     LEFT JOIN (
-        SELECT run_id, groupArray(sha256) AS shas, groupArray(content) AS contents
-        FROM {PAYLOADS} FINAL
-        WHERE (run_id, sha256) IN (
-            SELECT run_id, JSONExtractString(m, 'agentlog_blob', 'sha256')
+        SELECT refs.run_id AS run_id, groupArray(p.sha256) AS shas, groupArray(p.content) AS contents
+        FROM (
+            SELECT DISTINCT run_id, {_BLOB_SHA} AS sha256
             FROM {EVENTS} ARRAY JOIN new_messages AS m
-            WHERE fenced = 0 AND type = 'ModelCallScheduled' AND startsWith(m, '{_BLOB_PREFIX}'))
-        GROUP BY run_id
+            WHERE fenced = 0 AND type = 'ModelCallScheduled' AND startsWith(m, '{_BLOB_PREFIX}')
+        ) AS refs
+        INNER JOIN (
+            SELECT sha256, any(content) AS content FROM {PAYLOADS}
+            WHERE sha256 IN (
+                SELECT {_BLOB_SHA} FROM {EVENTS} ARRAY JOIN new_messages AS m
+                WHERE type = 'ModelCallScheduled' AND startsWith(m, '{_BLOB_PREFIX}'))
+            GROUP BY sha256
+        ) AS p ON p.sha256 = refs.sha256
+        GROUP BY refs.run_id
     ) AS b ON b.run_id = s.run_id"""
 
 _MODEL_CALLS_VIEW_V11 = _MODEL_CALLS_VIEW_V10.replace(_SEQUENCES, _SEQUENCES_V11)

@@ -288,7 +288,7 @@ class Client:
 
     def _inputs(self, run_id: str, events: list[Event]) -> dict[int, RecordedInput]:
         try:
-            blobs = read_blobs(self.log, self.settings.payloads_topic, self.partition(run_id), events)
+            blobs = read_blobs(self.log, self.settings.payloads_topic, events)
             return rebuild_inputs(events, blobs)
         except (PayloadMissing, PromptMissing) as error:
             raise AgentlogError(f"run {run_id}: {error}") from error

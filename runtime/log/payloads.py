@@ -62,14 +62,18 @@ def read_back(log: EventLog, topic: str, partition: int, events: Iterable[Event]
     return _read_checked(log, topic, partition, wanted, "result")
 
 
-def read_blobs(log: EventLog, topic: str, partition: int, events: Iterable[Event]) -> dict[str, str]:
+def read_blobs(log: EventLog, topic: str, events: Iterable[Event]) -> dict[str, str]:
     """The messages stored out of line that ``events`` point at (runtime.log.prompts), by sha256:
-    one range read, each checked. Raises PayloadMissing naming the first lost or altered one."""
-    wanted = {ref.offset: ref.sha256 for ref in blob_refs(events)}
-    if not wanted:
-        return {}
-    found = _read_checked(log, topic, partition, wanted, "message")
-    return {wanted[offset]: text for offset, text in found.items()}
+    one range read per partition they name (the run's own, or for a reset or fork also its
+    original's), each checked. Raises PayloadMissing naming the first lost or altered one."""
+    by_partition: dict[int, dict[int, str]] = {}
+    for ref in blob_refs(events):
+        by_partition.setdefault(ref.partition, {})[ref.offset] = ref.sha256
+    texts: dict[str, str] = {}
+    for partition, wanted in sorted(by_partition.items()):
+        found = _read_checked(log, topic, partition, wanted, "message")
+        texts.update((wanted[offset], text) for offset, text in found.items())
+    return texts
 
 
 def _read_checked(

@@ -27,7 +27,7 @@ refuses a record over ~1 MB, and a refused record stops the worker on every retr
 that would take the record past it is stored out of line, like a large call result
 (runtime.log.payloads): its canonical JSON is appended to the payloads topic, in the run's
 partition and acknowledged before the record, and the sequence holds a *blob pointer* in its place
-(``{"agentlog_blob": {"bytes", "offset", "sha256"}}``, the sha256 of the message's canonical JSON,
+(``{"agentlog_blob": {"bytes", "offset", "partition", "sha256"}}``, the sha256 of the message's canonical JSON,
 which is also the digest that deduplicates it). Readers that need the text read it back and check
 the sha256 (``resolve``); the writer's book and replay need only the digest.
 
@@ -92,15 +92,19 @@ def _digest(text: str) -> bytes:
 
 @dataclasses.dataclass(frozen=True)
 class BlobRef:
-    """Where a message stored out of line is: the payloads topic's offset in the run's partition."""
+    """Where a message stored out of line is: a partition and offset of the payloads topic. The
+    partition is the writing run's, named so that a reset or fork (which copies the pointer into a
+    run that may live in another partition) still finds it."""
 
     sha256: str
     size: int
+    partition: int
     offset: int
 
 
 def pointer_body(ref: BlobRef) -> str:
-    return _canonical({BLOB: {"bytes": ref.size, "offset": ref.offset, "sha256": ref.sha256}})
+    fields = {"bytes": ref.size, "offset": ref.offset, "partition": ref.partition, "sha256": ref.sha256}
+    return _canonical({BLOB: fields})
 
 
 def blob_ref(role: str, body: str) -> BlobRef | None:
@@ -114,10 +118,15 @@ def _ref_of(message: Any) -> BlobRef | None:
     if not isinstance(message, dict) or set(message) != {BLOB} or not isinstance(message[BLOB], dict):
         return None
     fields = message[BLOB]
-    sha, size, offset = fields.get("sha256"), fields.get("bytes"), fields.get("offset")
-    if not (isinstance(sha, str) and isinstance(size, int) and isinstance(offset, int)):
+    sha, size, partition, offset = (fields.get(k) for k in ("sha256", "bytes", "partition", "offset"))
+    if not (
+        isinstance(sha, str)
+        and isinstance(size, int)
+        and isinstance(partition, int)
+        and isinstance(offset, int)
+    ):
         return None
-    return BlobRef(sha, size, offset)
+    return BlobRef(sha, size, partition, offset)
 
 
 def blob_refs(events: Iterable[Event]) -> list[BlobRef]:
@@ -132,13 +141,16 @@ def blob_refs(events: Iterable[Event]) -> list[BlobRef]:
     return refs
 
 
-def located(event: ModelCallScheduled, offsets: dict[str, int]) -> ModelCallScheduled:
-    """``event`` with the offset of each of its new blobs (sha256 -> offset, once acknowledged)."""
+def located(event: ModelCallScheduled, partition: int, offsets: dict[str, int]) -> ModelCallScheduled:
+    """``event`` with where each of its new blobs is stored: ``partition`` of the payloads topic,
+    at ``offsets`` (sha256 -> offset, once acknowledged)."""
     bodies = list(event.new_messages)
     for i, (role, body) in enumerate(zip(event.new_roles, bodies, strict=True)):
         ref = blob_ref(role, body)
         if ref is not None and ref.offset == UNSTORED and ref.sha256 in offsets:
-            bodies[i] = pointer_body(dataclasses.replace(ref, offset=offsets[ref.sha256]))
+            bodies[i] = pointer_body(
+                dataclasses.replace(ref, partition=partition, offset=offsets[ref.sha256])
+            )
     return dataclasses.replace(event, new_messages=bodies)
 
 
@@ -210,7 +222,7 @@ class PromptBook:
                 self.size += 1
                 if len(data) > budget:
                     blobs[digest.hex()] = data
-                    role, body = "", pointer_body(BlobRef(digest.hex(), len(data), UNSTORED))
+                    role, body = "", pointer_body(BlobRef(digest.hex(), len(data), UNSTORED, UNSTORED))
                 else:
                     budget -= len(data)
                     role, body = _stored_form(message, data)
@@ -281,7 +293,7 @@ def checked_args(recorded: RecordedInput) -> dict[str, Any]:
         if ref is not None:
             raise PromptMissing(
                 f"model call {recorded.position}: message {i} is stored out of line ({ref.size} bytes at "
-                f"payloads offset {ref.offset}, sha256 {ref.sha256}) and was not read back"
+                f"payloads[{ref.partition}]@{ref.offset}, sha256 {ref.sha256}) and was not read back"
             )
         if isinstance(message, dict) and set(message) == {OMITTED}:
             raise PromptMissing(

@@ -199,7 +199,9 @@ class Executor:
                     f"run {machine.run_id}: a message stored out of line was not acknowledged: {error}"
                 )
                 return None
-        return [located(e, offsets) if isinstance(e, ModelCallScheduled) else e for e in events]
+        return [
+            located(e, owned.partition, offsets) if isinstance(e, ModelCallScheduled) else e for e in events
+        ]
 
     async def _store_payload(self, owned: OwnedPartition, run_id: str, data: bytes) -> int | None:
         """Append a large result to the payloads topic (the run's partition); its offset once

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from runtime.config import Settings
 from runtime.errors import AgentlogError
 from runtime.log.events import ModelCallScheduled
 from runtime.log.memory import MemoryLog
@@ -100,9 +101,14 @@ def test_a_message_over_the_budget_becomes_a_pointer_and_its_blob() -> None:
     assert fields.blobs == {sha: canonical(CONTRACT)}
     assert fields.new_roles == ["system", ""] and len(fields.new_messages[1]) < 200
     (ref,) = blob_refs([scheduled_event(fields)])
-    assert (ref.sha256, ref.size, ref.offset) == (sha, len(canonical(CONTRACT)), UNSTORED)
-    (ref,) = blob_refs([located(scheduled_event(fields), {sha: 41})])
-    assert ref.offset == 41
+    assert (ref.sha256, ref.size, ref.partition, ref.offset) == (
+        sha,
+        len(canonical(CONTRACT)),
+        UNSTORED,
+        UNSTORED,
+    )
+    (ref,) = blob_refs([located(scheduled_event(fields), 2, {sha: 41})])
+    assert (ref.partition, ref.offset) == (2, 41)
 
 
 def test_messages_under_the_budget_stay_in_the_record() -> None:
@@ -115,7 +121,7 @@ def test_a_book_rebuilt_from_history_knows_a_stored_blob_by_its_sha256() -> None
     first = PromptBook().encode([SYSTEM, CONTRACT])
     sha = next(iter(first.blobs))
     book = PromptBook()
-    book.learn(located(scheduled_event(first), {sha: 0}))
+    book.learn(located(scheduled_event(first), 0, {sha: 0}))
     again = book.encode([SYSTEM, CONTRACT, FOLLOW_UP])
     assert again.blobs == {} and again.new_messages == [FOLLOW_UP["content"]], "not stored a second time"
 
@@ -123,8 +129,10 @@ def test_a_book_rebuilt_from_history_knows_a_stored_blob_by_its_sha256() -> None
 def test_a_prompt_whose_blob_was_not_read_back_is_refused_by_name() -> None:
     fields = PromptBook().encode([CONTRACT])
     sha = next(iter(fields.blobs))
-    recorded = rebuild_inputs([located(scheduled_event(fields), {sha: 3})])[1]
-    with pytest.raises(PromptMissing, match=f"message 1 is stored out of line .* offset 3, sha256 {sha}"):
+    recorded = rebuild_inputs([located(scheduled_event(fields), 0, {sha: 3})])[1]
+    with pytest.raises(
+        PromptMissing, match=rf"message 1 is stored out of line .* payloads\[0\]@3, sha256 {sha}"
+    ):
         checked_args(recorded)
 
 
@@ -135,19 +143,33 @@ def test_an_altered_or_missing_blob_is_detected_by_its_sha256() -> None:
     sha = next(iter(fields.blobs))
     altered = canonical({"role": "user", "content": "clause " * 10})
     offset = log.append(topic, 0, b"r", altered).result()
-    event = located(scheduled_event(fields), {sha: offset})
+    event = located(scheduled_event(fields), 0, {sha: offset})
     with pytest.raises(PayloadMissing, match=rf"message stored out of line at .*@{offset} .* sha256 {sha}"):
-        read_blobs(log, topic, 0, [event])
+        read_blobs(log, topic, [event])
     with pytest.raises(PayloadMissing, match=rf"@{offset + 5} is missing"):
-        read_blobs(log, topic, 0, [located(scheduled_event(fields), {sha: offset + 5})])
+        read_blobs(log, topic, [located(scheduled_event(fields), 0, {sha: offset + 5})])
     intact = log.append(topic, 0, b"r", canonical(CONTRACT)).result()
-    blobs = read_blobs(log, topic, 0, [located(scheduled_event(fields), {sha: intact})])
-    assert rebuild_inputs([located(scheduled_event(fields), {sha: intact})], blobs)[1].messages == [CONTRACT]
+    blobs = read_blobs(log, topic, [located(scheduled_event(fields), 0, {sha: intact})])
+    assert rebuild_inputs([located(scheduled_event(fields), 0, {sha: intact})], blobs)[1].messages == [
+        CONTRACT
+    ]
 
 
 def test_the_client_names_the_run_when_a_blob_is_lost() -> None:
     h = Harness(contract_app())
     fields = PromptBook().encode([CONTRACT])
-    event = located(scheduled_event(fields), {next(iter(fields.blobs)): 9})
+    event = located(scheduled_event(fields), 0, {next(iter(fields.blobs)): 9})
     with pytest.raises(AgentlogError, match="run r: the message stored out of line"):
         h.client._inputs("r", [event])
+
+
+def test_a_copied_pointer_is_read_from_the_partition_it_names() -> None:
+    # A reset or fork copies the original's records into a run that may live in another partition.
+    log = MemoryLog(Settings(partitions=3))
+    topic = SETTINGS.payloads_topic
+    log.append(topic, 0, b"other", b"an unrelated payload").result()
+    fields = PromptBook().encode([CONTRACT])
+    sha = next(iter(fields.blobs))
+    offset = log.append(topic, 2, b"original", canonical(CONTRACT)).result()
+    copied = located(scheduled_event(fields), 2, {sha: offset})
+    assert read_blobs(log, topic, [copied]) == {sha: canonical(CONTRACT).decode()}
