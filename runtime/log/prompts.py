@@ -154,7 +154,7 @@ def located(event: ModelCallScheduled, partition: int, offsets: dict[str, int]) 
     return dataclasses.replace(event, new_messages=bodies)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)  # not frozen: built for every model call, and a frozen init costs
 class PromptFields:
     """What a ModelCallScheduled carries about its messages."""
 

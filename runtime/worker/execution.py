@@ -64,6 +64,7 @@ class Executor:
 
     def start(self, pool: CallPool, ownership: OwnershipCheck) -> None:
         self.pool, self.ownership = pool, ownership
+        self.spans.watch(asyncio.get_running_loop())
 
     def flush(self, owned: OwnedPartition, machine: RunMachine) -> None:
         """Append what the machine emitted; start the intents that became ready."""
@@ -73,7 +74,7 @@ class Executor:
             if stored is None:
                 return  # the worker stops (``failure``); the run is rebuilt from its records
             events = stored
-        if machine.active:
+        if machine.active and self.spans.on:
             self.spans.run_span(machine)
         durable = self.batcher.append(owned, events) if events else None
         if machine.active and self._over_history_limit(owned, machine):
@@ -146,14 +147,17 @@ class Executor:
         attempt = intent.failed_attempts + (2 if intent.in_doubt else 1)
         while True:
             started = time.perf_counter()
-            span = self.spans.call_started(machine, intent, attempt)
+            # No span call at all while tracing is off (RunSpans.on): this is every step's path.
+            span = self.spans.call_started(machine, intent, attempt) if self.spans.on else None
             try:
                 outcome = completed(intent, await attempt_once(self.app, intent, self.pool), attempt, started)
             except asyncio.CancelledError as cancelled:
-                self.spans.call_failed(span, cancelled)
+                if span is not None:
+                    self.spans.call_failed(span, cancelled)
                 raise
             except Exception as error:  # the call's own failure: recorded, retried by its policy
-                self.spans.call_failed(span, error)
+                if span is not None:
+                    self.spans.call_failed(span, error)
                 if owned.lost or not machine.active:
                     return
                 final = not is_retryable(policy, error, attempt)
@@ -164,7 +168,8 @@ class Executor:
                 await asyncio.sleep(policy.backoff(attempt))
                 attempt += 1
                 continue
-            self.spans.call_completed(span, outcome)
+            if span is not None:
+                self.spans.call_completed(span, outcome)
             if owned.lost or not machine.active:
                 return
             text: str | None = None
