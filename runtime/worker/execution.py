@@ -74,7 +74,7 @@ class Executor:
             if stored is None:
                 return  # the worker stops (``failure``); the run is rebuilt from its records
             events = stored
-        if machine.active and self.spans.on:
+        if self.spans.on and machine.active:
             self.spans.run_span(machine)
         durable = self.batcher.append(owned, events) if events else None
         if machine.active and self._over_history_limit(owned, machine):
