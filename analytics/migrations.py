@@ -36,6 +36,7 @@ from .tables import (
     ENVELOPE_COLUMNS,
     EVENTS,
     MIGRATIONS,
+    PAYLOADS,
     PRICES,
     SINK_COLUMNS,
     WRITER_SCHEMAS,
@@ -466,6 +467,53 @@ _TOOL_CALLS_VIEW_V10 = _call_view(
     "    anyIf(args, type = 'ToolCallScheduled') AS args",
 )
 
+# The payloads topic copied by the sink (consumers.payloads): out-of-line results and the model
+# messages too large for their record (runtime.log.prompts). sha256 is computed by the sink from
+# the bytes it read, so an altered record never matches the pointer that names it.
+_PAYLOADS_TABLE = f"""CREATE TABLE IF NOT EXISTS {PAYLOADS} (
+    partition UInt32,
+    offset Int64,
+    run_id String,
+    sha256 String,
+    size UInt64,
+    content String
+)
+ENGINE = ReplacingMergeTree
+ORDER BY (partition, offset)"""
+
+_BLOB_PREFIX = '{"agentlog_blob":'
+# The run's message sequence with each blob pointer replaced by the message it names, when the
+# payloads table holds a record with that sha256 (content-addressed: a reset or fork finds the
+# blob its original stored); otherwise the pointer stays, and ``audit call`` reports the prompt
+# unverified. Only the payloads some pointer names are read.
+_BLOB_SHA = "JSONExtractString(m, 'agentlog_blob', 'sha256')"
+_SEQUENCES_V11 = f"""
+    SELECT s.run_id AS run_id,
+        arrayMap(m -> if(startsWith(m, '{_BLOB_PREFIX}') AND indexOf(b.shas, {_BLOB_SHA}) > 0,
+                         b.contents[indexOf(b.shas, {_BLOB_SHA})],
+                         m),
+                 s.sequence) AS sequence
+    FROM ({_SEQUENCES}
+    ) AS s
+    LEFT JOIN (
+        SELECT refs.run_id AS run_id, groupArray(p.sha256) AS shas, groupArray(p.content) AS contents
+        FROM (
+            SELECT DISTINCT run_id, {_BLOB_SHA} AS sha256
+            FROM {EVENTS} ARRAY JOIN new_messages AS m
+            WHERE fenced = 0 AND type = 'ModelCallScheduled' AND startsWith(m, '{_BLOB_PREFIX}')
+        ) AS refs
+        INNER JOIN (
+            SELECT sha256, any(content) AS content FROM {PAYLOADS}
+            WHERE sha256 IN (
+                SELECT {_BLOB_SHA} FROM {EVENTS} ARRAY JOIN new_messages AS m
+                WHERE type = 'ModelCallScheduled' AND startsWith(m, '{_BLOB_PREFIX}'))
+            GROUP BY sha256
+        ) AS p ON p.sha256 = refs.sha256
+        GROUP BY refs.run_id
+    ) AS b ON b.run_id = s.run_id"""
+
+_MODEL_CALLS_VIEW_V11 = _MODEL_CALLS_VIEW_V10.replace(_SEQUENCES, _SEQUENCES_V11)
+
 MIGRATIONS_LIST: tuple[Migration, ...] = (
     Migration(1, "events table", (f"CREATE DATABASE IF NOT EXISTS {DATABASE}", _EVENTS_TABLE)),
     Migration(2, "writer schemas table", (_WRITER_SCHEMAS_TABLE,)),
@@ -484,6 +532,11 @@ MIGRATIONS_LIST: tuple[Migration, ...] = (
         10,
         "audit: prompts, usage, prices and cost",
         (_AUDIT_COLUMNS, _PRICES_TABLE, _MODEL_CALLS_VIEW_V10, _TOOL_CALLS_VIEW_V10),
+    ),
+    Migration(
+        11,
+        "payloads table; model_calls resolves messages stored out of line",
+        (_PAYLOADS_TABLE, _MODEL_CALLS_VIEW_V11),
     ),
 )
 

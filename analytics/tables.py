@@ -15,6 +15,7 @@ EVENTS = f"{DATABASE}.events"
 WRITER_SCHEMAS = f"{DATABASE}.writer_schemas"
 MIGRATIONS = f"{DATABASE}.schema_migrations"
 PRICES = f"{DATABASE}.model_prices"
+PAYLOADS = f"{DATABASE}.payloads"
 
 # Filled by the sink from the Kafka record and its decoding, never from an event field.
 SINK_COLUMNS: tuple[tuple[str, str], ...] = (

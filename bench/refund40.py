@@ -2,7 +2,8 @@
 
 L  ms per step, one run at a time, warm worker (median of 5 runs)
 T  steps/s, 200 runs submitted at once: to one worker process, then to one per core (each
-   measurement after 24 warm-up runs: a fresh process's first steps pay for first use)
+   measurement after 24 warm-up runs: a fresh process's first steps pay for first use), with
+   the workers' CPU per step (user+sys), the figure to compare on a machine with other load
 R  s from the restart of a worker killed (SIGKILL) when step 31's model call started, to the
    run's completion -- with the counts that prove it (re-executed model calls, effects, in doubt)
 B  log bytes per step (Avro key+value of the run's records, and on-disk segment bytes)
@@ -146,8 +147,21 @@ def warm_up(settings: Settings, client: Client, n: int = 24) -> None:
     wait_quiet(settings, before + n * 160)
 
 
-def bench_throughput(settings: Settings, serde: Serde, client: Client, processes: int, n: int = 200) -> None:
+def cpu_seconds(pids: list[int]) -> float:
+    """User+system CPU the processes have used (Linux /proc): the worker's cost per step, which a
+    machine shared with other load changes far less than it changes steps/s."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def bench_throughput(
+    settings: Settings, serde: Serde, client: Client, processes: int, pids: list[int], n: int = 200
+) -> None:
     before = high_watermarks(settings)
+    cpu_before = cpu_seconds(pids)
     started = time.time()
     runs = [client.submit("refund", {"order": f"bulk-{i}"}) for i in range(n)]
     client.flush()
@@ -157,6 +171,7 @@ def bench_throughput(settings: Settings, serde: Serde, client: Client, processes
     done = [next(e for _, e in ev if isinstance(e, RunCompleted)) for ev in events.values()]
     assert len(done) == n, f"{len(done)} of {n} runs completed"
     elapsed = max(e.occurred_at for e in done) / 1000 - started
+    cpu = cpu_seconds(pids) - cpu_before
     emit(
         metric="T",
         unit="steps/s",
@@ -164,6 +179,7 @@ def bench_throughput(settings: Settings, serde: Serde, client: Client, processes
         runs=n,
         seconds=round(elapsed, 2),
         worker_processes=processes,
+        worker_cpu_us_per_step=round(cpu / (n * STEPS) * 1e6, 1),
         submit_seconds=round(submitted, 3),
         target=">= 2500",
     )
@@ -283,7 +299,7 @@ def main() -> None:
                 bench_latency_and_bytes(settings, serde, client)
             if not only or "T" in only:
                 warm_up(settings, client)
-                bench_throughput(settings, serde, client, 1)
+                bench_throughput(settings, serde, client, 1, [workers[0].pid])
                 if processes > 1:
                     workers += [
                         start_worker(settings, f"bench-{i}", workdir / f"worker-{i}.log")
@@ -291,7 +307,7 @@ def main() -> None:
                     ]
                     time.sleep(3 + 2 * processes)  # the group rebalances the partitions
                     warm_up(settings, client)
-                    bench_throughput(settings, serde, client, processes)
+                    bench_throughput(settings, serde, client, processes, [w.pid for w in workers])
         finally:
             for worker in workers:
                 worker.send_signal(signal.SIGTERM)

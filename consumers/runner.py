@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
 
+from analytics.migrations import migrate
 from analytics.server import QueryServer
 from analytics.store import Endpoint, StoreLocation, StoreLock, open_client, parse_dsn
 from runtime.config import Settings
@@ -23,6 +24,7 @@ from runtime.log.registry import registry_client
 
 from .core import SinkConfig, SinkCore, SinkStats
 from .direct import run_direct
+from .payloads import PayloadCopier
 from .registry import WriterSchemas
 from .store_writer import StoreWriter
 
@@ -84,6 +86,23 @@ def _store_lock(location: StoreLocation) -> Iterator[None]:
         lock.release()
 
 
+@contextlib.contextmanager
+def _payload_copier(
+    settings: Settings, location: StoreLocation, stop: threading.Event
+) -> Iterator[PayloadCopier]:
+    """The payloads topic copied beside the events (consumers.payloads), on its own client;
+    stopped (``stop``) and joined when the events driver returns."""
+    client = open_client(location)
+    copier = PayloadCopier(settings, client, stop)
+    copier.start()
+    try:
+        yield copier
+    finally:
+        stop.set()
+        copier.join()
+        client.close()
+
+
 def sink_group(topic: str, location: StoreLocation) -> str:
     """The consumer group (faust) of the sink copying ``topic`` into this store."""
     store = hashlib.sha1(str(location.path or location.dsn).encode()).hexdigest()[:8]  # a name, not security
@@ -114,9 +133,10 @@ def run_sink(
     with _stop_on_signals(stop), _store_lock(location):
         client = open_client(location)
         try:
+            migrate(client)  # before the payloads copier writes its table
             writer = StoreWriter(client, topic, WriterSchemas(registry_client(settings)))
             core = SinkCore(writer, topic, config)
-            with _query_port(location) as endpoint:
+            with _query_port(location) as endpoint, _payload_copier(settings, location, stop) as copier:
                 if on_ready is not None:
                     on_ready(endpoint)
                 log.info("sink: %s -> %s (driver %s)", topic, location.dsn, driver)
@@ -126,6 +146,8 @@ def run_sink(
                     from .faust_app import run_faust  # faust is heavy to import; only when used
 
                     run_faust(settings, core, stop, topic, sink_group(topic, location))
+            if copier.error is not None:
+                raise copier.error
             return core.stats
         finally:
             client.close()

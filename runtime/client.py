@@ -16,12 +16,21 @@ from confluent_kafka import KafkaException
 
 from runtime.config import Settings, load_settings
 from runtime.errors import AgentlogError
-from runtime.log.events import CancelRequested, Command, Event, RunStarted, RunSubmitted, SignalSent
+from runtime.log.events import (
+    CancelRequested,
+    Command,
+    Event,
+    ModelCallScheduled,
+    RunStarted,
+    RunSubmitted,
+    SignalSent,
+)
 from runtime.log.fencing import FenceFilter
 from runtime.log.kafka import KafkaLog
 from runtime.log.partitioning import partition_for
-from runtime.log.payloads import PayloadMissing, inlined, read_back
+from runtime.log.payloads import PayloadMissing, inlined, read_back, read_blobs
 from runtime.log.port import EventLog
+from runtime.log.prompts import PromptMissing, RecordedInput, checked_args, rebuild_inputs
 from runtime.log.serde import DecodeError, Serde, record_to_dict
 from runtime.log.status import has_ended
 from runtime.replay.reset import SeedError, UncleanSeam, cut, encode_seed
@@ -247,24 +256,51 @@ class Client:
 
     def history(self, run_id: str, *, payloads: bool = False) -> list[dict[str, Any]]:
         """As ``agentlog history --json``: each event's fields plus ``type``, ``partition`` and
-        ``offset``. ``payloads``: results stored out of line are read back and shown inline.
-        An unknown run has an empty history. Raises AgentlogError if a stored result is missing
-        (with ``payloads``), and what ``events`` raises."""
+        ``offset``. ``payloads``: results stored out of line are read back and shown inline, and
+        each ``ModelCallScheduled`` also gets ``messages``, its whole prompt rebuilt from the run's
+        message sequence (``prompts``), or ``prompt_error`` saying why it could not be.
+        An unknown run has an empty history. Raises AgentlogError if a stored result or message is
+        missing (with ``payloads``), and what ``events`` raises."""
         partition = self.partition(run_id)
         logged = list(self.events(run_id))
         events = [e.event for e in logged]
+        prompts: dict[int, dict[str, Any]] = {}
         if payloads:
             events = self.with_payloads(run_id, events)
+            prompts = self._prompt_fields(run_id, events)
         return [
             {
                 "seq": event.seq,
                 "type": event.type,
                 **record_to_dict(event),
+                **(prompts.get(event.position, {}) if isinstance(event, ModelCallScheduled) else {}),
                 "partition": partition,
                 "offset": e.offset,
             }
             for e, event in zip(logged, events, strict=True)
         ]
+
+    def prompts(self, run_id: str) -> dict[int, RecordedInput]:
+        """Every model call's input, by position, rebuilt from the run's message sequence with the
+        messages stored out of line read back (runtime.log.prompts). Raises AgentlogError if a
+        stored message is missing or altered, or the sequence lacks a message a prompt names."""
+        return self._inputs(run_id, [e.event for e in self.events(run_id)])
+
+    def _inputs(self, run_id: str, events: list[Event]) -> dict[int, RecordedInput]:
+        try:
+            blobs = read_blobs(self.log, self.settings.payloads_topic, events)
+            return rebuild_inputs(events, blobs)
+        except (PayloadMissing, PromptMissing) as error:
+            raise AgentlogError(f"run {run_id}: {error}") from error
+
+    def _prompt_fields(self, run_id: str, events: list[Event]) -> dict[int, dict[str, Any]]:
+        fields: dict[int, dict[str, Any]] = {}
+        for position, recorded in self._inputs(run_id, events).items():
+            try:
+                fields[position] = {"messages": checked_args(recorded)["messages"]}
+            except PromptMissing as error:
+                fields[position] = {"messages": None, "prompt_error": str(error)}
+        return fields
 
     def with_payloads(self, run_id: str, events: list[Event]) -> list[Event]:
         """``events`` with their out-of-line results read back (checked) and carried inline.

@@ -111,6 +111,22 @@ class ResetOrigin:
 
 
 @dataclass(frozen=True)
+class ForkOrigin:
+    """The run and position a fork was started from (``agentlog fork``), and what it overrides."""
+
+    run_id: str | None
+    position: int
+    overrides: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "position": self.position, "overrides": self.overrides}
+
+    def describe(self) -> str:
+        shown = " ".join(f"{k}={v}" for k, v in sorted(self.overrides.items())) or "(no overrides)"
+        return f"from {self.run_id} at position {self.position}, {shown}"
+
+
+@dataclass(frozen=True)
 class RunStatus:
     """A run's status, size, in-doubt calls and outcome, computed from its events."""
 
@@ -127,6 +143,7 @@ class RunStatus:
     drift: tuple[PromptDrift, ...] = ()  # model calls whose prompt changed under replay
     continued_as: str | None = None  # the run this one continued as (ctx.continue_as_new)
     continued_from: str | None = None  # the run that continued as this one
+    forked_from: ForkOrigin | None = None  # a fork (its effects skipped): where it was cut and its overrides
 
     def as_dict(self) -> dict[str, Any]:
         """The keys and values of ``agentlog status --json``."""
@@ -144,6 +161,7 @@ class RunStatus:
             "drift": [entry.as_dict() for entry in self.drift],
             "continued_as": self.continued_as,
             "continued_from": self.continued_from,
+            "forked_from": self.forked_from.as_dict() if self.forked_from is not None else None,
         }
 
     def to_json(self) -> str:
@@ -162,6 +180,7 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
     redecided: list[Redecision] = []
     drift: list[PromptDrift] = []
     reset_from: ResetOrigin | None = None
+    forked_from: ForkOrigin | None = None
     names: dict[int, str] = {}
     continued_as: str | None = None
     continued_from: str | None = None
@@ -185,6 +204,9 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
             )
         elif isinstance(event, RunStarted):
             workflow = event.workflow
+            if event.fork_overrides is not None:  # a fork is a reset that skips effects
+                overrides = json.loads(event.fork_overrides) if event.fork_overrides else {}
+                forked_from = ForkOrigin(event.parent_run_id, event.reset_position, overrides)
             if event.reset_position:
                 reset_from = ResetOrigin(event.parent_run_id, event.reset_position)
             else:  # a reset cuts at position 1 or later: a parent without one continued as this run
@@ -226,6 +248,7 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
         ),
         redecided=tuple(redecided),
         reset_from=reset_from,
+        forked_from=forked_from,
         result=result,
         reason=reason,
         drift=tuple(drift),

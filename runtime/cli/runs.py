@@ -193,7 +193,9 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
         print(f"reason    {status.reason}")
     for call in status.in_doubt:
         print(f"in doubt  {call.kind} {call.name!r} at position {call.position} key={call.idempotency_key}")
-    if status.reset_from:
+    if status.forked_from:
+        print(f"fork      {status.forked_from.describe()}")
+    elif status.reset_from:
         print(f"reset     from {status.reset_from.run_id} at position {status.reset_from.position}")
     if status.continued_from:
         print(f"continued from {status.continued_from}")
@@ -206,17 +208,19 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if status.status != "unknown" else 1
 
 
+_SEQUENCE_FIELDS = {"message_slots", "new_roles", "new_messages"}
+
+
 def _history(args: argparse.Namespace, settings: Settings) -> int:
     events = _client(settings).history(args.run, payloads=args.payloads)
     if args.json:
         print(json.dumps(events))
         return 0
+    # With --payloads a model call shows its prompt (``messages``), not the sequence ranges.
+    hidden = {"seq", "type", "run_id", "partition", "offset", "schema_version"}
     for event in events:
-        fields = {
-            k: v
-            for k, v in event.items()
-            if k not in ("seq", "type", "run_id", "partition", "offset", "schema_version")
-        }
+        omit = hidden | (_SEQUENCE_FIELDS if "messages" in event else set())
+        fields = {k: v for k, v in event.items() if k not in omit}
         print(f"{event['seq']:>5}  {event['type']:<24} {json.dumps(fields)}")
     return 0
 
@@ -286,7 +290,9 @@ def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         sub.add_argument("--json", action="store_true")
         if name == "history":
             sub.add_argument(
-                "--payloads", action="store_true", help="show results stored out of line, read back"
+                "--payloads",
+                action="store_true",
+                help="show results stored out of line, read back, and each model call's whole prompt",
             )
         sub.set_defaults(func=func)
 

@@ -8,17 +8,21 @@ keeps its offset, size and sha256 instead of the text. Replay reads back what it
 one range read per partition and checks each sha256; the workflow sees the same value either way.
 The payloads topic is a Kafka topic kept forever, like the events: the log stays the one source
 of truth (an object store would be a second one).
+
+Model-call messages too large for their record are stored there the same way
+(runtime.log.prompts: blob pointers); ``read_blobs`` reads them back by offset and sha256.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from runtime.errors import AgentlogError
 from runtime.log.events import Event, ModelCallCompleted, ToolCallCompleted
 from runtime.log.port import EventLog
+from runtime.log.prompts import blob_refs
 
 Completed = ModelCallCompleted | ToolCallCompleted
 
@@ -55,9 +59,29 @@ def read_back(log: EventLog, topic: str, partition: int, events: Iterable[Event]
         for e in events
         if isinstance(e, (ModelCallCompleted, ToolCallCompleted)) and e.result_offset is not None
     }
-    if not wanted:
-        return {}
+    return _read_checked(log, topic, partition, wanted, "result")
+
+
+def read_blobs(log: EventLog, topic: str, events: Iterable[Event]) -> dict[str, str]:
+    """The messages stored out of line that ``events`` point at (runtime.log.prompts), by sha256:
+    one range read per partition they name (the run's own, or for a reset or fork also its
+    original's), each checked. Raises PayloadMissing naming the first lost or altered one."""
+    by_partition: dict[int, dict[int, str]] = {}
+    for ref in blob_refs(events):
+        by_partition.setdefault(ref.partition, {})[ref.offset] = ref.sha256
+    texts: dict[str, str] = {}
+    for partition, wanted in sorted(by_partition.items()):
+        found = _read_checked(log, topic, partition, wanted, "message")
+        texts.update((wanted[offset], text) for offset, text in found.items())
+    return texts
+
+
+def _read_checked(
+    log: EventLog, topic: str, partition: int, wanted: Mapping[int, str | None], what: str
+) -> dict[int, str]:
     found: dict[int, str] = {}
+    if not wanted:
+        return found
     start, end = min(wanted), max(wanted) + 1
     for record in log.read(topic, partition, start, end):
         digest = wanted.get(record.offset)
@@ -66,8 +90,8 @@ def read_back(log: EventLog, topic: str, partition: int, events: Iterable[Event]
     for offset in sorted(wanted):
         if offset not in found:
             raise PayloadMissing(
-                f"the result stored out of line at {topic}[{partition}]@{offset} "
-                "is missing or does not match its sha256"
+                f"the {what} stored out of line at {topic}[{partition}]@{offset} "
+                f"is missing or does not match its sha256 {wanted[offset]}"
             )
     return found
 

@@ -22,6 +22,15 @@ prompts need no second read, no second retention policy and no second fencing ru
 bytes a step costs are counted where the history size is (the limits, the benchmark). The price:
 a system prompt shared by many runs is stored once per run, not once in the deployment.
 
+Large messages: a record carries at most ``RECORD_MESSAGE_BUDGET`` bytes of new messages (Kafka
+refuses a record over ~1 MB, and a refused record stops the worker on every retry). A new message
+that would take the record past it is stored out of line, like a large call result
+(runtime.log.payloads): its canonical JSON is appended to the payloads topic, in the run's
+partition and acknowledged before the record, and the sequence holds a *blob pointer* in its place
+(``{"agentlog_blob": {"bytes", "offset", "partition", "sha256"}}``, the sha256 of the message's canonical JSON,
+which is also the digest that deduplicates it). Readers that need the text read it back and check
+the sha256 (``resolve``); the writer's book and replay need only the digest.
+
 Integrity: the rebuilt input is checked against the call's ``args_hash`` (sha256 of the canonical
 kind, name and arguments, as replay compares it), so a missing or altered record of the sequence
 shows as a mismatch, never as someone else's prompt. The sequence is built from the records a
@@ -33,7 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -42,11 +51,12 @@ from runtime.errors import AgentlogError
 from runtime.log.events import Event, ModelCallScheduled
 
 NOT_RECORDED = -1
-# New message bytes one record may carry. Kafka refuses a record over ~1 MB (message.max.bytes),
-# and a refused record stops the worker on every retry; so a message that would take a record
-# past this is recorded as a placeholder naming its sha256 and size (OMITTED) -- the call itself
-# gets the real message. Storing such messages out of line is not built yet.
+# New message bytes one record may carry; a message past it is stored out of line (see above).
 RECORD_MESSAGE_BUDGET = 512 * 1024
+BLOB = "agentlog_blob"
+_BLOB_PREFIX = '{"agentlog_blob":'
+UNSTORED = -1  # a pointer's offset until its blob is acknowledged (runtime.worker.execution)
+# Records written before large messages were stored out of line hold a placeholder instead.
 OMITTED = "agentlog_omitted"
 
 
@@ -81,6 +91,70 @@ def _digest(text: str) -> bytes:
 
 
 @dataclasses.dataclass(frozen=True)
+class BlobRef:
+    """Where a message stored out of line is: a partition and offset of the payloads topic. The
+    partition is the writing run's, named so that a reset or fork (which copies the pointer into a
+    run that may live in another partition) still finds it."""
+
+    sha256: str
+    size: int
+    partition: int
+    offset: int
+
+
+def pointer_body(ref: BlobRef) -> str:
+    fields = {"bytes": ref.size, "offset": ref.offset, "partition": ref.partition, "sha256": ref.sha256}
+    return _canonical({BLOB: fields})
+
+
+def blob_ref(role: str, body: str) -> BlobRef | None:
+    """The blob a stored message points at, or None if it is stored inline."""
+    if role or not body.startswith(_BLOB_PREFIX):
+        return None
+    return _ref_of(orjson.loads(body))
+
+
+def _ref_of(message: Any) -> BlobRef | None:
+    if not isinstance(message, dict) or set(message) != {BLOB} or not isinstance(message[BLOB], dict):
+        return None
+    fields = message[BLOB]
+    sha, size, partition, offset = (fields.get(k) for k in ("sha256", "bytes", "partition", "offset"))
+    if not (
+        isinstance(sha, str)
+        and isinstance(size, int)
+        and isinstance(partition, int)
+        and isinstance(offset, int)
+    ):
+        return None
+    return BlobRef(sha, size, partition, offset)
+
+
+def blob_refs(events: Iterable[Event]) -> list[BlobRef]:
+    """Every blob the records' message sequence points at, in log order."""
+    refs: list[BlobRef] = []
+    for event in events:
+        if isinstance(event, ModelCallScheduled):
+            for role, body in zip(event.new_roles, event.new_messages, strict=True):
+                ref = blob_ref(role, body)
+                if ref is not None:
+                    refs.append(ref)
+    return refs
+
+
+def located(event: ModelCallScheduled, partition: int, offsets: dict[str, int]) -> ModelCallScheduled:
+    """``event`` with where each of its new blobs is stored: ``partition`` of the payloads topic,
+    at ``offsets`` (sha256 -> offset, once acknowledged)."""
+    bodies = list(event.new_messages)
+    for i, (role, body) in enumerate(zip(event.new_roles, bodies, strict=True)):
+        ref = blob_ref(role, body)
+        if ref is not None and ref.offset == UNSTORED and ref.sha256 in offsets:
+            bodies[i] = pointer_body(
+                dataclasses.replace(ref, partition=partition, offset=offsets[ref.sha256])
+            )
+    return dataclasses.replace(event, new_messages=bodies)
+
+
+@dataclasses.dataclass(slots=True)  # not frozen: built for every model call, and a frozen init costs
 class PromptFields:
     """What a ModelCallScheduled carries about its messages."""
 
@@ -88,6 +162,9 @@ class PromptFields:
     message_slots: list[int]
     new_roles: list[str]
     new_messages: list[str]
+    # Messages to store out of line before the record (sha256 -> canonical JSON): its pointers
+    # carry offset UNSTORED until ``located`` fills them in.
+    blobs: dict[str, bytes] = dataclasses.field(default_factory=dict)
 
 
 def _ranges(slots: Sequence[int]) -> list[int]:
@@ -119,7 +196,9 @@ class PromptBook:
     def learn(self, event: ModelCallScheduled) -> None:
         """Append a recorded call's new messages (rebuilding the book from history, in log order)."""
         for role, body in zip(event.new_roles, event.new_messages, strict=True):
-            self._slots.setdefault(_digest(message_json(role, body)), self.size)
+            ref = blob_ref(role, body)
+            digest = _digest(message_json(role, body)) if ref is None else bytes.fromhex(ref.sha256)
+            self._slots.setdefault(digest, self.size)
             self.size += 1
 
     def encode(self, messages: Any) -> PromptFields:
@@ -130,6 +209,7 @@ class PromptBook:
         slots: list[int] = []
         roles: list[str] = []
         bodies: list[str] = []
+        blobs: dict[str, bytes] = {}
         budget = RECORD_MESSAGE_BUDGET
         for message in messages:
             # The canonical JSON of a {"role", "content"} message is exactly what message_json
@@ -141,7 +221,8 @@ class PromptBook:
                 slot = self._slots[digest] = self.size
                 self.size += 1
                 if len(data) > budget:
-                    role, body = "", _canonical({OMITTED: {"sha256": digest.hex(), "bytes": len(data)}})
+                    blobs[digest.hex()] = data
+                    role, body = "", pointer_body(BlobRef(digest.hex(), len(data), UNSTORED, UNSTORED))
                 else:
                     budget -= len(data)
                     role, body = _stored_form(message, data)
@@ -149,7 +230,7 @@ class PromptBook:
                 bodies.append(body)
             slots.append(slot)
         plain = slots == list(range(first_new, self.size))
-        return PromptFields(len(messages), [] if plain else _ranges(slots), roles, bodies)
+        return PromptFields(len(messages), [] if plain else _ranges(slots), roles, bodies, blobs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,17 +245,24 @@ class RecordedInput:
     args_hash: str
 
 
-def rebuild_inputs(events: Iterable[Event]) -> dict[int, RecordedInput]:
+def rebuild_inputs(
+    events: Iterable[Event], blobs: Mapping[str, str] | None = None
+) -> dict[int, RecordedInput]:
     """Every model call's input in one run's records (after fencing, in log order), by position.
 
+    ``blobs``: the text of messages stored out of line, by sha256 (runtime.log.payloads.read_blobs,
+    already checked); a message not in it stays its pointer, which ``checked_args`` refuses.
     Raises PromptMissing when a prompt refers to messages the records do not hold."""
+    blobs = blobs or {}
     sequence: list[str] = []
     found: dict[int, RecordedInput] = {}
     for event in events:
         if not isinstance(event, ModelCallScheduled):
             continue
         first_new = len(sequence)
-        sequence.extend(message_json(r, b) for r, b in zip(event.new_roles, event.new_messages, strict=True))
+        for role, body in zip(event.new_roles, event.new_messages, strict=True):
+            ref = blob_ref(role, body)
+            sequence.append(message_json(role, body) if ref is None else blobs.get(ref.sha256, body))
         messages: list[Any] | None = None
         if event.message_count != NOT_RECORDED:
             slots = (
@@ -201,6 +289,12 @@ def checked_args(recorded: RecordedInput) -> dict[str, Any]:
     """The call's arguments as the workflow issued them, checked against the recorded args hash
     (sha256 of canonical ``[kind, name, args]``, as runtime.workflow.canonical.args_hash)."""
     for i, message in enumerate(recorded.messages or [], start=1):
+        ref = _ref_of(message)
+        if ref is not None:
+            raise PromptMissing(
+                f"model call {recorded.position}: message {i} is stored out of line ({ref.size} bytes at "
+                f"payloads[{ref.partition}]@{ref.offset}, sha256 {ref.sha256}) and was not read back"
+            )
         if isinstance(message, dict) and set(message) == {OMITTED}:
             raise PromptMissing(
                 f"model call {recorded.position}: message {i} was too large to record "

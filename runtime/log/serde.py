@@ -31,8 +31,10 @@ import datetime as dt
 import io
 import json
 import logging
+import operator
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,7 +95,23 @@ class SchemaNotRegistered(RetryableError):
 
 
 def record_to_dict(record: object, _ctx: SerializationContext | None = None) -> dict[str, Any]:
-    return {name: getattr(record, name) for name in field_names(type(record))}
+    # Every appended event goes through here: one C-level attrgetter per type, not a getattr per field.
+    names, values = _getters.get(type(record)) or _getter(type(record))
+    return dict(zip(names, values(record), strict=True))
+
+
+_getters: dict[type, tuple[tuple[str, ...], Callable[[object], tuple[Any, ...]]]] = {}
+
+
+def _getter(cls: type) -> tuple[tuple[str, ...], Callable[[object], tuple[Any, ...]]]:
+    names = field_names(cls)
+    values: Callable[[object], tuple[Any, ...]]
+    if len(names) > 1:
+        values = operator.attrgetter(*names)
+    else:  # attrgetter of one name returns the value, not a 1-tuple
+        values = lambda record: tuple(getattr(record, name) for name in names)  # noqa: E731
+    _getters[cls] = (names, values)
+    return names, values
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
@@ -264,7 +282,9 @@ class Serde:
         from runtime.log.registry_client import Schema
 
         try:
-            registered = self.client.lookup_schema(subject, Schema(self.catalog[name].text, schema_type="AVRO"))
+            registered = self.client.lookup_schema(
+                subject, Schema(self.catalog[name].text, schema_type="AVRO")
+            )
         except Exception as error:  # only the cache misses out: the record itself is written
             logger.warning("schema %s under %s not kept in the schema cache: %s", name, subject, error)
             return
@@ -341,14 +361,18 @@ class Serde:
                 "%s: %d of %d schema ids from the schema cache %s",
                 error
                 if isinstance(error, RegistryUnreachable)
-                else RegistryUnreachable(self.settings.schema_registry_url, f"{type(error).__name__}: {error}"),
+                else RegistryUnreachable(
+                    self.settings.schema_registry_url, f"{type(error).__name__}: {error}"
+                ),
                 len(ids),
                 len(wanted),
                 self.cache.path,
             )
         else:
             self.cache.remember(
-                writers=[(subjects[n], wanted[n].text, *ids[subjects[n]]) for n in wanted if subjects[n] in ids]
+                writers=[
+                    (subjects[n], wanted[n].text, *ids[subjects[n]]) for n in wanted if subjects[n] in ids
+                ]
             )
         resolved = 0
         for name in wanted:

@@ -17,9 +17,10 @@ import time
 from collections.abc import Callable
 
 from runtime.config import Settings
-from runtime.log.events import RunContinuedAsNew, TimerFired
+from runtime.log.events import Event, ModelCallScheduled, RunContinuedAsNew, TimerFired
 from runtime.log.payloads import outlined
 from runtime.log.port import EventLog, OwnershipCheck, WriteError
+from runtime.log.prompts import located
 from runtime.worker.batching import TurnBatcher
 from runtime.worker.call_pool import CallPool
 from runtime.worker.calls import attempt_once, completed, failed, is_retryable, retry_policy, skipped_in_fork
@@ -31,6 +32,8 @@ from runtime.workflow.intents import Intent
 from runtime.workflow.machine import RunMachine
 
 log = logging.getLogger("agentlog.worker")
+
+BLOB_ACK_TIMEOUT = 30.0  # seconds for a message stored out of line to be acknowledged
 
 
 class Executor:
@@ -61,11 +64,17 @@ class Executor:
 
     def start(self, pool: CallPool, ownership: OwnershipCheck) -> None:
         self.pool, self.ownership = pool, ownership
+        self.spans.watch(asyncio.get_running_loop())
 
     def flush(self, owned: OwnedPartition, machine: RunMachine) -> None:
         """Append what the machine emitted; start the intents that became ready."""
         events, ready = machine.drain()
-        if machine.active:
+        if machine.blobs:
+            stored = self._store_blobs(owned, machine, events)
+            if stored is None:
+                return  # the worker stops (``failure``); the run is rebuilt from its records
+            events = stored
+        if self.spans.on and machine.active:
             self.spans.run_span(machine)
         durable = self.batcher.append(owned, events) if events else None
         if machine.active and self._over_history_limit(owned, machine):
@@ -138,14 +147,17 @@ class Executor:
         attempt = intent.failed_attempts + (2 if intent.in_doubt else 1)
         while True:
             started = time.perf_counter()
-            span = self.spans.call_started(machine, intent, attempt)
+            # No span call at all while tracing is off (RunSpans.on): this is every step's path.
+            span = self.spans.call_started(machine, intent, attempt) if self.spans.on else None
             try:
                 outcome = completed(intent, await attempt_once(self.app, intent, self.pool), attempt, started)
             except asyncio.CancelledError as cancelled:
-                self.spans.call_failed(span, cancelled)
+                if span is not None:
+                    self.spans.call_failed(span, cancelled)
                 raise
             except Exception as error:  # the call's own failure: recorded, retried by its policy
-                self.spans.call_failed(span, error)
+                if span is not None:
+                    self.spans.call_failed(span, error)
                 if owned.lost or not machine.active:
                     return
                 final = not is_retryable(policy, error, attempt)
@@ -156,7 +168,8 @@ class Executor:
                 await asyncio.sleep(policy.backoff(attempt))
                 attempt += 1
                 continue
-            self.spans.call_completed(span, outcome)
+            if span is not None:
+                self.spans.call_completed(span, outcome)
             if owned.lost or not machine.active:
                 return
             text: str | None = None
@@ -170,6 +183,30 @@ class Executor:
             machine.record(outcome, result_text=text)
             self.flush(owned, machine)
             return
+
+    def _store_blobs(
+        self, owned: OwnedPartition, machine: RunMachine, events: list[Event]
+    ) -> list[Event] | None:
+        """Append the messages the machine stores out of line to the payloads topic (the run's
+        partition) and wait for their acks, then point ``events`` at their offsets. Rare (a message
+        over the record budget) and synchronous, so the records keep their order; a blob that is
+        not acknowledged stops the worker (None) before any record points at it."""
+        blobs, machine.blobs = machine.blobs, {}
+        offsets: dict[str, int] = {}
+        key = machine.run_id.encode()
+        for sha, data in blobs.items():
+            try:
+                offsets[sha] = self.log.append(
+                    self.settings.payloads_topic, owned.partition, key, data
+                ).result(timeout=BLOB_ACK_TIMEOUT)
+            except (WriteError, TimeoutError) as error:
+                self._fail(
+                    f"run {machine.run_id}: a message stored out of line was not acknowledged: {error}"
+                )
+                return None
+        return [
+            located(e, owned.partition, offsets) if isinstance(e, ModelCallScheduled) else e for e in events
+        ]
 
     async def _store_payload(self, owned: OwnedPartition, run_id: str, data: bytes) -> int | None:
         """Append a large result to the payloads topic (the run's partition); its offset once

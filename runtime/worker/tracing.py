@@ -19,8 +19,8 @@ and results are not put on spans: the log has them (redacted), a trace backend n
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-import time
 from typing import TYPE_CHECKING
 
 from opentelemetry import trace
@@ -66,27 +66,24 @@ class RunSpans:
 
     def __init__(self) -> None:
         self._runs: dict[str, Span] = {}
-        self._on = False
-        self._checked_at = -1e9
+        # Whether a TracerProvider has been set. Until then the worker makes no span call at all
+        # (it reads this attribute): even a no-op span touches the context API, whose first use
+        # scans every installed package's entry points (hundreds of milliseconds, paid by the
+        # first step after a worker starts), and a per-step check is per-step work for nothing.
+        # ``watch`` asks the API now and then once a second until a provider appears; once set, it stays.
+        self.on = _provider_set()
 
-    def _enabled(self) -> bool:
-        """A TracerProvider has been set. Until then spans are skipped outright: even a no-op span
-        touches the context API, whose first use scans every installed package's entry points
-        (hundreds of milliseconds, paid by the first step after a worker starts). Asking the API
-        costs an ``os.environ`` miss (a KeyError raised and caught), twice a step, so a "no" is
-        asked again at most once a second; a provider, once set, stays."""
-        if self._on:
-            return True
-        now = time.monotonic()
-        if now - self._checked_at >= 1.0:
-            self._checked_at = now
-            self._on = _provider_set()
-        return self._on
+    def watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Notice a TracerProvider set after the worker started (within a second)."""
+        if not self.on:
+            self.on = _provider_set()
+            if not self.on:
+                loop.call_later(1.0, self.watch, loop)
 
     def run_span(self, machine: RunMachine) -> Span:
         span = self._runs.get(machine.run_id)
         if span is None:
-            if not self._enabled():
+            if not self.on:
                 return _OFF
             span = self._runs[machine.run_id] = _tracer.start_span(
                 f"invoke_agent {machine.workflow}",
@@ -111,7 +108,7 @@ class RunSpans:
             span.end()
 
     def call_started(self, machine: RunMachine, intent: Intent, attempt: int) -> Span:
-        if not self._enabled():
+        if not self.on:
             return _OFF
         parent = trace.set_span_in_context(self.run_span(machine))
         if intent.kind == "model":

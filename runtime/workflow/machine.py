@@ -121,6 +121,9 @@ class RunMachine:
         self._history_records = {e.position: e for e in history if isinstance(e, SCHEDULED_TYPES)}
         # The run's message sequence (runtime.log.prompts): a live call records only what is new.
         self._prompts = PromptBook()
+        # Messages a live call stores out of line (sha256 -> canonical JSON), taken by the worker
+        # with ``drain_blobs`` before the records that point at them are appended.
+        self.blobs: dict[str, bytes] = {}
         for event in history:
             if isinstance(event, ModelCallScheduled):
                 self._prompts.learn(event)
@@ -440,6 +443,8 @@ class RunMachine:
             # distinct one once per run), the params as JSON. ``args`` stays null (the input is
             # in the fields below; the replay match needs only args_hash).
             prompt = self._prompts.encode(command.recorded_args["messages"])
+            if prompt.blobs:
+                self.blobs.update(prompt.blobs)
             params = command.recorded_args["params"]
             self._emit(
                 ModelCallScheduled(

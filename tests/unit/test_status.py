@@ -29,6 +29,7 @@ from runtime.log.events import (
 )
 from runtime.log.status import ENDED, ENDING_EVENTS, RUN_STATES, STATUS_BY_EVENT, RunState, has_ended
 from runtime.run_status import (
+    ForkOrigin,
     InDoubtCall,
     LoggedEvent,
     PromptDrift,
@@ -90,6 +91,7 @@ def test_released_migrations_keep_their_text() -> None:
         8: "5ccee703f36fc8a6",
         9: "9af335b60a50ddbb",
         10: "ef3c7a101d4a7084",
+        11: "75032f55a3b44b2b",
     }
 
 
@@ -159,7 +161,32 @@ def test_run_status_as_dict_keeps_the_status_json_keys() -> None:
         "drift": [],
         "continued_as": None,
         "continued_from": None,
+        "forked_from": None,
     }
+
+
+def test_a_fork_shows_its_origin_position_and_overrides() -> None:
+    started = RunStarted(
+        run_id="f",
+        workflow="w",
+        input="{}",
+        command_offset=0,
+        parent_run_id="p",
+        reset_position=2,
+        fork_overrides='{"model":"gpt-new","prompt_version":"v2"}',
+    )
+    status = summarize("f", _logged(started))
+    assert status.forked_from == ForkOrigin("p", 2, {"model": "gpt-new", "prompt_version": "v2"})
+    assert status.as_dict()["forked_from"] == {
+        "run_id": "p",
+        "position": 2,
+        "overrides": {"model": "gpt-new", "prompt_version": "v2"},
+    }
+    assert status.forked_from.describe() == "from p at position 2, model=gpt-new prompt_version=v2"
+    plain = RunStarted(
+        run_id="f", workflow="w", input="{}", command_offset=0, parent_run_id="p", reset_position=2
+    )
+    assert summarize("f", _logged(plain)).forked_from is None, "a reset is not a fork"
 
 
 def test_the_machine_reports_the_vocabulary() -> None:
