@@ -45,9 +45,10 @@ class TurnBatcher:
                 owned.pending_runs.append(run_id)
             pending.append((run_id.encode() if run_id else None, value))
             size = owned.sizes.get(run_id)
-            if size is not None:
+            if size is not None:  # a live run's record
                 size[0] += 1
                 size[1] += len(value)
+                owned.records.setdefault(run_id, []).append(value)
         future = owned.pending_last
         if future is None:
             loop = asyncio.get_running_loop()

@@ -1,19 +1,27 @@
 """Checkpoints: where a rebuild of a partition may start, and where its commands resume.
 
-Order, kept by ``Checkpointer.write`` and tested in tests/unit/test_worker_checkpoints.py:
-1. snapshot the partition's active runs and next command offset;
-2. wait for the ack of the last record appended so far: every record the snapshot describes
-   lies below it, and everything below it is durable;
+Order, kept by ``Checkpointer.write`` and tested in tests/unit/test_worker_checkpoints.py and
+tests/unit/test_history_snapshots.py:
+1. take the partition's active runs, their record counts and the next command offset, at a moment
+   when no batch is being filled (else wait a turn, or leave the round to the next one): the last
+   record appended so far then has the highest offset of them all;
+2. wait for the ack of that last record: every record step 1 describes lies below it, and
+   everything below it is durable;
 3. prove no newer claim precedes it (a fenced worker publishes nothing);
-4. append the checkpoint, whose ``covered_offset`` is that last acked offset + 1 and whose run
+4. append the history snapshots due (runtime.worker.snapshots), each holding a run's records
+   counted in step 1, all below that offset + 1; then the ``CheckpointSnapshots`` naming the
+   snapshots of runs that appended nothing after them, which the checkpoint vouches for;
+5. append the checkpoint, whose ``covered_offset`` is that last acked offset + 1 and whose run
    offsets are acknowledged RunStarted records only;
-5. commit the commands offset of the snapshot.
-A checkpoint therefore never covers a record that was not acknowledged, and the commands
-offset committed never passes a command whose events were not acknowledged.
+6. commit the commands offset of step 1;
+7. tombstone the snapshots of runs that ended before step 1.
+A checkpoint therefore never covers a record that was not acknowledged, a snapshot never holds
+one, and the commands offset committed never passes a command whose events were not acknowledged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
@@ -23,6 +31,10 @@ from runtime.log.port import CommandFeed, EventLog
 from runtime.log.serde import Serde
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.rebuild import checkpoint_key
+from runtime.worker.snapshots import SnapshotWriter, live_record_counts
+
+# Loop turns a round waits for a batch being filled to be sent before leaving it to the next round.
+TURNS_TO_WAIT = 3
 
 
 class Checkpointer:
@@ -46,6 +58,7 @@ class Checkpointer:
         self.still_owner = still_owner
         self.lose = lose
         self._last_round = time.monotonic()
+        self.snapshots = SnapshotWriter(settings, serde, log, worker_id)
 
     def maybe_checkpoint(self, owned_partitions: list[OwnedPartition], feed: CommandFeed) -> None:
         if time.monotonic() - self._last_round < self.interval_s:
@@ -63,8 +76,15 @@ class Checkpointer:
     async def write(self, owned: OwnedPartition, feed: CommandFeed) -> None:
         """One checkpoint of ``owned``, in the order of the module docstring."""
         try:
+            for _ in range(TURNS_TO_WAIT):
+                if owned.pending_last is None:
+                    break
+                await asyncio.sleep(0)  # the batch being filled is sent at the end of this turn
+            if owned.pending_last is not None or owned.lost:
+                return  # still filling: the next round checkpoints what this one would have
             assert owned.last_write is not None
             runs = [*owned.runs, *owned.continuing]
+            counts = live_record_counts(owned)
             next_command = owned.next_command
             owned.writes_since_checkpoint = 0
             last = await owned.last_write
@@ -72,6 +92,7 @@ class Checkpointer:
                 self.lose(owned.partition, "fenced while checkpointing")
                 return
             active = {run: owned.first_offsets[run] for run in runs if run in owned.first_offsets}
+            self.snapshots.write(owned, counts, last + 1, active)
             checkpoint = PartitionCheckpoint(
                 run_id="",
                 occurred_at=int(time.time() * 1000),
@@ -89,5 +110,6 @@ class Checkpointer:
                 self.serde.encode(checkpoint),
             )
             feed.commit(owned.partition, next_command)
+            self.snapshots.retire(owned, counts)
         finally:
             owned.checkpoint_running = False
