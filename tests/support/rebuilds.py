@@ -7,7 +7,7 @@ from typing import Any
 from runtime.config import Settings
 from runtime.log.port import EventLog
 from runtime.log.serde import Serde
-from runtime.worker.rebuild import RebuiltPartition, rebuild
+from runtime.worker.rebuild import CheckpointRead, RebuiltPartition, latest_checkpoint, rebuild
 
 
 def without_checkpoints(settings: Settings) -> Settings:
@@ -34,3 +34,14 @@ def state_of(rebuilt: RebuiltPartition) -> dict[str, Any]:
         "unloadable": rebuilt.unloadable,
         "to_continue": rebuilt.to_continue,
     }
+
+
+def vouched_snapshot(
+    settings: Settings, serde: Serde, log: EventLog, partition: int, run_id: str, past: int
+) -> CheckpointRead | None:
+    """What the checkpoints topic holds, once its latest checkpoint covers ``past`` and vouches
+    for a snapshot of ``run_id``; else None."""
+    read = latest_checkpoint(settings, serde, log, partition)
+    if read.checkpoint is None or read.checkpoint.covered_offset < past or run_id not in read.vouched():
+        return None
+    return read
