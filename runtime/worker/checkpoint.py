@@ -2,9 +2,9 @@
 
 Order, kept by ``Checkpointer.write`` and tested in tests/unit/test_worker_checkpoints.py and
 tests/unit/test_history_snapshots.py:
-1. take the partition's active runs, their record counts and the next command offset, at a moment
-   when no batch is being filled (else wait a turn, or leave the round to the next one): the last
-   record appended so far then has the highest offset of them all;
+1. send the records queued in this loop turn now, then take the partition's active runs, their
+   record counts and the next command offset: the last record appended so far was just sent, so
+   every record appended later gets a higher offset;
 2. wait for the ack of that last record: every record step 1 describes lies below it, and
    everything below it is durable;
 3. prove no newer claim precedes it (a fenced worker publishes nothing);
@@ -29,12 +29,10 @@ from runtime.config import Settings
 from runtime.log.events import PartitionCheckpoint
 from runtime.log.port import CommandFeed, EventLog
 from runtime.log.serde import Serde
+from runtime.worker.batching import send_partition
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.rebuild import checkpoint_key
 from runtime.worker.snapshots import SnapshotWriter, live_record_counts
-
-# Loop turns a round waits for a batch being filled to be sent before leaving it to the next round.
-TURNS_TO_WAIT = 3
 
 
 class Checkpointer:
@@ -76,12 +74,9 @@ class Checkpointer:
     async def write(self, owned: OwnedPartition, feed: CommandFeed) -> None:
         """One checkpoint of ``owned``, in the order of the module docstring."""
         try:
-            for _ in range(TURNS_TO_WAIT):
-                if owned.pending_last is None:
-                    break
-                await asyncio.sleep(0)  # the batch being filled is sent at the end of this turn
-            if owned.pending_last is not None or owned.lost:
-                return  # still filling: the next round checkpoints what this one would have
+            if owned.lost:
+                return
+            send_partition(self.settings, self.log, asyncio.get_running_loop(), owned)
             assert owned.last_write is not None
             runs = [*owned.runs, *owned.continuing]
             counts = live_record_counts(owned)

@@ -3,20 +3,22 @@ from the run's start.
 
 A checkpoint lists every active run with the offset of its first record, and without snapshots a
 rebuild reads the partition from the oldest of them: one run waiting a week for a signal would make
-every rebuild re-read the week. So a checkpoint round also writes, for each active run whose records
-start ``Settings.run_snapshot_lag`` offsets or more before the checkpoint's covered offset, a
-``HistorySnapshot``: the run's records below that offset, each exactly as framed in the events topic
+every rebuild re-read the week. So a checkpoint round also writes, for each active run that is
+waiting -- it appended nothing since the previous round (a timer, a signal, a slow call) -- and
+whose records start ``Settings.run_snapshot_lag`` offsets or more before the checkpoint's covered
+offset, a ``HistorySnapshot``: the run's records below that offset, each exactly as framed in the events topic
 (an out-of-line result stays out of line), and their sha256. It goes to the compacted checkpoints
 topic under ``snapshot/<run id>``: a newer snapshot of the run replaces it, a tombstone follows the
-run's end.
+run's end. A busy run is not snapshotted: it would be copied again at every round while it lasts,
+and a rebuild reads it from its first offset, which the run's short life keeps near.
 
 Rules (the order of a round is written in runtime.worker.checkpoint):
 - A snapshot is appended only after the ack of the last record it describes and the proof that no
   newer claim precedes that record, and before the checkpoint that vouches for it: it never holds
   an unacknowledged record, nor one a newer owner's rebuild would fence.
 - A snapshot holds every record of its run below ``through_offset`` and none at or above it: its
-  records are counted when no batch is being filled, so the ack of ``through_offset - 1`` covers
-  exactly them (the partition's records are acknowledged in order).
+  records are counted right after the turn's queued records were sent, so the ack of
+  ``through_offset - 1`` covers exactly them (a partition's records get offsets in append order).
 - A checkpoint vouches for a snapshot (a ``CheckpointSnapshots`` record with the checkpoint's
   covered offset, appended just before it under ``vouched/<partition>``) only while its run has
   appended nothing since: then a rebuild reads nothing of the run below the covered offset. A run that
@@ -83,6 +85,7 @@ class SnapshotWriter:
         self.log = log
         self.worker_id = worker_id
         self._too_large: set[str] = set()  # runs already reported as too large to snapshot
+        self._previous: dict[int, dict[str, int]] = {}  # partition -> the record counts of its last round
 
     def write(self, owned: OwnedPartition, counts: Mapping[str, int], covered: int, listed: Iterable[str]) -> None:
         """For a checkpoint covering the records below ``covered`` and listing the runs ``listed``,
@@ -109,13 +112,14 @@ class SnapshotWriter:
         """Append the snapshots due; the runs whose latest snapshot holds all their records below
         ``covered`` -> its through offset."""
         vouched: dict[str, int] = {}
+        previous, self._previous[owned.partition] = self._previous.get(owned.partition, {}), dict(counts)
         for run_id, count in counts.items():
             taken = owned.snapshots.get(run_id)
             if taken is not None and taken[1] == count:  # nothing appended since its snapshot
                 vouched[run_id] = taken[0]
                 continue
             first = owned.first_offsets.get(run_id)
-            if first is None or count == 0:
+            if first is None or count == 0 or previous.get(run_id) != count:  # unknown start, or busy
                 continue
             read_from = taken[0] if taken is not None else first
             if covered - read_from < self.settings.run_snapshot_lag:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from runtime.config import Settings
 from runtime.log.port import EventLog
 from runtime.log.serde import Serde
 from runtime.worker.rebuild import CheckpointRead, RebuiltPartition, latest_checkpoint, rebuild
+from support.workers import WorkerProcess
 
 
 def without_checkpoints(settings: Settings) -> Settings:
@@ -45,3 +47,13 @@ def vouched_snapshot(
     if read.checkpoint is None or read.checkpoint.covered_offset < past or run_id not in read.vouched():
         return None
     return read
+
+
+def partition_taken(worker: WorkerProcess) -> dict[str, object] | None:
+    """The worker's ``partition_taken`` log line, once written."""
+    for line in worker.log_path.read_text(errors="replace").splitlines():
+        start = line.find('{"event": "partition_taken"')
+        if start >= 0:
+            taken: dict[str, object] = json.loads(line[start:])
+            return taken
+    return None

@@ -4,7 +4,6 @@ completes the run from its snapshot with its effect applied once."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -14,9 +13,9 @@ from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.kafka import KafkaLog
 from runtime.log.serde import Serde
-from runtime.worker.rebuild import rebuild
+from runtime.worker.rebuild import CheckpointRead, rebuild
 from support.events import LogReader
-from support.rebuilds import full_read, state_of, vouched_snapshot, without_checkpoints
+from support.rebuilds import full_read, partition_taken, state_of, vouched_snapshot, without_checkpoints
 from support.services import make_deployment
 from support.wait import wait_for_event, wait_until
 from support.workers import WorkerProcess, start_worker
@@ -24,16 +23,6 @@ from support.workers import WorkerProcess, start_worker
 pytestmark = pytest.mark.integration
 
 LAG = "40"  # records behind a checkpoint before a run gets a snapshot
-
-
-def partition_taken(worker: WorkerProcess) -> dict[str, object] | None:
-    """The worker's ``partition_taken`` log line, once written."""
-    for line in worker.log_path.read_text(errors="replace").splitlines():
-        start = line.find('{"event": "partition_taken"')
-        if start >= 0:
-            taken: dict[str, object] = json.loads(line[start:])
-            return taken
-    return None
 
 
 def test_a_rebuild_takes_the_waiting_run_from_its_snapshot_and_equals_a_full_read(
@@ -46,18 +35,34 @@ def test_a_rebuild_takes_the_waiting_run_from_its_snapshot_and_equals_a_full_rea
     client = Client(deployment)
     waiting = client.submit("charge_on_signal", {"account": "acct-1"})
     wait_for_event(client, waiting, "ToolCallCompleted")
-    for run_id in [client.submit("short", {"order": f"o{i}", "steps": 3}) for i in range(15)]:
-        client.result(run_id, timeout=60)
-
     serde = Serde(deployment)
     log = KafkaLog(deployment)
     reader = LogReader(deployment)
+    ended = 0
+
+    def traffic_until_vouched() -> CheckpointRead | None:
+        """Five more short runs, ended; then the checkpoints, once the latest one vouches for the
+        waiting run's snapshot (the run waits while the traffic flows)."""
+        nonlocal ended
+        for run_id in [client.submit("short", {"order": f"o{ended + i}", "steps": 3}) for i in range(5)]:
+            client.result(run_id, timeout=60)
+        ended += 5
+        return vouched_snapshot(deployment, serde, log, 0, waiting, 0)
+
     try:
+        wait_until(
+            traffic_until_vouched,
+            60,
+            "a checkpoint vouching for the waiting run's snapshot",
+            interval=0.2,
+            process=first.proc,
+            detail=first.log_tail,
+        )
         written = reader.end(0)
         read = wait_until(
             lambda: vouched_snapshot(deployment, serde, log, 0, waiting, written),
             30,
-            "a checkpoint covering the traffic and vouching for the waiting run's snapshot",
+            "a checkpoint covering all the traffic, still vouching for the snapshot",
             process=first.proc,
             detail=first.log_tail,
         )
@@ -71,7 +76,7 @@ def test_a_rebuild_takes_the_waiting_run_from_its_snapshot_and_equals_a_full_rea
         reader.close()
     assert rebuilt.snapshots == {waiting: (read.vouched()[waiting], 3)}  # RunStarted, lookup Scheduled, Completed
     assert rebuilt.records_read == end - read.checkpoint.covered_offset  # nothing below the checkpoint
-    assert full.records_read == end > 15 * 8
+    assert full.records_read == end > ended * 8
     assert state_of(rebuilt) == state_of(full)
 
     second = start_worker(deployment, workers, tmp_path, AGENTLOG_RUN_SNAPSHOT_LAG=LAG)
