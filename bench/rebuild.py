@@ -64,7 +64,7 @@ def measure(partition: int) -> None:
     )
 
 
-def produce(events: int, workdir: Path) -> tuple[Any, dict[int, int], str]:
+def produce(events: int, workdir: Path, processes: int) -> tuple[Any, dict[int, int], str]:
     """The deployment, its events partitions' ends, and the waiting run's id."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _deploy import fresh_deployment, start_worker
@@ -76,7 +76,10 @@ def produce(events: int, workdir: Path) -> tuple[Any, dict[int, int], str]:
     from runtime.worker.rebuild import latest_checkpoint
 
     settings = fresh_deployment(2, "rebuild")
-    worker = start_worker(settings, "rebuild-bench", workdir / "worker.log", app="bench.rebuild_app:app")
+    workers = [
+        start_worker(settings, f"rebuild-bench-{i}", workdir / f"worker-{i}.log", app="bench.rebuild_app:app")
+        for i in range(processes)
+    ]
     client = Client(settings)
     log = KafkaLog(settings)
     serde = Serde(settings)
@@ -88,30 +91,38 @@ def produce(events: int, workdir: Path) -> tuple[Any, dict[int, int], str]:
         def wait_for(condition: Any, what: str, timeout: float = 3600) -> Any:
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
-                if worker.poll() is not None:
-                    raise SystemExit(f"the worker exited ({worker.returncode}); see {workdir / 'worker.log'}")
+                if any(w.poll() is not None for w in workers):
+                    raise SystemExit(f"a worker exited; see the worker logs in {workdir}")
                 value = condition()
                 if value:
                     return value
                 time.sleep(0.2)
             raise SystemExit(f"timed out waiting for {what}")
 
-        wait_for(lambda: end(0) >= 1 and end(1) >= 1, "the worker's claims")
+        wait_for(lambda: end(0) >= 1 and end(1) >= 1, "the workers' claims")
         waiting = name_in_partition("waiting", 0, 2)
         client.submit("wait", {}, run_id=waiting)
         client.flush()
-        wait_for(lambda: end(0) >= 2, "the waiting run to start")
+        wait_for(lambda: client.status(waiting).status == "running", "the waiting run to start")
+        base = {p: end(p) for p in (0, 1)}
         per_run = 2 * STEPS + 2
         runs = max(1, events // per_run)
         started = time.monotonic()
         for first in range(0, runs, CHUNK):
             count = min(CHUNK, runs - first)
+            last: list[str] = []
             for partition in (0, 1):
                 for i in range(first, first + count):
-                    client.submit("burst", {"steps": STEPS}, run_id=name_in_partition(f"b{partition}-{i}", partition, 2))
+                    run_id = client.submit("burst", {"steps": STEPS}, run_id=name_in_partition(f"b{partition}-{i}", partition, 2))
+                last.append(run_id)
             client.flush()
             target = (first + count) * per_run
-            wait_for(lambda t=target: end(0) >= 2 + t and end(1) >= 1 + t, f"{first + count} runs per partition")
+            wait_for(
+                lambda t=target: end(0) >= base[0] + t and end(1) >= base[1] + t,
+                f"{first + count} runs per partition",
+            )
+            for run_id in last:
+                client.result(run_id, timeout=600)
             print(f"  {first + count}/{runs} runs per partition, {time.monotonic() - started:.0f} s", file=sys.stderr)
         ends = {p: end(p) for p in (0, 1)}
 
@@ -122,8 +133,10 @@ def produce(events: int, workdir: Path) -> tuple[Any, dict[int, int], str]:
         wait_for(covered, "checkpoints covering the traffic")
         return settings, ends, waiting
     finally:
-        worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=60)
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        for worker in workers:
+            worker.wait(timeout=60)
         client.close()
         log.close()
 
@@ -152,6 +165,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=200_000, help="events of ended runs per partition")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=1, help="worker processes producing the traffic")
     parser.add_argument("--old", type=Path, help="a checkout of the code to compare (e.g. main)")
     parser.add_argument("--measure", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -160,7 +174,7 @@ def main() -> None:
         return
     root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory(prefix="rebuild-bench-") as tmp:
-        settings, ends, waiting = produce(args.events, Path(tmp))
+        settings, ends, waiting = produce(args.events, Path(tmp), args.workers)
     print(f"events partition 0: {ends[0]} records (run {waiting} waiting since offset 1); partition 1: {ends[1]}")
     cases: dict[str, tuple[int, Path]] = {"waiting": (0, root), "none": (1, root)}
     if args.old is not None:

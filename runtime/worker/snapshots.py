@@ -91,8 +91,8 @@ class SnapshotWriter:
         """For a checkpoint covering the records below ``covered`` and listing the runs ``listed``,
         ``counts`` being the live runs' record counts taken when the last of those records was
         appended: append the snapshots due, then the ``CheckpointSnapshots`` the checkpoint vouches for."""
-        vouched = self._snapshots_due(owned, counts, covered)
-        vouched = {run: through for run, through in vouched.items() if run in set(listed)}
+        listed = set(listed)
+        vouched = {run: at for run, at in self._snapshots_due(owned, counts, covered).items() if run in listed}
         if not vouched:
             return  # an older vouch names another covered offset: a rebuild ignores it
         vouch = CheckpointSnapshots(
@@ -141,6 +141,8 @@ class SnapshotWriter:
                 records=records,
                 sha256=records_digest(records),
             )
+            # Not awaited: the checkpoint after it on the same partition is ordered behind it, and a
+            # snapshot lost anyway only makes a rebuild read the run from its first offset.
             self.log.append(
                 self.settings.checkpoints_topic, owned.partition, snapshot_key(run_id), self.serde.encode(snapshot)
             )
