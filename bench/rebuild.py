@@ -167,6 +167,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=1, help="worker processes producing the traffic")
     parser.add_argument("--old", type=Path, help="a checkout of the code to compare (e.g. main)")
+    parser.add_argument("--keep", action="store_true", help="keep the deployment's topics")
     parser.add_argument("--measure", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure is not None:
@@ -196,6 +197,11 @@ def main() -> None:
     print(f"ratio waiting / none: {medians['waiting'] / medians['none']:.2f} (target <= 2)")
     if "old" in medians:
         print(f"ratio old (waiting) / none: {medians['old'] / medians['none']:.2f}")
+    if not args.keep:
+        from confluent_kafka.admin import AdminClient
+
+        topics = [settings.commands_topic, settings.events_topic, settings.checkpoints_topic, settings.payloads_topic]
+        AdminClient(settings.kafka_common()).delete_topics(topics)
 
 
 if __name__ == "__main__":
