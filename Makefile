@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 AGENTLOG := $(VENV)/bin/agentlog
 
-.PHONY: setup up down demo test lint unit bench bench-sink chaos fuzz clean
+.PHONY: setup up down demo test lint unit bench bench-sink bench-rebuild chaos fuzz clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,10 @@ bench: up
 
 bench-sink: up
 	$(PY) bench/sink.py
+
+# Rebuild time with one run waiting behind 200,000 events of ended runs, vs none (EVENTS=1000000, OLD=<checkout>).
+bench-rebuild: up
+	$(PY) bench/rebuild.py --events $(or $(EVENTS),200000) $(if $(OLD),--old $(OLD))
 
 # Faults on a 3-node cluster of its own (ports 27092-27094), one table: see bench/chaos.py.
 chaos: up

@@ -69,6 +69,9 @@ class Settings(BaseModel):
     history_warn_bytes: int = 10 * 1024 * 1024
     history_limit_events: int = 51_200
     history_limit_bytes: int = 50 * 1024 * 1024
+    # A run whose records start this many offsets behind a checkpoint gets a HistorySnapshot, so a
+    # rebuild reads from the checkpoint rather than from the run's start (runtime.worker.snapshots).
+    run_snapshot_lag: int = Field(default=10_000, ge=1)
 
     @field_validator("kafka")
     @classmethod

@@ -46,7 +46,7 @@ class LocalSchema:
     text: str
     full_name: str
     name: str
-    role: str  # "commands" or "events"
+    role: str  # "commands", "events" or "checkpoints"
 
     @cached_property
     def parsed(self) -> dict[str, Any]:
@@ -54,7 +54,9 @@ class LocalSchema:
         return value
 
     def topic(self, settings: Settings) -> str:
-        return settings.commands_topic if self.role == "commands" else settings.events_topic
+        if self.role == "commands":
+            return settings.commands_topic
+        return settings.checkpoints_topic if self.role == "checkpoints" else settings.events_topic
 
     def subject(self, settings: Settings) -> str:
         return f"{self.topic(settings)}-{self.full_name}"

@@ -331,7 +331,38 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ToolCallFailed,
     ToolCallScheduled,
 )
-RECORD_TYPES: dict[str, type[Record]] = {cls.__name__: cls for cls in (*COMMAND_TYPES, *EVENT_TYPES)}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointRecord(Record):
+    """A record of the checkpoints topic that is not a ``PartitionCheckpoint`` (which predates this
+    role and stays an event schema)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointSnapshots(CheckpointRecord):
+    """The run snapshots the partition checkpoint with the same covered_offset vouches for: each holds every record of its run below that offset (compacted checkpoints topic, key snapshots/<partition>)."""
+
+    partition: int
+    covered_offset: int
+    snapshot_through: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HistorySnapshot(CheckpointRecord):
+    """The recorded history of one long-waiting run, so a rebuild need not re-read the partition from the run's start (compacted checkpoints topic, key snapshot/<run id>)."""
+
+    partition: int
+    first_offset: int
+    through_offset: int
+    records: list[bytes]
+    sha256: str
+
+
+CHECKPOINT_TYPES: tuple[type[CheckpointRecord], ...] = (CheckpointSnapshots, HistorySnapshot)
+RECORD_TYPES: dict[str, type[Record]] = {
+    cls.__name__: cls for cls in (*COMMAND_TYPES, *EVENT_TYPES, *CHECKPOINT_TYPES)
+}
 
 # Records that end a run (runtime.log.status); after one of them the run accepts nothing but reads.
 TERMINAL_TYPES: tuple[type[Event], ...] = tuple(cls for cls in EVENT_TYPES if cls.__name__ in ENDING_EVENTS)

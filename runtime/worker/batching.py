@@ -45,9 +45,10 @@ class TurnBatcher:
                 owned.pending_runs.append(run_id)
             pending.append((run_id.encode() if run_id else None, value))
             size = owned.sizes.get(run_id)
-            if size is not None:
+            if size is not None:  # a live run's record
                 size[0] += 1
                 size[1] += len(value)
+                owned.records.setdefault(run_id, []).append(value)
         future = owned.pending_last
         if future is None:
             loop = asyncio.get_running_loop()
@@ -64,26 +65,45 @@ class TurnBatcher:
         dirty, self._dirty = self._dirty, []
         loop = asyncio.get_running_loop()
         for owned in dirty:
-            records, started, last, runs = (
-                owned.pending,
-                owned.pending_started,
-                owned.pending_last,
-                owned.pending_runs,
-            )
-            owned.pending, owned.pending_started, owned.pending_last, owned.pending_runs = [], {}, None, []
-            assert last is not None
-            if owned.lost:  # its successor fences these anyway; nobody waits for them
-                last.cancel()
-                continue
-            watched = {len(records) - 1: last}
-            for index, run_id in started.items():  # a RunStarted's offset starts its run's rebuild
-                ack = watched.get(index) or watched.setdefault(index, loop.create_future())
-                ack.add_done_callback(functools.partial(_remember_first, owned, run_id))
-            self.log.append_batch(loop, self.settings.events_topic, owned.partition, records, watched)
-            for run_id in runs:  # the run index, for idempotent submission after a rebuild
-                self.log.append_unwatched(
-                    self.settings.checkpoints_topic, owned.partition, RUN_KEY_PREFIX + run_id.encode(), b"1"
-                )
+            send_partition(self.settings, self.log, loop, owned)
+
+
+def send_partition(settings: Settings, log: EventLog, loop: asyncio.AbstractEventLoop, owned: OwnedPartition) -> None:
+    """Send the records queued for ``owned`` as one batch. The turn's end does; so does a checkpoint,
+    ahead of it, to know that no record is queued behind the last one sent."""
+    records, started, last, runs = (
+        owned.pending,
+        owned.pending_started,
+        owned.pending_last,
+        owned.pending_runs,
+    )
+    if last is None:  # sent already in this turn
+        return
+    owned.pending, owned.pending_started, owned.pending_last, owned.pending_runs = [], {}, None, []
+    if owned.lost:  # its successor fences these anyway; nobody waits for them
+        last.cancel()
+        return
+    watched = {len(records) - 1: last}
+    for index, run_id in started.items():  # a RunStarted's offset starts its run's rebuild
+        ack = watched.get(index) or watched.setdefault(index, loop.create_future())
+        ack.add_done_callback(functools.partial(_remember_first, owned, run_id))
+    if runs:
+        last.add_done_callback(functools.partial(_index_runs, settings, log, owned.partition, runs))
+    log.append_batch(loop, settings.events_topic, owned.partition, records, watched)
+
+
+def _index_runs(
+    settings: Settings, log: EventLog, partition: int, runs: list[str], acked: asyncio.Future[int]
+) -> None:
+    """The run index (idempotent submission after a rebuild), written once the runs' first records
+    are acknowledged: an index entry whose RunStarted was lost with a killed worker would make its
+    successor ignore the resubmitted command as a duplicate, and the run would never start. Before
+    the checkpoint that covers the batch (that checkpoint waits for the same ack, and this callback
+    was added first), so a covered run is always indexed."""
+    if acked.cancelled() or acked.exception() is not None:
+        return  # not durable: the worker stops on it, and its successor handles the command again
+    for run_id in runs:
+        log.append_unwatched(settings.checkpoints_topic, partition, RUN_KEY_PREFIX + run_id.encode(), b"1")
 
 
 def _remember_first(owned: OwnedPartition, run_id: str, future: asyncio.Future[int]) -> None:

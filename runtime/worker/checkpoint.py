@@ -1,19 +1,27 @@
 """Checkpoints: where a rebuild of a partition may start, and where its commands resume.
 
-Order, kept by ``Checkpointer.write`` and tested in tests/unit/test_worker_checkpoints.py:
-1. snapshot the partition's active runs and next command offset;
-2. wait for the ack of the last record appended so far: every record the snapshot describes
-   lies below it, and everything below it is durable;
+Order, kept by ``Checkpointer.write`` and tested in tests/unit/test_worker_checkpoints.py and
+tests/unit/test_history_snapshots.py:
+1. send the records queued in this loop turn now, then take the partition's active runs, their
+   record counts and the next command offset: the last record appended so far was just sent, so
+   every record appended later gets a higher offset;
+2. wait for the ack of that last record: every record step 1 describes lies below it, and
+   everything below it is durable;
 3. prove no newer claim precedes it (a fenced worker publishes nothing);
-4. append the checkpoint, whose ``covered_offset`` is that last acked offset + 1 and whose run
+4. append the history snapshots due (runtime.worker.snapshots), each holding a run's records
+   counted in step 1, all below that offset + 1; then the ``CheckpointSnapshots`` naming the
+   snapshots of runs that appended nothing after them, which the checkpoint vouches for;
+5. append the checkpoint, whose ``covered_offset`` is that last acked offset + 1 and whose run
    offsets are acknowledged RunStarted records only;
-5. commit the commands offset of the snapshot.
-A checkpoint therefore never covers a record that was not acknowledged, and the commands
-offset committed never passes a command whose events were not acknowledged.
+6. commit the commands offset of step 1;
+7. tombstone the snapshots of runs that ended before step 1.
+A checkpoint therefore never covers a record that was not acknowledged, a snapshot never holds
+one, and the commands offset committed never passes a command whose events were not acknowledged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
@@ -21,8 +29,10 @@ from runtime.config import Settings
 from runtime.log.events import PartitionCheckpoint
 from runtime.log.port import CommandFeed, EventLog
 from runtime.log.serde import Serde
+from runtime.worker.batching import send_partition
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.rebuild import checkpoint_key
+from runtime.worker.snapshots import SnapshotWriter, live_record_counts
 
 
 class Checkpointer:
@@ -46,6 +56,7 @@ class Checkpointer:
         self.still_owner = still_owner
         self.lose = lose
         self._last_round = time.monotonic()
+        self.snapshots = SnapshotWriter(settings, serde, log, worker_id)
 
     def maybe_checkpoint(self, owned_partitions: list[OwnedPartition], feed: CommandFeed) -> None:
         if time.monotonic() - self._last_round < self.interval_s:
@@ -63,8 +74,12 @@ class Checkpointer:
     async def write(self, owned: OwnedPartition, feed: CommandFeed) -> None:
         """One checkpoint of ``owned``, in the order of the module docstring."""
         try:
+            if owned.lost:
+                return
+            send_partition(self.settings, self.log, asyncio.get_running_loop(), owned)
             assert owned.last_write is not None
             runs = [*owned.runs, *owned.continuing]
+            counts = live_record_counts(owned)
             next_command = owned.next_command
             owned.writes_since_checkpoint = 0
             last = await owned.last_write
@@ -72,6 +87,7 @@ class Checkpointer:
                 self.lose(owned.partition, "fenced while checkpointing")
                 return
             active = {run: owned.first_offsets[run] for run in runs if run in owned.first_offsets}
+            self.snapshots.write(owned, counts, last + 1, active)
             checkpoint = PartitionCheckpoint(
                 run_id="",
                 occurred_at=int(time.time() * 1000),
@@ -89,5 +105,6 @@ class Checkpointer:
                 self.serde.encode(checkpoint),
             )
             feed.commit(owned.partition, next_command)
+            self.snapshots.retire(owned, counts)
         finally:
             owned.checkpoint_running = False

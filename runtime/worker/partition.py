@@ -32,6 +32,10 @@ class OwnedPartition:
     # checkpoints (with their first offsets) so a rebuild reads them and submits again.
     continuing: set[str] = field(default_factory=set)
     checkpoint_running: bool = False
+    # Each live run's records as appended (framed bytes, in order): what its HistorySnapshot holds.
+    records: dict[str, list[bytes]] = field(default_factory=dict)
+    # Run -> (through_offset, record count) of its latest HistorySnapshot (runtime.worker.snapshots).
+    snapshots: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Records appended during this turn of the event loop, sent together at its end (TurnBatcher).
     pending: list[tuple[bytes | None, bytes]] = field(default_factory=list)
     pending_started: dict[int, str] = field(default_factory=dict)  # index -> run id: its first offset
@@ -49,3 +53,4 @@ class OwnedPartition:
         self.runs.pop(run_id, None)
         self.first_offsets.pop(run_id, None)
         self.sizes.pop(run_id, None)
+        self.records.pop(run_id, None)

@@ -4,12 +4,17 @@ Order (tested in tests/unit/test_worker_recovery.py):
 1. Append ``EpochClaimed`` to events partition p and wait for its offset C: from here on any
    record of an earlier owner is fenced (see runtime.log.fencing).
 2. Read the partition's latest ``PartitionCheckpoint`` from the compacted checkpoints topic.
-   It lists the first offset of every run that was active at its ``covered_offset``.
-3. Read events p from min(those first offsets, covered_offset) to C. Below covered_offset
-   only the records of the listed runs are decoded (the key filter skips the rest unread);
-   from covered_offset on, everything is. Cost: the active runs' history plus what was
-   written since the checkpoint -- not everything the partition ever held.
-4. Group the admitted events by run; runs without a terminal event are replayed.
+   It lists the first offset of every run that was active at its ``covered_offset``; the same
+   read finds the runs' ``HistorySnapshot`` records (runtime.worker.snapshots).
+3. A listed run with a usable snapshot starts from the snapshot's records, and its own records
+   are read from the snapshot's ``through_offset`` (from ``covered_offset`` when the checkpoint
+   vouches for the snapshot); another listed run is read from its first offset.
+4. Read events p from min(those offsets, covered_offset) to C. Below covered_offset only the
+   records of the listed runs from their offsets are decoded (the key filter skips the rest
+   unread); from covered_offset on, everything is. Cost: the active runs' history plus what was
+   written since the checkpoint -- not everything the partition ever held, even when a run has
+   waited for days (its snapshot stands in for its records).
+5. Group the admitted events by run; runs without a terminal event are replayed.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from dataclasses import dataclass, field
 from runtime.config import Settings
 from runtime.log.events import (
     TERMINAL_TYPES,
+    CheckpointSnapshots,
     EpochClaimed,
     Event,
+    HistorySnapshot,
     PartitionCheckpoint,
     RunContinuedAsNew,
     RunRejected,
@@ -34,6 +41,13 @@ from runtime.log.fencing import FenceFilter
 from runtime.log.payloads import PayloadMissing, inlined, is_outlined, read_back
 from runtime.log.port import EventLog
 from runtime.log.serde import DecodeError, Serde
+from runtime.worker.snapshots import (
+    SNAPSHOT_KEY_PREFIX,
+    newer,
+    reading_starts,
+    usable,
+    vouched_key,
+)
 
 logger = logging.getLogger("agentlog.rebuild")
 
@@ -62,6 +76,8 @@ class RebuiltPartition:
     unloadable: dict[str, str] = field(default_factory=dict)  # run id -> why it cannot be replayed
     # Runs read that continued as new: their successors are submitted again (idempotent).
     to_continue: dict[str, tuple[RunContinuedAsNew, str]] = field(default_factory=dict)
+    records: dict[str, list[bytes]] = field(default_factory=dict)  # active run -> its framed records
+    snapshots: dict[str, tuple[int, int]] = field(default_factory=dict)  # run -> (through, count) used
 
 
 def claim(settings: Settings, serde: Serde, log: EventLog, partition: int, worker: str) -> Future[int]:
@@ -74,14 +90,35 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def latest_checkpoint(
-    settings: Settings, serde: Serde, log: EventLog, partition: int
-) -> tuple[PartitionCheckpoint | None, set[str]]:
-    """The checkpoint with the highest covered offset, and the run ids indexed for the partition."""
+@dataclass
+class CheckpointRead:
+    """What the checkpoints topic holds for one partition."""
+
+    checkpoint: PartitionCheckpoint | None  # the one with the highest covered offset
+    known_runs: set[str]  # the run index
+    snapshots: dict[str, HistorySnapshot]  # run id -> its snapshot with the highest through offset
+    vouch: CheckpointSnapshots | None  # the one with the highest covered offset
+
+    def vouched(self) -> dict[str, int]:
+        """Run -> through offset of the snapshots the checkpoint vouches for."""
+        if self.checkpoint is None or self.vouch is None:
+            return {}
+        return dict(self.vouch.snapshot_through) if self.vouch.covered_offset == self.checkpoint.covered_offset else {}
+
+
+def latest_checkpoint(settings: Settings, serde: Serde, log: EventLog, partition: int) -> CheckpointRead:
+    """The checkpoint with the highest covered offset, the run ids indexed and the run snapshots."""
     best: PartitionCheckpoint | None = None
     runs: set[str] = set()
+    snapshots: dict[str, HistorySnapshot] = {}
+    vouch: CheckpointSnapshots | None = None
     for record in log.read(settings.checkpoints_topic, partition):
-        if record.key is None or record.value is None:
+        if record.key is None:
+            continue
+        if record.key.startswith(SNAPSHOT_KEY_PREFIX):
+            newer(snapshots, record.key, record.value, serde)
+            continue
+        if record.value is None:
             continue
         if record.key.startswith(RUN_KEY_PREFIX):
             runs.add(record.key[len(RUN_KEY_PREFIX) :].decode())
@@ -91,16 +128,25 @@ def latest_checkpoint(
                 best is None or decoded.covered_offset > best.covered_offset
             ):
                 best = decoded
-    return best, runs
+        elif record.key == vouched_key(partition):
+            found = serde.decode(record.value)
+            if isinstance(found, CheckpointSnapshots) and (
+                vouch is None or found.covered_offset >= vouch.covered_offset
+            ):
+                vouch = found
+    return CheckpointRead(best, runs, snapshots, vouch)
 
 
 def rebuild(settings: Settings, serde: Serde, log: EventLog, partition: int, epoch: int) -> RebuiltPartition:
     """The state of ``partition`` as of ``epoch`` (the offset of our claim, already appended)."""
-    checkpoint, known = latest_checkpoint(settings, serde, log, partition)
+    read = latest_checkpoint(settings, serde, log, partition)
+    checkpoint = read.checkpoint
     listed = dict(checkpoint.active_runs) if checkpoint else {}
     covered = checkpoint.covered_offset if checkpoint else 0
-    start = min([covered, *listed.values()]) if checkpoint else None
-    listed_keys = {run.encode() for run in listed}
+    loaded = usable(read.snapshots, listed, serde)
+    starts = reading_starts(listed, read.vouched(), covered, loaded)
+    start = min([covered, *starts.values()]) if checkpoint else None
+    start_of_key = {run.encode(): offset for run, offset in starts.items()}
 
     result = RebuiltPartition(
         partition,
@@ -108,19 +154,29 @@ def rebuild(settings: Settings, serde: Serde, log: EventLog, partition: int, epo
         checkpoint.commands_offset if checkpoint else 0,
         {},
         {},
-        set(known),
+        set(read.known_runs),
         checkpoint=checkpoint,
     )
     fence = FenceFilter()
     undecodable_runs: dict[str, str] = {}  # run id -> why
     events_by_run: dict[str, list[Event]] = defaultdict(list)
+    records_by_run: dict[str, list[bytes]] = defaultdict(list)
+    through: dict[str, int] = {}  # run -> below this offset, its records come from its snapshot
+    for run_id, snapshot in loaded.items():
+        events_by_run[run_id] = list(snapshot.events)
+        records_by_run[run_id] = list(snapshot.snapshot.records)
+        result.first_offsets[run_id] = snapshot.snapshot.first_offset
+        result.sizes[run_id] = [len(snapshot.events), sum(len(r) for r in snapshot.snapshot.records)]
+        result.snapshots[run_id] = (snapshot.snapshot.through_offset, len(snapshot.events))
+        result.known_runs.add(run_id)
+        through[run_id] = snapshot.snapshot.through_offset
     terminal: set[str] = set()
     for record in log.read(settings.events_topic, partition, start=start, end=epoch):
         result.records_read += 1
         if record.value is None:
             continue
-        if record.offset < covered and record.key is not None and record.key not in listed_keys:
-            continue  # a run that had ended by the checkpoint: skipped without decoding
+        if record.offset < covered and record.key is not None and record.offset < start_of_key.get(record.key, covered):
+            continue  # a run that had ended by the checkpoint, or records its snapshot holds: not decoded
         try:
             event = serde.decode(record.value, record.key)
         except DecodeError as error:
@@ -147,12 +203,15 @@ def rebuild(settings: Settings, serde: Serde, log: EventLog, partition: int, epo
         if isinstance(event, RunRejected):
             terminal.add(run_id)
             continue
+        if record.offset < through.get(run_id, -1):
+            continue  # held by the run's snapshot (one newer than the checkpoint)
         if run_id not in result.first_offsets:
             result.first_offsets[run_id] = record.offset
         size = result.sizes.setdefault(run_id, [0, 0])
         size[0] += 1
         size[1] += len(record.value)
         events_by_run[run_id].append(event)
+        records_by_run[run_id].append(record.value)
         if isinstance(event, TERMINAL_TYPES):
             terminal.add(run_id)
         if isinstance(event, RunContinuedAsNew):
@@ -161,11 +220,14 @@ def rebuild(settings: Settings, serde: Serde, log: EventLog, partition: int, epo
                 result.to_continue[run_id] = (event, first.workflow)
             else:
                 logger.error("run %s continued as new, but its RunStarted was not read", run_id)
+        if run_id in terminal:  # an ended run is not replayed: its records need not be kept
+            del events_by_run[run_id], records_by_run[run_id]
     result.fenced = fence.fenced_count
     for run_id, logged in events_by_run.items():
         if run_id in terminal or not logged or not isinstance(logged[0], RunStarted):
             continue
         result.active[run_id] = logged
+        result.records[run_id] = records_by_run[run_id]
         if run_id in undecodable_runs:
             result.unloadable[run_id] = undecodable_runs[run_id]
         elif any(is_outlined(e) for e in logged):  # replay hands the workflow the stored results

@@ -53,6 +53,9 @@ class Takeover:
             assert isinstance(started_event, RunStarted)
             owned.first_offsets[run_id] = rebuilt.first_offsets[run_id]
             owned.sizes[run_id] = rebuilt.sizes.get(run_id, [0, 0])
+            owned.records[run_id] = rebuilt.records.get(run_id, [])
+            if run_id in rebuilt.snapshots:
+                owned.snapshots[run_id] = rebuilt.snapshots[run_id]
             if run_id in rebuilt.unloadable:
                 self._park(owned, events[-1], rebuilt.unloadable[run_id])
                 continue
@@ -88,6 +91,7 @@ class Takeover:
                     "records_decoded": rebuilt.records_decoded,
                     "fenced": rebuilt.fenced,
                     "active_runs": len(rebuilt.active),
+                    "from_snapshots": len(rebuilt.snapshots),
                     "commands_offset": rebuilt.commands_offset,
                     "in_doubt": in_doubt,
                     "ms": round((time.perf_counter() - started) * 1000, 1),

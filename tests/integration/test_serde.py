@@ -43,6 +43,8 @@ def sample(cls: type[Record], n: int) -> Record:
             values[name] = {"r1": 3, "r2": 9}
         elif text == "list[int]":
             values[name] = [0, 2, 5, 1]
+        elif text == "list[bytes]":
+            values[name] = [b"\x00\x01", name.encode()]
         elif "list" in text:
             values[name] = [name, json.dumps({"field": name})]
         elif "bool" in text:
@@ -67,7 +69,7 @@ def test_every_record_type_round_trips_through_kafka_and_the_registry(deployment
     consumer = Consumer(reader_config(deployment))
     got: list[Record] = []
     try:
-        for topic in (deployment.commands_topic, deployment.events_topic):
+        for topic in (deployment.commands_topic, deployment.events_topic, deployment.checkpoints_topic):
             consumer.assign([TopicPartition(topic, 0, 0)])
             deadline = time.monotonic() + 30
             wanted = sum(1 for r in records if serde.topic_of(r) == topic)
@@ -81,7 +83,7 @@ def test_every_record_type_round_trips_through_kafka_and_the_registry(deployment
         consumer.close()
     # Each schema is the first version of its subject: the decoded records say so.
     assert sorted(got, key=lambda r: r.seq) == [dataclasses.replace(r, schema_version=1) for r in records]
-    assert len(got) == len(RECORD_TYPES) == 25
+    assert len(got) == len(RECORD_TYPES) == 27
 
 
 def _v2_dir(tmp_path: Path, mutate: str) -> Path:

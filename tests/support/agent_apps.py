@@ -109,6 +109,13 @@ def charge(account: str, cents: int, note: str, *, idempotency_key: str) -> str:
     return "charged"
 
 
+@app.workflow("charge_on_signal")
+async def charge_on_signal(ctx: Context, request: dict[str, Any]) -> Any:
+    await ctx.tool("lookup", order=request["account"], step=0)
+    approval = await ctx.wait_signal("go")
+    return await ctx.tool("charge", account=request["account"], cents=500, note=str(approval))
+
+
 @app.workflow("pausing")
 async def pausing(ctx: Context, request: dict[str, Any]) -> Any:
     decision = await ctx.model("stall", messages=[{"role": "user", "content": "charge?"}])

@@ -10,7 +10,7 @@ import pytest
 
 from runtime.config import ConfigError, load_settings
 from runtime.log.catalog import DEFAULT_SCHEMA_DIR, load_catalog
-from runtime.log.events import COMMAND_TYPES, EVENT_TYPES, RECORD_TYPES
+from runtime.log.events import CHECKPOINT_TYPES, COMMAND_TYPES, EVENT_TYPES, RECORD_TYPES
 from runtime.log.partitioning import murmur2, partition_for
 from runtime.log.schema_diff import breaking_fields, field_changes
 from runtime.workflow.canonical import args_hash, canonical_json, idempotency_key
@@ -37,6 +37,7 @@ def test_commands_and_events_are_in_their_topics_namespaces() -> None:
     catalog = load_catalog()
     assert {catalog[c.__name__].role for c in COMMAND_TYPES} == {"commands"}
     assert {catalog[e.__name__].role for e in EVENT_TYPES} == {"events"}
+    assert {catalog[c.__name__].role for c in CHECKPOINT_TYPES} == {"checkpoints"}
     required = {
         "RunSubmitted",
         "RunRejected",
