@@ -5,9 +5,10 @@ controllers 27192-27194; ``CHAOS_KAFKA_PORT`` / ``CHAOS_CONTROLLER_PORT`` move t
 temporary state folder, in front of the configured schema registry, and runs the refund agent
 (examples/refund_agent.py: its world is a SQLite file that counts every effect attempt) under:
 
-- ``crash``: the worker SIGKILLed at the start of each of the 40 steps of refund-40 (the step's
-  model call has started, its result is not recorded), and after each effect ran but before its
-  result was recorded (the 3 effecting steps), one run per point; the worker runs under
+- ``crash``: the worker SIGKILLed at each of the 40 steps of refund-40 twice over: before the
+  step's call starts (its model call scheduled, nothing done yet: ``REFUND_CRASH_BEFORE_STEP``) and
+  after the step's tool ran -- the lookup, or the effect applied -- but before its result is
+  acknowledged (``REFUND_CRASH_AFTER_STEP``): 80 points, one run each; the worker runs under
   ``--respawn``, so a fresh fork takes over;
 - ``broker``: the leader of events partition 0 SIGKILLed while 200 runs of 20 steps execute,
   restarted 10 s later;
@@ -173,8 +174,9 @@ def effects_for(steps: int) -> int:
 
 
 def crash_points(base: Settings, work: Path, steps: int = 40) -> dict[str, Any]:
-    """The worker SIGKILLed at each step's model call, and after each effect: one run per point."""
-    points = [("AT_STEP", str(s)) for s in range(1, steps + 1)] + [("IN_EFFECT", kind) for kind in EFFECTS]
+    """The worker SIGKILLed before each step's call starts and after each step's tool ran (before
+    its result is acknowledged): one run per point."""
+    points = [(kind, str(s)) for kind in ("BEFORE_STEP", "AFTER_STEP") for s in range(1, steps + 1)]
     totals: dict[str, Any] = defaultdict(int)
     exactly_one_in_doubt = 0
     deployment = scratch_deployment(base, partitions=1, prefix="chaos")  # one for all points: a
@@ -194,6 +196,7 @@ def crash_points(base: Settings, work: Path, steps: int = 40) -> dict[str, Any]:
             crashed = Path(f"{world}.crash-{kind}-{where}").exists()
             totals["points"] += 1
             totals["crashed"] += int(crashed)
+            totals[f"crashed_{kind.lower()}"] += int(crashed)
             for key in (
                 "runs", "completed", "effects", "effect_attempts", "duplicate_effects", "keys_attempted_twice", "lost_results"
             ):
@@ -205,7 +208,11 @@ def crash_points(base: Settings, work: Path, steps: int = 40) -> dict[str, Any]:
             client.close()
             worker.send_signal(signal.SIGTERM)
             worker.wait(timeout=30)
-    return {"row": "crash points (40 steps before the call, 3 after an effect)", **totals, "runs_exactly_one_in_doubt": exactly_one_in_doubt}
+    return {
+        "row": f"crash points ({steps} steps before the call starts, {steps} after the tool ran)",
+        **totals,
+        "runs_exactly_one_in_doubt": exactly_one_in_doubt,
+    }
 
 
 def broker_kill(base: Settings, work: Path, n: int = 200, steps: int = 20, down_s: float = 10.0) -> dict[str, Any]:

@@ -193,6 +193,22 @@ def configure(settings: Settings, brokers: int | None, *, secure: bool = False) 
     return brokers
 
 
+def advertise_through(settings: Settings, ports: dict[int, int]) -> None:
+    """Make node ``id`` advertise ``127.0.0.1:ports[id]`` to clients and the other nodes instead of
+    its own port: a TCP proxy there (one you can cut) sits between the node and everyone who
+    reaches it through metadata. Takes effect at the node's next start."""
+    cluster_home(settings).mkdir(parents=True, exist_ok=True)
+    advertised = {str(node_id): port for node_id, port in ports.items()}
+    layout_path(settings).write_text(json.dumps({**_layout(settings), "advertised_ports": advertised}) + "\n")
+
+
+def advertised_port(settings: Settings, node: Node) -> int:
+    """The port ``node`` tells clients to reach it on (its own unless ``advertise_through`` says otherwise)."""
+    ports = _layout(settings).get("advertised_ports")
+    port = ports.get(str(node.node_id)) if isinstance(ports, dict) else None
+    return port if isinstance(port, int) else node.port
+
+
 @dataclass(frozen=True)
 class Node:
     """One KRaft node of the local cluster (broker and controller in one JVM)."""
@@ -273,7 +289,7 @@ def server_properties(settings: Settings, node: Node | None = None) -> str:
         "node.id": str(node.node_id),
         "controller.quorum.voters": voters,
         "listeners": f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{HOST}:{node.port}",
+        "advertised.listeners": f"PLAINTEXT://{HOST}:{advertised_port(settings, node)}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
@@ -292,6 +308,7 @@ def server_properties(settings: Settings, node: Node | None = None) -> str:
     }
     if is_secure(settings):
         props.update(kafka_auth.listener_properties(cluster_home(settings), node.port, node.controller_port, HOST))
+        props["advertised.listeners"] = f"{kafka_auth.PROTOCOL}://{HOST}:{advertised_port(settings, node)}"
     lines = ["# Written by agentlog (infra/kafka.py) at every start; edits are overwritten."]
     lines += [f"{key}={value}" for key, value in props.items()]
     return "\n".join(lines) + "\n"
