@@ -263,7 +263,11 @@ def _broker_kill(
         cluster_support.restart_node(deployment, leader)
         watch.wait_ended(runs, 600, alive=lambda: worker.poll() is None)
         done_s = round(time.monotonic() - killed, 1)
-        extra: dict[str, Any] = {"all_done_s_after_kill": done_s, "worker_survived": worker.poll() is None}
+        extra: dict[str, Any] = {
+            "all_done_s_after_kill": done_s,
+            "worker_survived": worker.poll() is None,
+            "worker_partitions_lost": partitions_lost(work / f"{tag}-w1.log"),
+        }
         if sink is not None:
             extra.update(store_matches_kafka(deployment, dsn, sink))
         what = "the sink SIGKILLed during a broker kill" if with_sink else "broker SIGKILLed"
@@ -344,6 +348,7 @@ def network_cut(base: Settings, work: Path, n: int = 200, steps: int = 20, cut_s
                 n * effects_for(steps),
                 all_done_s_after_cut=done_s,
                 worker_survived=worker.poll() is None,
+                worker_partitions_lost=partitions_lost(work / "net-w1.log"),
                 **store_matches_kafka(deployment, dsn, sink),
             )
         finally:
@@ -353,6 +358,12 @@ def network_cut(base: Settings, work: Path, n: int = 200, steps: int = 20, cut_s
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGTERM)
                     proc.wait(timeout=60)
+
+
+def partitions_lost(worker_log: Path) -> int:
+    """How many times the worker gave partitions up (revoked, or lost with its group session) and
+    so had to rebuild them, its calls in flight in doubt: its ``partition_lost`` log lines."""
+    return worker_log.read_text(errors="replace").count('"event": "partition_lost"')
 
 
 def start_sink(settings: Settings, dsn: str, log: Path) -> subprocess.Popen[bytes]:

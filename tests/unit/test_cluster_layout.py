@@ -45,6 +45,8 @@ def test_three_nodes_get_a_quorum_of_three_rf3_and_two_in_sync(tmp_path: Path) -
         assert config[key] == "3", key
     assert config["min.insync.replicas"] == "2" and config["transaction.state.log.min.isr"] == "2"
     assert config["unclean.leader.election.enable"] == "false"
+    # A dead node's group coordinator must move well inside a worker's 10 s session (kafka.FAST_FENCING).
+    assert int(config["broker.session.timeout.ms"]) <= 10_000 // 3
     assert kafka.configure(Settings(state_dir=tmp_path), None) == 3, "a later `infra up` keeps the size"
 
 
