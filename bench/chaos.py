@@ -23,6 +23,8 @@ whose completion is not in the run's history), runs with a call in doubt, and a 
 (each run's recorded effect completions equal the effects the world saw). Prints the table, then
 one JSON line per row.
 
+- ``coordinator``: the broker row, the node killed being the workers' group coordinator; the
+  worker must keep its partitions meanwhile (``worker_partitions_lost``);
 - ``sink``: the broker row (100 runs) with ``agentlog sink`` copying the events topic into
   ClickHouse (chDB), the sink SIGKILLed 2 s into the broker's outage and started again at once:
   the store must hold every Kafka record once (rows, duplicate rows, gaps);
@@ -56,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from _deploy import ROOT, env_for, start_worker
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from tcp_proxy import CuttableProxy
 
 from examples.refund_agent import init_world
@@ -230,6 +233,12 @@ def broker_kill(base: Settings, work: Path, n: int = 200, steps: int = 20, down_
     return _broker_kill(base, work, n, steps, down_s, with_sink=False)
 
 
+def coordinator_kill(base: Settings, work: Path, n: int = 200, steps: int = 20) -> dict[str, Any]:
+    """The broker row, the node SIGKILLed being the workers' group coordinator: the worker must
+    keep its partitions (``worker_partitions_lost`` 0) while the coordinator moves."""
+    return _broker_kill(base, work, n, steps, 10.0, with_sink=False, victim="coordinator")
+
+
 def sink_during_broker_kill(base: Settings, work: Path, n: int = 100, steps: int = 20) -> dict[str, Any]:
     """The broker row with the sink copying the events topic into ClickHouse: the sink SIGKILLed
     2 s into the broker's outage and started again at once (on the two nodes left)."""
@@ -237,9 +246,9 @@ def sink_during_broker_kill(base: Settings, work: Path, n: int = 100, steps: int
 
 
 def _broker_kill(
-    base: Settings, work: Path, n: int, steps: int, down_s: float, *, with_sink: bool
+    base: Settings, work: Path, n: int, steps: int, down_s: float, *, with_sink: bool, victim: str = "leader"
 ) -> dict[str, Any]:
-    tag = "sink" if with_sink else "broker"
+    tag = "sink" if with_sink else victim
     deployment = scratch_deployment(base, partitions=3, prefix="chaos")
     world = new_world(work / f"{tag}.db")
     worker = start_worker(deployment, "w1", work / f"{tag}-w1.log", REFUND_WORLD_DB=str(world))
@@ -251,7 +260,10 @@ def _broker_kill(
         runs = submit(client, n, steps, tag)
         while world_counts(world)[1] < n // 4:  # a quarter of the effects ran: mid-flight
             watch.poll(0.2)
-        leader = cluster_support.leader_of(deployment, deployment.events_topic, 0)
+        if victim == "coordinator":
+            leader = group_coordinator(deployment)
+        else:
+            leader = cluster_support.leader_of(deployment, deployment.events_topic, 0)
         killed = time.monotonic()
         cluster_support.kill_node(deployment, leader)
         if sink is not None:
@@ -271,8 +283,9 @@ def _broker_kill(
         if sink is not None:
             extra.update(store_matches_kafka(deployment, dsn, sink))
         what = "the sink SIGKILLed during a broker kill" if with_sink else "broker SIGKILLed"
+        whose = "the workers' group coordinator" if victim == "coordinator" else "leader of events[0]"
         return row(
-            f"{what} (leader of events[0], node {leader}), restarted after {down_s:.0f}s",
+            f"{what} ({whose}, node {leader}), restarted after {down_s:.0f}s",
             runs,
             watch,
             world,
@@ -358,6 +371,13 @@ def network_cut(base: Settings, work: Path, n: int = 200, steps: int = 20, cut_s
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGTERM)
                     proc.wait(timeout=60)
+
+
+def group_coordinator(settings: Settings) -> int:
+    """The node id coordinating the workers' consumer group now."""
+    admin = AdminClient(settings.kafka_common())
+    group = settings.worker_group
+    return int(admin.describe_consumer_groups([group], request_timeout=10)[group].result().coordinator.id)
 
 
 def partitions_lost(worker_log: Path) -> int:
@@ -546,6 +566,7 @@ def registry_outage(base: Settings, work: Path, n: int = 100, steps: int = 20, d
 ROWS: dict[str, Callable[[Settings, Path], dict[str, Any]]] = {
     "crash": crash_points,
     "broker": broker_kill,
+    "coordinator": coordinator_kill,
     "sink": sink_during_broker_kill,
     "registry": registry_outage,
     "workers": worker_churn,
