@@ -212,7 +212,14 @@ def crash_points(base: Settings, work: Path, steps: int = 40) -> dict[str, Any]:
             totals["crashed"] += int(crashed)
             totals[f"crashed_{kind.lower()}"] += int(crashed)
             for key in (
-                "runs", "completed", "effects", "effect_attempts", "duplicate_effects", "keys_attempted_twice", "lost_results"
+                "runs",
+                "completed",
+                "effects",
+                "effect_attempts",
+                "duplicate_effects",
+                "keys_attempted_twice",
+                "lost_results",
+                "in_doubt_runs",
             ):
                 totals[key] += point[key]
             exactly_one_in_doubt += int(len(client.status(runs[0]).in_doubt) == 1)
