@@ -610,7 +610,14 @@ def main() -> int:
                 rows.append(result)
                 print(json.dumps(result), flush=True)
     print(table(rows))
-    bad = [r for r in rows if r.get("duplicate_effects") or r.get("lost_results") or r.get("completed") != r.get("runs")]
+    bad = [
+        r
+        for r in rows
+        if r.get("duplicate_effects")
+        or r.get("lost_results")
+        or r.get("completed") != r.get("runs")
+        or any(r.get(key) for key in ("duplicate_rows", "gaps", "rows_not_in_kafka"))
+    ]
     return 1 if bad else 0
 
 
