@@ -69,11 +69,14 @@ from runtime.config import Settings, load_settings
 from runtime.log.events import (
     EpochClaimed,
     Event,
+    ModelCallCompleted,
+    ModelCallFailed,
     RunCompleted,
     RunFailed,
     RunParked,
     RunRejected,
     ToolCallCompleted,
+    ToolCallFailed,
     ToolCallScheduled,
 )
 from runtime.log.fencing import FenceFilter
@@ -114,10 +117,10 @@ class Watch:
             run = event.run_id
             if isinstance(event, ToolCallScheduled) and event.tool in EFFECTS:
                 self.effect_positions[run][event.position] = event.tool
-            elif isinstance(event, ToolCallCompleted):
-                if event.position in self.effect_positions.get(run, {}):
-                    self.effect_completions[run] += 1
-                if event.in_doubt:
+            elif isinstance(event, ToolCallCompleted) and event.position in self.effect_positions.get(run, {}):
+                self.effect_completions[run] += 1
+            if isinstance(event, (ModelCallCompleted, ModelCallFailed, ToolCallCompleted, ToolCallFailed)):
+                if event.in_doubt:  # a model call in doubt counts as much as a tool call
                     self.in_doubt.add(run)
             elif isinstance(event, (RunCompleted, RunFailed, RunParked, RunRejected)):
                 self.ended[run] = event.type
