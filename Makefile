@@ -55,7 +55,8 @@ bench-sink: up
 bench-rebuild: up
 	$(PY) bench/rebuild.py --events $(or $(EVENTS),200000) $(if $(OLD),--old $(OLD))
 
-# Faults on a 3-node cluster of its own (ports 27092-27094), one table: see bench/chaos.py.
+# Faults on a 3-node cluster of its own (ports 27092-27094; the network row a second one behind
+# proxies, 27400-27422), one table: see bench/chaos.py.
 chaos: up
 	$(PY) bench/chaos.py
 

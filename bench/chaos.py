@@ -5,9 +5,10 @@ controllers 27192-27194; ``CHAOS_KAFKA_PORT`` / ``CHAOS_CONTROLLER_PORT`` move t
 temporary state folder, in front of the configured schema registry, and runs the refund agent
 (examples/refund_agent.py: its world is a SQLite file that counts every effect attempt) under:
 
-- ``crash``: the worker SIGKILLed at the start of each of the 40 steps of refund-40 (the step's
-  model call has started, its result is not recorded), and after each effect ran but before its
-  result was recorded (the 3 effecting steps), one run per point; the worker runs under
+- ``crash``: the worker SIGKILLed at each of the 40 steps of refund-40 twice over: before the
+  step's call starts (its model call scheduled, nothing done yet: ``REFUND_CRASH_BEFORE_STEP``) and
+  after the step's tool ran -- the lookup, or the effect applied -- but before its result is
+  acknowledged (``REFUND_CRASH_AFTER_STEP``): 80 points, one run each; the worker runs under
   ``--respawn``, so a fresh fork takes over;
 - ``broker``: the leader of events partition 0 SIGKILLed while 200 runs of 20 steps execute,
   restarted 10 s later;
@@ -22,7 +23,15 @@ whose completion is not in the run's history), runs with a call in doubt, and a 
 (each run's recorded effect completions equal the effects the world saw). Prints the table, then
 one JSON line per row.
 
-Not measured here: the sink killed during the broker kill, the network to one broker cut.
+- ``coordinator``: the broker row, the node killed being the workers' group coordinator; the
+  worker must keep its partitions meanwhile (``worker_partitions_lost``);
+- ``sink``: the broker row (100 runs) with ``agentlog sink`` copying the events topic into
+  ClickHouse (chDB), the sink SIGKILLed 2 s into the broker's outage and started again at once:
+  the store must hold every Kafka record once (rows, duplicate rows, gaps);
+- ``network``: a second 3-node cluster (nodes 27400-27402, controllers 27420-27422) whose nodes
+  advertise a TCP proxy each (27410-27412, bench/tcp_proxy.py), so every client and the other nodes
+  reach a node through its proxy; the proxy of the leader of events partition 0 is cut (a black
+  hole) for 20 s while 200 runs execute, with the sink running: the same checks as above.
 """
 
 from __future__ import annotations
@@ -32,11 +41,13 @@ import os
 import shutil
 import signal
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,27 +56,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from _deploy import start_worker
+from _deploy import ROOT, env_for, start_worker
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from tcp_proxy import CuttableProxy
 
 from examples.refund_agent import init_world
+from infra import kafka
 from infra.deployment import scratch_deployment
 from runtime.client import Client
 from runtime.config import Settings, load_settings
 from runtime.log.events import (
     EpochClaimed,
     Event,
+    ModelCallCompleted,
+    ModelCallFailed,
     RunCompleted,
     RunFailed,
     RunParked,
     RunRejected,
     ToolCallCompleted,
+    ToolCallFailed,
     ToolCallScheduled,
 )
 from runtime.log.fencing import FenceFilter
 from runtime.log.kafka_config import reader_config
 from runtime.log.serde import Serde
 from support import cluster as cluster_support
+from support import sink as sink_support
 
 EFFECTS = ("send_email", "refund", "create_ticket")
 
@@ -99,10 +117,10 @@ class Watch:
             run = event.run_id
             if isinstance(event, ToolCallScheduled) and event.tool in EFFECTS:
                 self.effect_positions[run][event.position] = event.tool
-            elif isinstance(event, ToolCallCompleted):
-                if event.position in self.effect_positions.get(run, {}):
-                    self.effect_completions[run] += 1
-                if event.in_doubt:
+            elif isinstance(event, ToolCallCompleted) and event.position in self.effect_positions.get(run, {}):
+                self.effect_completions[run] += 1
+            if isinstance(event, (ModelCallCompleted, ModelCallFailed, ToolCallCompleted, ToolCallFailed)):
+                if event.in_doubt:  # a model call in doubt counts as much as a tool call
                     self.in_doubt.add(run)
             elif isinstance(event, (RunCompleted, RunFailed, RunParked, RunRejected)):
                 self.ended[run] = event.type
@@ -173,8 +191,9 @@ def effects_for(steps: int) -> int:
 
 
 def crash_points(base: Settings, work: Path, steps: int = 40) -> dict[str, Any]:
-    """The worker SIGKILLed at each step's model call, and after each effect: one run per point."""
-    points = [("AT_STEP", str(s)) for s in range(1, steps + 1)] + [("IN_EFFECT", kind) for kind in EFFECTS]
+    """The worker SIGKILLed before each step's call starts and after each step's tool ran (before
+    its result is acknowledged): one run per point."""
+    points = [(kind, str(s)) for kind in ("BEFORE_STEP", "AFTER_STEP") for s in range(1, steps + 1)]
     totals: dict[str, Any] = defaultdict(int)
     exactly_one_in_doubt = 0
     deployment = scratch_deployment(base, partitions=1, prefix="chaos")  # one for all points: a
@@ -194,8 +213,16 @@ def crash_points(base: Settings, work: Path, steps: int = 40) -> dict[str, Any]:
             crashed = Path(f"{world}.crash-{kind}-{where}").exists()
             totals["points"] += 1
             totals["crashed"] += int(crashed)
+            totals[f"crashed_{kind.lower()}"] += int(crashed)
             for key in (
-                "runs", "completed", "effects", "effect_attempts", "duplicate_effects", "keys_attempted_twice", "lost_results"
+                "runs",
+                "completed",
+                "effects",
+                "effect_attempts",
+                "duplicate_effects",
+                "keys_attempted_twice",
+                "lost_results",
+                "in_doubt_runs",
             ):
                 totals[key] += point[key]
             exactly_one_in_doubt += int(len(client.status(runs[0]).in_doubt) == 1)
@@ -205,39 +232,208 @@ def crash_points(base: Settings, work: Path, steps: int = 40) -> dict[str, Any]:
             client.close()
             worker.send_signal(signal.SIGTERM)
             worker.wait(timeout=30)
-    return {"row": "crash points (40 steps before the call, 3 after an effect)", **totals, "runs_exactly_one_in_doubt": exactly_one_in_doubt}
+    return {
+        "row": f"crash points ({steps} steps before the call starts, {steps} after the tool ran)",
+        **totals,
+        "runs_exactly_one_in_doubt": exactly_one_in_doubt,
+    }
 
 
 def broker_kill(base: Settings, work: Path, n: int = 200, steps: int = 20, down_s: float = 10.0) -> dict[str, Any]:
+    return _broker_kill(base, work, n, steps, down_s, with_sink=False)
+
+
+def coordinator_kill(base: Settings, work: Path, n: int = 200, steps: int = 20) -> dict[str, Any]:
+    """The broker row, the node SIGKILLed being the workers' group coordinator: the worker must
+    keep its partitions (``worker_partitions_lost`` 0) while the coordinator moves."""
+    return _broker_kill(base, work, n, steps, 10.0, with_sink=False, victim="coordinator")
+
+
+def sink_during_broker_kill(base: Settings, work: Path, n: int = 100, steps: int = 20) -> dict[str, Any]:
+    """The broker row with the sink copying the events topic into ClickHouse: the sink SIGKILLed
+    2 s into the broker's outage and started again at once (on the two nodes left)."""
+    return _broker_kill(base, work, n, steps, 10.0, with_sink=True)
+
+
+def _broker_kill(
+    base: Settings, work: Path, n: int, steps: int, down_s: float, *, with_sink: bool, victim: str = "leader"
+) -> dict[str, Any]:
+    tag = "sink" if with_sink else victim
     deployment = scratch_deployment(base, partitions=3, prefix="chaos")
-    world = new_world(work / "broker.db")
-    worker = start_worker(deployment, "w1", work / "broker-w1.log", REFUND_WORLD_DB=str(world))
+    world = new_world(work / f"{tag}.db")
+    worker = start_worker(deployment, "w1", work / f"{tag}-w1.log", REFUND_WORLD_DB=str(world))
+    dsn = f"chdb://{work / 'sink-store'}"
+    sink = start_sink(deployment, dsn, work / "sink-1.log") if with_sink else None
     client = Client(deployment)
     watch = Watch(deployment, client.serde)
     try:
-        runs = submit(client, n, steps, "broker")
+        runs = submit(client, n, steps, tag)
         while world_counts(world)[1] < n // 4:  # a quarter of the effects ran: mid-flight
             watch.poll(0.2)
-        leader = cluster_support.leader_of(deployment, deployment.events_topic, 0)
+        if victim == "coordinator":
+            leader = group_coordinator(deployment)
+        else:
+            leader = cluster_support.leader_of(deployment, deployment.events_topic, 0)
         killed = time.monotonic()
         cluster_support.kill_node(deployment, leader)
-        time.sleep(down_s)
+        if sink is not None:
+            time.sleep(2.0)
+            sink.kill()
+            sink.wait()
+            sink = start_sink(deployment, dsn, work / "sink-2.log")
+        time.sleep(max(0.0, down_s - (time.monotonic() - killed)))
         cluster_support.restart_node(deployment, leader)
         watch.wait_ended(runs, 600, alive=lambda: worker.poll() is None)
+        done_s = round(time.monotonic() - killed, 1)
+        extra: dict[str, Any] = {
+            "all_done_s_after_kill": done_s,
+            "worker_survived": worker.poll() is None,
+            "worker_partitions_lost": partitions_lost(work / f"{tag}-w1.log"),
+        }
+        if sink is not None:
+            extra.update(store_matches_kafka(deployment, dsn, sink))
+        what = "the sink SIGKILLed during a broker kill" if with_sink else "broker SIGKILLed"
+        whose = "the workers' group coordinator" if victim == "coordinator" else "leader of events[0]"
         return row(
-            f"broker SIGKILLed (leader of events[0], node {leader}), restarted after {down_s:.0f}s",
+            f"{what} ({whose}, node {leader}), restarted after {down_s:.0f}s",
             runs,
             watch,
             world,
             n * effects_for(steps),
-            all_done_s_after_kill=round(time.monotonic() - killed, 1),
-            worker_survived=worker.poll() is None,
+            **extra,
         )
     finally:
         watch.close()
         client.close()
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)
+        if sink is not None and sink.poll() is None:
+            sink.send_signal(signal.SIGTERM)
+            sink.wait(timeout=60)
+
+
+NET_KAFKA_PORT = int(os.environ.get("CHAOS_NET_KAFKA_PORT", "27400"))  # nodes 27400-27402
+NET_PROXY_PORT = int(os.environ.get("CHAOS_NET_PROXY_PORT", "27410"))  # their proxies 27410-27412
+NET_CONTROLLER_PORT = int(os.environ.get("CHAOS_NET_CONTROLLER_PORT", "27420"))  # controllers 27420-27422
+
+
+@contextmanager
+def proxied_cluster(base: Settings, state: Path) -> Iterator[tuple[Settings, dict[int, CuttableProxy]]]:
+    """A 3-node cluster of its own whose nodes advertise a cuttable proxy each (bench/tcp_proxy.py):
+    clients and the other nodes reach a node only through its proxy; the controllers talk directly."""
+    settings = base.model_copy(
+        update={"state_dir": state, "kafka_port": NET_KAFKA_PORT, "kafka_controller_port": NET_CONTROLLER_PORT}
+    )
+    kafka.configure(settings, 3)
+    nodes = kafka.nodes(settings)
+    proxies = {n.node_id: CuttableProxy(NET_PROXY_PORT + i, n.port) for i, n in enumerate(nodes)}
+    kafka.advertise_through(settings, {node_id: proxy.listen_port for node_id, proxy in proxies.items()})
+    settings = settings.model_copy(
+        update={"bootstrap_servers": ",".join(f"127.0.0.1:{p.listen_port}" for p in proxies.values())}
+    )
+    try:
+        kafka.start(settings, lambda _m: None)
+        yield settings, proxies
+    finally:
+        kafka.stop(settings)
+        for proxy in proxies.values():
+            proxy.close()
+
+
+def network_cut(base: Settings, work: Path, n: int = 200, steps: int = 20, cut_s: float = 20.0) -> dict[str, Any]:
+    """The network to one node (the leader of events[0]) cut for ``cut_s`` while ``n`` runs execute,
+    on a cluster of its own behind proxies; the sink copies the events topic throughout."""
+    with proxied_cluster(base, work / "net-state") as (cluster, proxies):
+        deployment = scratch_deployment(cluster, partitions=3, prefix="chaos")
+        world = new_world(work / "net.db")
+        worker = start_worker(deployment, "w1", work / "net-w1.log", REFUND_WORLD_DB=str(world))
+        dsn = f"chdb://{work / 'net-store'}"
+        sink = start_sink(deployment, dsn, work / "net-sink.log")
+        client = Client(deployment)
+        watch = Watch(deployment, client.serde)
+        try:
+            runs = submit(client, n, steps, "net")
+            while world_counts(world)[1] < n // 4:
+                watch.poll(0.2)
+            leader = cluster_support.leader_of(deployment, deployment.events_topic, 0)
+            cut = time.monotonic()
+            proxies[leader].cut()
+            while time.monotonic() - cut < cut_s:
+                watch.poll(0.5)
+            proxies[leader].restore()
+            watch.wait_ended(runs, 600, alive=lambda: worker.poll() is None)
+            done_s = round(time.monotonic() - cut, 1)
+            return row(
+                f"network to one node (leader of events[0], node {leader}) cut for {cut_s:.0f}s",
+                runs,
+                watch,
+                world,
+                n * effects_for(steps),
+                all_done_s_after_cut=done_s,
+                worker_survived=worker.poll() is None,
+                worker_partitions_lost=partitions_lost(work / "net-w1.log"),
+                **store_matches_kafka(deployment, dsn, sink),
+            )
+        finally:
+            watch.close()
+            client.close()
+            for proc in (worker, sink):
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+                    proc.wait(timeout=60)
+
+
+def group_coordinator(settings: Settings) -> int:
+    """The node id coordinating the workers' consumer group now."""
+    admin = AdminClient(settings.kafka_common())
+    group = settings.worker_group
+    return int(admin.describe_consumer_groups([group], request_timeout=10)[group].result().coordinator.id)
+
+
+def partitions_lost(worker_log: Path) -> int:
+    """How many times the worker gave partitions up (revoked, or lost with its group session) and
+    so had to rebuild them, its calls in flight in doubt: its ``partition_lost`` log lines."""
+    return worker_log.read_text(errors="replace").count('"event": "partition_lost"')
+
+
+def start_sink(settings: Settings, dsn: str, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "runtime.cli", "sink", "--dsn", dsn],
+        cwd=ROOT,
+        env=env_for(settings),
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def store_matches_kafka(settings: Settings, dsn: str, sink: subprocess.Popen[bytes], timeout: float = 180.0) -> dict[str, Any]:
+    """Wait until the store holds as many rows as the events topic has records (or ``timeout``),
+    then compare them record by record: rows, duplicate (partition, offset) rows, offsets the
+    store lacks (gaps) or has that Kafka does not."""
+    in_kafka = sink_support.kafka_offsets(settings)
+    expected = sum(len(offsets) for offsets in in_kafka.values())
+    topic = settings.events_topic
+    deadline = time.monotonic() + timeout
+    rows = -1
+    while time.monotonic() < deadline and sink.poll() is None:
+        try:
+            rows = int(sink_support.scalar(dsn, "SELECT count() FROM agentlog.events WHERE topic = {t:String}", {"t": topic}))
+        except Exception:  # the store is being opened or migrated by the sink
+            rows = -1
+        if rows >= expected:
+            break
+        time.sleep(1.0)
+    in_store = sink_support.store_offsets(dsn, topic)
+    kafka_set = {(p, o) for p, offsets in in_kafka.items() for o in offsets}
+    store_list = [(p, o) for p, offsets in in_store.items() for o in offsets]
+    return {
+        "kafka_records": expected,
+        "clickhouse_rows": len(store_list),
+        "duplicate_rows": len(store_list) - len(set(store_list)),
+        "gaps": len(kafka_set - set(store_list)),
+        "rows_not_in_kafka": len(set(store_list) - kafka_set),
+        "sink_alive": sink.poll() is None,
+    }
 
 
 def worker_churn(base: Settings, work: Path, n: int = 200, steps: int = 20) -> dict[str, Any]:
@@ -380,8 +576,11 @@ def registry_outage(base: Settings, work: Path, n: int = 100, steps: int = 20, d
 ROWS: dict[str, Callable[[Settings, Path], dict[str, Any]]] = {
     "crash": crash_points,
     "broker": broker_kill,
+    "coordinator": coordinator_kill,
+    "sink": sink_during_broker_kill,
     "registry": registry_outage,
     "workers": worker_churn,
+    "network": network_cut,
 }
 
 COLUMNS = ("runs", "completed", "effects", "effect_attempts", "duplicate_effects", "lost_results", "in_doubt_runs")
@@ -414,7 +613,14 @@ def main() -> int:
                 rows.append(result)
                 print(json.dumps(result), flush=True)
     print(table(rows))
-    bad = [r for r in rows if r.get("duplicate_effects") or r.get("lost_results") or r.get("completed") != r.get("runs")]
+    bad = [
+        r
+        for r in rows
+        if r.get("duplicate_effects")
+        or r.get("lost_results")
+        or r.get("completed") != r.get("runs")
+        or any(r.get(key) for key in ("duplicate_rows", "gaps", "rows_not_in_kafka"))
+    ]
     return 1 if bad else 0
 
 

@@ -15,6 +15,7 @@ import threading
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from runtime.config import Settings
+from runtime.log.kafka_auth import check_credentials
 
 from .core import SinkCore
 from .gctune import bulk_collection
@@ -64,6 +65,7 @@ def run_direct(
     ``tune_gc``: collect garbage rarely while consuming (:mod:`consumers.gctune`). It changes
     the interpreter-wide collector, so it is for a process's entry point, not a library caller."""
     topic = topic or settings.events_topic
+    check_credentials(settings)  # refused SASL credentials: say so instead of reading nothing, forever
     consumer = Consumer(consumer_config(settings, f"agentlog-sink-{topic}"))
     try:
         next_offsets = core.start()

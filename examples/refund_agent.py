@@ -9,7 +9,9 @@ lives in memory (the benchmark).
 The planner is scripted (no model weights or network here): it returns a fresh random nonce
 per call, so a re-executed call shows up as a different nonce. For the crash demo and tests:
 ``REFUND_CRASH_AT_STEP=N`` makes the worker SIGKILL itself the first time step N's model call
-starts; ``REFUND_HANG_AT_STEP=N`` makes that call hang instead (``REFUND_HANG_SECONDS``, default
+starts (after it left its trace in the world); ``REFUND_CRASH_BEFORE_STEP=N`` before step N's model
+call does anything; ``REFUND_CRASH_AFTER_STEP=N`` once step N's tool (the lookup, or the effect,
+applied) has run, before its result goes back to the worker; ``REFUND_HANG_AT_STEP=N`` makes that call hang instead (``REFUND_HANG_SECONDS``, default
 60) so a test can kill or stop the worker there; ``REFUND_HANG_IN_EFFECT=refund`` hangs after
 the refund is applied but before its result can be recorded.
 """
@@ -30,6 +32,7 @@ from runtime import App, Context
 
 app = App("refund-demo")
 EFFECT_STEPS = {14: "send_email", 22: "refund", 30: "create_ticket"}
+_STEP_OF_EFFECT = {kind: step for step, kind in EFFECT_STEPS.items()}
 _local = threading.local()
 _memory_calls: list[tuple[int, str]] = []
 # Read once: the planner runs 40 times a run (and os.environ lookups showed in the profile).
@@ -92,6 +95,7 @@ def _crash_here(kind: str, where: str) -> None:
 # sync and run in the worker's call pool.
 @app.model("planner")
 async def planner(messages: list[dict[str, Any]], step: int = 0, **params: Any) -> dict[str, Any]:
+    _crash_here("BEFORE_STEP", str(step))
     nonce = f"{_nonces.getrandbits(32):08x}"
     hang = _hang_seconds("AT_STEP", str(step))
     db = _db()
@@ -108,7 +112,9 @@ async def planner(messages: list[dict[str, Any]], step: int = 0, **params: Any) 
 
 @app.tool("lookup")
 async def lookup(order: str, step: int) -> dict[str, Any]:
-    return {"order": order, "step": step, "status": "delivered"}
+    found = {"order": order, "step": step, "status": "delivered"}
+    _crash_here("AFTER_STEP", str(step))
+    return found
 
 
 def _apply_effect(kind: str, key: str, detail: str) -> dict[str, Any]:
@@ -123,6 +129,7 @@ def _apply_effect(kind: str, key: str, detail: str) -> dict[str, Any]:
         "INSERT OR IGNORE INTO effects (idempotency_key, kind, detail) VALUES (?, ?, ?)", (key, kind, detail)
     )
     _crash_here("IN_EFFECT", kind)
+    _crash_here("AFTER_STEP", str(_STEP_OF_EFFECT[kind]))
     time.sleep(hang)
     return {"kind": kind, "applied": cursor.rowcount == 1}
 

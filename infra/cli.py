@@ -37,7 +37,7 @@ def _progress(message: str) -> None:
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     # A ServiceError reaches runtime.cli.main, which prints it on one line.
-    print(format_table(stack.up(settings, _progress, brokers=args.brokers)))
+    print(format_table(stack.up(settings, _progress, brokers=args.brokers, secure=args.secure)))
     if kafka.node_count(settings) > 1:
         print(f"clients reach the cluster with AGENTLOG_BOOTSTRAP_SERVERS={kafka.bootstrap(settings)}")
     return 0
@@ -72,6 +72,13 @@ def add_infra_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         help="Kafka nodes (KRaft, each a broker and a voter of the controller quorum) on kafka_port, "
         "kafka_port+1, ...; 3 gives every topic replication factor 3 and min.insync.replicas 2. Fixed "
         "when a state folder is first formatted (default: what the state folder has, else 1)",
+    )
+    up.add_argument(
+        "--secure",
+        action="store_true",
+        help="clients must authenticate with SASL/SCRAM-SHA-512 (a SASL_PLAINTEXT listener) as the user in "
+        'AGENTLOG_KAFKA: {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", '
+        '"sasl.username": ..., "sasl.password": ...}. Fixed when a state folder is first formatted',
     )
     up.set_defaults(func=cmd_up)
     actions.add_parser("down", help="stop the services of this state folder").set_defaults(func=cmd_down)

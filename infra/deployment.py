@@ -6,6 +6,7 @@ subprocess joins it through the environment that ``environment`` returns.
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 
@@ -54,5 +55,7 @@ def environment(settings: Settings, pythonpath: str, **extra: str) -> dict[str, 
             "AGENTLOG_STATE_DIR": str(settings.state_dir),
         }
     )
+    if settings.kafka:  # the cluster's client settings, SASL credentials among them
+        env["AGENTLOG_KAFKA"] = json.dumps(settings.kafka)
     env.update(extra)
     return env

@@ -31,11 +31,12 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from infra import process
+from infra import kafka_auth, process
 from infra.errors import ServiceError
 from infra.paths import cache_root, file_lock, state_dir
 from runtime.config import Settings
@@ -151,11 +152,29 @@ def node_count(settings: Settings) -> int:
     return nodes if isinstance(nodes, int) and nodes >= 1 else 1
 
 
-def configure(settings: Settings, brokers: int | None) -> int:
-    """Fix the cluster's node count (``None``: keep what the state folder has, else 1); return it.
+def is_secure(settings: Settings) -> bool:
+    """Whether this state folder's cluster listens with SASL/SCRAM (infra.kafka_auth)."""
+    return _layout(settings).get("secure") is True
 
-    Raises ServiceError if the state folder already holds a formatted cluster of another size: its
-    controller quorum was formatted with its own voters."""
+
+def configure(settings: Settings, brokers: int | None, *, secure: bool = False) -> int:
+    """Fix the cluster's node count (``None``: keep what the state folder has, else 1) and, with
+    ``secure``, make it a SASL/SCRAM cluster; return the node count.
+
+    Raises ServiceError if the state folder already holds a formatted cluster of another size (its
+    controller quorum was formatted with its own voters), or a plaintext one and ``secure`` is asked
+    (its nodes' SCRAM user is added when the storage is formatted)."""
+    if secure and not is_secure(settings):
+        kafka_auth.client_credentials(settings)  # refuse before formatting anything
+        if any((n.data_dir / "meta.properties").is_file() for n in nodes(settings)):
+            raise ServiceError(
+                SERVICE,
+                f"the state folder {state_dir(settings)} holds a plaintext Kafka cluster; it cannot become "
+                "--secure (the nodes' SCRAM user is added when the storage is formatted): use another "
+                "state folder (--state-dir or AGENTLOG_STATE_DIR)",
+            )
+        cluster_home(settings).mkdir(parents=True, exist_ok=True)
+        layout_path(settings).write_text(json.dumps({**_layout(settings), "secure": True}) + "\n")
     current = node_count(settings)
     if brokers is None or brokers == current:
         return current
@@ -170,8 +189,24 @@ def configure(settings: Settings, brokers: int | None) -> int:
             "(--state-dir or AGENTLOG_STATE_DIR), or `agentlog infra down` and remove its kafka/ folder",
         )
     cluster_home(settings).mkdir(parents=True, exist_ok=True)
-    layout_path(settings).write_text(json.dumps({"nodes": brokers}) + "\n")
+    layout_path(settings).write_text(json.dumps({**_layout(settings), "nodes": brokers}) + "\n")
     return brokers
+
+
+def advertise_through(settings: Settings, ports: dict[int, int]) -> None:
+    """Make node ``id`` advertise ``127.0.0.1:ports[id]`` to clients and the other nodes instead of
+    its own port: a TCP proxy there (one you can cut) sits between the node and everyone who
+    reaches it through metadata. Takes effect at the node's next start."""
+    cluster_home(settings).mkdir(parents=True, exist_ok=True)
+    advertised = {str(node_id): port for node_id, port in ports.items()}
+    layout_path(settings).write_text(json.dumps({**_layout(settings), "advertised_ports": advertised}) + "\n")
+
+
+def advertised_port(settings: Settings, node: Node) -> int:
+    """The port ``node`` tells clients to reach it on (its own unless ``advertise_through`` says otherwise)."""
+    ports = _layout(settings).get("advertised_ports")
+    port = ports.get(str(node.node_id)) if isinstance(ports, dict) else None
+    return port if isinstance(port, int) else node.port
 
 
 @dataclass(frozen=True)
@@ -240,6 +275,15 @@ def bootstrap(settings: Settings) -> str:
     return ",".join(node.address for node in nodes(settings))
 
 
+# How soon the controller quorum fences a node that stopped heartbeating, and so how soon the
+# partitions it led -- and the consumer groups it coordinated -- move (Kafka's defaults: 9 s and
+# 2 s). A worker that cannot heartbeat its group coordinator for its session timeout (10 s, a
+# heartbeat every 2 s) drops its partitions (librdkafka reports them lost) and rebuilds them when it
+# rejoins, its calls in flight in doubt; at the defaults the coordinator moves 9 s after its node
+# died plus an election, later than that. Fenced in 3 s, it moves well inside the session.
+FAST_FENCING = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
+
+
 def server_properties(settings: Settings, node: Node | None = None) -> str:
     """A node's configuration. One node: replication factor 1 everywhere. A cluster of 3 or more:
     replication factor 3, min.insync.replicas 2, no unclean leader election (see the module
@@ -254,7 +298,7 @@ def server_properties(settings: Settings, node: Node | None = None) -> str:
         "node.id": str(node.node_id),
         "controller.quorum.voters": voters,
         "listeners": f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{HOST}:{node.port}",
+        "advertised.listeners": f"PLAINTEXT://{HOST}:{advertised_port(settings, node)}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
@@ -271,6 +315,11 @@ def server_properties(settings: Settings, node: Node | None = None) -> str:
         "group.initial.rebalance.delay.ms": "0",
         "auto.create.topics.enable": "false",
     }
+    if len(cluster) > 1:
+        props.update(FAST_FENCING)
+    if is_secure(settings):
+        props.update(kafka_auth.listener_properties(cluster_home(settings), node.port, node.controller_port, HOST))
+        props["advertised.listeners"] = f"{kafka_auth.PROTOCOL}://{HOST}:{advertised_port(settings, node)}"
     lines = ["# Written by agentlog (infra/kafka.py) at every start; edits are overwritten."]
     lines += [f"{key}={value}" for key, value in props.items()]
     return "\n".join(lines) + "\n"
@@ -357,8 +406,11 @@ def _format_once(
     cid = _cluster_id(settings) if node_count(settings) > 1 else new_cluster_id()
     argv = [*_java(libs, log4j, node, heap="-Xmx256m"), "kafka.tools.StorageTool", "format"]
     argv += ["-t", cid, "-c", str(props)]
+    if is_secure(settings):
+        argv += kafka_auth.format_arguments(cluster_home(settings))
+    shown = kafka_auth.redact_arguments(argv, cluster_home(settings))
     with node.log_path.open("ab") as out:
-        out.write(f"==== agentlog formats the storage: {' '.join(argv)}\n".encode())
+        out.write(f"==== agentlog formats the storage: {' '.join(shown)}\n".encode())
         out.flush()
         done = subprocess.run(
             argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, check=False
@@ -377,10 +429,16 @@ def running_pids(settings: Settings) -> dict[int, int | None]:
     return {node.node_id: node.running_pid() for node in nodes(settings)}
 
 
+def probe_auth(settings: Settings) -> dict[str, Any]:
+    """librdkafka settings agentlog's own probes of the local nodes add: the nodes' SCRAM user on a
+    secure cluster, nothing otherwise."""
+    return kafka_auth.broker_client_config(cluster_home(settings)) if is_secure(settings) else {}
+
+
 def metadata_ready(settings: Settings, timeout: float = 2.0, node: Node | None = None) -> bool:
     """Whether ``node`` (default the first) answers a metadata request listing every node."""
     address = (node or nodes(settings)[0]).address
-    admin = AdminClient({"bootstrap.servers": address}, logger=_QUIET)
+    admin = AdminClient({"bootstrap.servers": address, **probe_auth(settings)}, logger=_QUIET)
     try:
         meta = admin.list_topics(timeout=timeout)
     except KafkaException:
@@ -437,6 +495,8 @@ def start(settings: Settings, progress: Callable[[str], None]) -> int:
                 process.stop_pid(started[node.node_id], timeout=10.0)
                 node.pid_path.unlink(missing_ok=True)
         raise
+    if is_secure(settings):
+        kafka_auth.ensure_client_user(settings, cluster_home(settings), bootstrap(settings))
     first = cluster[0].running_pid()
     if first is None:
         raise ServiceError(SERVICE, f"node 1 on {cluster[0].address} is not running", cluster[0].log_path)

@@ -77,17 +77,23 @@ def status(settings: Settings) -> list[ServiceInfo]:
 
 
 def up(
-    settings: Settings, progress: Callable[[str], None] = _quiet, *, brokers: int | None = None
+    settings: Settings,
+    progress: Callable[[str], None] = _quiet,
+    *,
+    brokers: int | None = None,
+    secure: bool = False,
 ) -> list[ServiceInfo]:
     """Start whatever is not running, wait until each answers, create the topics; return the status.
 
     ``brokers``: the number of Kafka nodes (infra.kafka: a cluster of 3 replicates every topic
-    three times); None keeps what the state folder has (1 for a new one).
+    three times); None keeps what the state folder has (1 for a new one). ``secure``: clients must
+    authenticate with SASL/SCRAM-SHA-512 as the user in the settings' ``kafka`` mapping
+    (infra.kafka_auth); fixed when the state folder's cluster is first formatted.
     Raises infra.errors.ServiceError naming the service, the reason and its log (with its last lines).
     """
     state_dir(settings).mkdir(parents=True, exist_ok=True)
     with file_lock(_lock(settings)):
-        kafka.configure(settings, brokers)
+        kafka.configure(settings, brokers, secure=secure)
     low, high = process.ephemeral_range()
     for name, port in _ports(settings):
         if low <= port <= high:

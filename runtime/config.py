@@ -13,7 +13,15 @@ import os
 from pathlib import Path
 from typing import Any, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from runtime.errors import TerminalError
 
@@ -58,7 +66,8 @@ class Settings(BaseModel):
     kafka_controller_port: int = 9093
     registry_port: int = 8081
     postgres_port: int = 15432
-    kafka: dict[str, str] = Field(default_factory=dict)
+    # librdkafka pass-through settings; they may hold credentials (sasl.password), so no repr shows them.
+    kafka: dict[str, str] = Field(default_factory=dict, repr=False)
     # The OpenAI-compatible model endpoint used by runtime.models.openai.OpenAIChatModel.from_settings.
     model_base_url: str = "https://api.openai.com/v1"
     model_api_key: SecretStr = SecretStr("")
@@ -146,5 +155,14 @@ def load_settings(**overrides: Any) -> Settings:
     given = {k: v for k, v in overrides.items() if v is not None}
     try:
         return Settings(**{**from_environment, **given})
-    except ValueError as exc:  # pydantic.ValidationError names the field in loc
-        raise ConfigError(str(exc)) from exc
+    except ValidationError as exc:
+        raise ConfigError(_without_values(exc)) from exc
+
+
+def _without_values(error: ValidationError) -> str:
+    """The validation errors by field, without the values given: pydantic's own message quotes the
+    input, and a mapping such as ``kafka`` may hold a password."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in detail['loc']) or 'settings'}: {detail['msg']}"
+        for detail in error.errors(include_input=False, include_url=False)
+    )

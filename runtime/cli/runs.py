@@ -120,6 +120,10 @@ def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: 
     from runtime.worker.supervisor import supervise
 
     load_app(args.app)
+    # Refused credentials end the supervisor here, instead of every fork failing the same way.
+    from runtime.log.kafka_auth import check_credentials
+
+    check_credentials(settings)  # its connection is closed before any fork
     # The ids are resolved over a connection closed before any fork (Serde.warm_up).
     serde = Serde(settings)
     serde.warm_up()

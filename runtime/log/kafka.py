@@ -12,6 +12,7 @@ from confluent_kafka import (
 )
 
 from runtime.config import Settings
+from runtime.log.kafka_auth import check_credentials
 from runtime.log.kafka_config import reader_config
 from runtime.log.kafka_group import KafkaCommandFeed, commands_owner
 from runtime.log.kafka_ownership import KafkaOwnershipCheck
@@ -28,6 +29,7 @@ class KafkaLog:
     at start so both are connected by the time partitions arrive (rebuilds read with them)."""
 
     def __init__(self, settings: Settings) -> None:
+        check_credentials(settings)  # wrong SASL credentials would make every later call hang
         self.settings = settings
         self._writer: EventWriter | None = None
         self._reader: Consumer | None = None

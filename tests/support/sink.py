@@ -199,7 +199,7 @@ def read_partition(
     topic = topic or settings.events_topic
     consumer = Consumer(
         {
-            "bootstrap.servers": settings.bootstrap_servers,
+            **settings.kafka_common(),
             "group.id": f"test-reader-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",

@@ -45,6 +45,8 @@ def test_three_nodes_get_a_quorum_of_three_rf3_and_two_in_sync(tmp_path: Path) -
         assert config[key] == "3", key
     assert config["min.insync.replicas"] == "2" and config["transaction.state.log.min.isr"] == "2"
     assert config["unclean.leader.election.enable"] == "false"
+    # A dead node's group coordinator must move well inside a worker's 10 s session (kafka.FAST_FENCING).
+    assert int(config["broker.session.timeout.ms"]) <= 10_000 // 3
     assert kafka.configure(Settings(state_dir=tmp_path), None) == 3, "a later `infra up` keeps the size"
 
 
@@ -61,3 +63,56 @@ def test_a_formatted_cluster_cannot_change_size(tmp_path: Path) -> None:
     (kafka.nodes(settings)[0].data_dir / "meta.properties").write_text("cluster.id=x\n")
     with pytest.raises(ServiceError, match="holds a 3-node Kafka cluster"):
         kafka.configure(settings, 1)
+
+
+SASL = {
+    "security.protocol": "SASL_PLAINTEXT",
+    "sasl.mechanism": "SCRAM-SHA-512",
+    "sasl.username": "agent",
+    "sasl.password": "client-secret",
+}
+
+
+def test_a_secure_node_listens_with_scram_and_keeps_the_client_password_out_of_its_files(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path, kafka=SASL)
+    kafka.configure(settings, 1, secure=True)
+    config = props(kafka.server_properties(settings))
+    assert config["listeners"] == "SASL_PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"
+    assert config["inter.broker.listener.name"] == "SASL_PLAINTEXT"
+    assert config["sasl.enabled.mechanisms"] == config["sasl.mechanism.inter.broker.protocol"] == "SCRAM-SHA-512"
+    assert 'username="agentlog-broker"' in config["listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config"]
+    assert "client-secret" not in kafka.server_properties(settings)
+    assert (tmp_path / "kafka" / "broker.secret").stat().st_mode & 0o077 == 0, "the nodes' password is private"
+
+
+@pytest.mark.parametrize(
+    ("missing", "named"),
+    [("sasl.password", '"sasl.password"'), ("security.protocol", '"security.protocol": "SASL_PLAINTEXT"')],
+)
+def test_secure_without_the_client_credentials_is_refused_naming_the_key(
+    tmp_path: Path, missing: str, named: str
+) -> None:
+    settings = Settings(state_dir=tmp_path, kafka={k: v for k, v in SASL.items() if k != missing})
+    with pytest.raises(ServiceError, match=named):
+        kafka.configure(settings, 1, secure=True)
+    assert not kafka.is_secure(settings)
+
+
+def test_a_plaintext_cluster_cannot_become_secure(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path, kafka=SASL)
+    kafka.configure(settings, 1)
+    kafka.data_dir(settings).mkdir(parents=True)
+    (kafka.data_dir(settings) / "meta.properties").write_text("cluster.id=x\n")
+    with pytest.raises(ServiceError, match="plaintext Kafka cluster; it cannot become --secure"):
+        kafka.configure(settings, 1, secure=True)
+
+
+def test_nodes_can_advertise_a_proxy_port_instead_of_their_own(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path, kafka_port=27400, kafka_controller_port=27420)
+    kafka.configure(settings, 3)
+    kafka.advertise_through(settings, {1: 27410, 2: 27411, 3: 27412})
+    node = kafka.nodes(settings)[1]
+    config = props(kafka.server_properties(settings, node))
+    assert config["listeners"] == "PLAINTEXT://127.0.0.1:27401,CONTROLLER://127.0.0.1:27421"
+    assert config["advertised.listeners"] == "PLAINTEXT://127.0.0.1:27411"
+    assert kafka.node_count(settings) == 3, "the layout keeps its size"

@@ -105,6 +105,14 @@ def test_only_security_settings_pass_through_to_librdkafka() -> None:
         load_settings(kafka={"enable.idempotence": "false"})
 
 
+def test_a_kafka_password_shows_in_no_configuration_error_and_no_repr() -> None:
+    with pytest.raises(ConfigError, match=r"bogus\.key") as refused:
+        load_settings(kafka={"sasl.password": "hunter2-secret", "bogus.key": "x"})
+    assert "hunter2-secret" not in str(refused.value)
+    settings = load_settings(kafka={"sasl.username": "agent", "sasl.password": "hunter2-secret"})
+    assert "hunter2-secret" not in repr(settings) + str(settings)
+
+
 def test_idempotency_key_depends_on_run_tool_args_and_count_not_on_anything_else() -> None:
     key = idempotency_key("run-1", "refund", {"order": "48211", "amount": 41.6}, 0)
     assert key == idempotency_key("run-1", "refund", {"amount": 41.6, "order": "48211"}, 0)
