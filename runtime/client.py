@@ -64,6 +64,13 @@ class Client:
         self.identity = identity
         # The log is Kafka unless given (runtime.local passes the in-memory one).
         self.log: EventLog = log if log is not None else KafkaLog(self.settings)
+        # Submissions are written at least once: the worker starts a run id once and ignores a
+        # repeated submission (DESIGN.md; runtime.worker.continuation), so they need no idempotent
+        # producer -- whose ProducerId request holds a fresh process's first record ~500 ms
+        # (librdkafka retries it on a 500 ms timer once the bootstrap connection is replaced).
+        # Signals keep ``log``'s idempotent producer: the worker delivers a repeated SignalSent
+        # twice. Cancellations too (one producer for what must not repeat).
+        self._submissions: EventLog = log if log is not None else KafkaLog(self.settings, idempotent=False)
         self._closes_log = log is None
         self._wrote = False
         # Results pushed: one tail over the events partitions of the runs this client submitted,
@@ -85,7 +92,7 @@ class Client:
         run_id = run_id or new_run_id()
         self._note_floor(run_id)
         text = raw_input if raw_input is not None else canonical_json(input)
-        self._send(RunSubmitted(run_id=run_id, workflow=workflow, input=text))
+        self._send(RunSubmitted(run_id=run_id, workflow=workflow, input=text), self._submissions)
         return run_id
 
     def fork(
@@ -154,7 +161,8 @@ class Client:
                 key_root=started.key_root or run_id,
                 seed=seed,
                 fork_overrides=None if fork_overrides is None else canonical_json(fork_overrides),
-            )
+            ),
+            self._submissions,
         )
         return new
 
@@ -168,31 +176,36 @@ class Client:
     def signal(self, run_id: str, name: str, payload: Any) -> None:
         """Send signal ``name`` with ``payload`` (JSON-able) to the run, and wait until the broker
         has it. A run that has ended ignores it. Raises KafkaException if it cannot be sent."""
-        self._send(SignalSent(run_id=run_id, name=name, payload=canonical_json(payload)))
+        self._send(SignalSent(run_id=run_id, name=name, payload=canonical_json(payload)), self.log)
         self.flush()
 
     def cancel(self, run_id: str, reason: str = "cancelled by request") -> None:
         """Ask for the run to be cancelled with ``reason``, and wait until the broker has the
         request; the run ends "cancelled" when its worker takes it (a run that has ended ignores
         it). Raises KafkaException if it cannot be sent."""
-        self._send(CancelRequested(run_id=run_id, reason=reason))
+        self._send(CancelRequested(run_id=run_id, reason=reason), self.log)
         self.flush()
 
-    def _send(self, command: Command) -> None:
+    def _send(self, command: Command, via: EventLog) -> None:
+        """Append ``command`` through ``via``. A signal or cancellation goes through another
+        producer than the submissions, so those sent before it are acknowledged first: a run's
+        signal never lands ahead of its submission."""
         stamped = type(command)(
             **{**record_to_dict(command), "occurred_at": int(time.time() * 1000), "worker": self.identity}
         )
         if not self._wrote and self._closes_log:
             atexit.register(self.close)  # records still queued at exit are sent, not dropped
+        if via is not self._submissions and self._wrote:
+            self._submissions.flush()
         self._wrote = True
-        self.log.append(
-            self.settings.commands_topic, None, command.run_id.encode(), self.serde.encode(stamped)
-        )
+        via.append(self.settings.commands_topic, None, command.run_id.encode(), self.serde.encode(stamped))
 
     def flush(self) -> None:
         """Wait until every command sent so far is acknowledged by the log."""
         if self._wrote:
-            self.log.flush()
+            self._submissions.flush()
+            if self.log is not self._submissions:
+                self.log.flush()
 
     def close(self) -> None:
         """Stop following results, flush and close the log this client opened (not one it was
@@ -200,7 +213,10 @@ class Client:
         connections)."""
         self._results.close()
         if self._closes_log:
-            self.log.close()
+            try:
+                self._submissions.close()
+            finally:
+                self.log.close()
 
     def __enter__(self) -> Client:
         return self
