@@ -92,7 +92,7 @@ class Client:
         run_id = run_id or new_run_id()
         self._note_floor(run_id)
         text = raw_input if raw_input is not None else canonical_json(input)
-        self._send(RunSubmitted(run_id=run_id, workflow=workflow, input=text), self._submissions)
+        self._send(RunSubmitted(run_id=run_id, workflow=workflow, input=text))
         return run_id
 
     def fork(
@@ -161,8 +161,7 @@ class Client:
                 key_root=started.key_root or run_id,
                 seed=seed,
                 fork_overrides=None if fork_overrides is None else canonical_json(fork_overrides),
-            ),
-            self._submissions,
+            )
         )
         return new
 
@@ -176,20 +175,21 @@ class Client:
     def signal(self, run_id: str, name: str, payload: Any) -> None:
         """Send signal ``name`` with ``payload`` (JSON-able) to the run, and wait until the broker
         has it. A run that has ended ignores it. Raises KafkaException if it cannot be sent."""
-        self._send(SignalSent(run_id=run_id, name=name, payload=canonical_json(payload)), self.log)
+        self._send(SignalSent(run_id=run_id, name=name, payload=canonical_json(payload)))
         self.flush()
 
     def cancel(self, run_id: str, reason: str = "cancelled by request") -> None:
         """Ask for the run to be cancelled with ``reason``, and wait until the broker has the
         request; the run ends "cancelled" when its worker takes it (a run that has ended ignores
         it). Raises KafkaException if it cannot be sent."""
-        self._send(CancelRequested(run_id=run_id, reason=reason), self.log)
+        self._send(CancelRequested(run_id=run_id, reason=reason))
         self.flush()
 
-    def _send(self, command: Command, via: EventLog) -> None:
-        """Append ``command`` through ``via``. A signal or cancellation goes through another
-        producer than the submissions, so those sent before it are acknowledged first: a run's
-        signal never lands ahead of its submission."""
+    def _send(self, command: Command) -> None:
+        """Append ``command``: a submission through the submissions' producer, a signal or
+        cancellation through the idempotent one once the submissions sent before it are
+        acknowledged -- so a run's signal never lands ahead of its submission."""
+        via = self._submissions if isinstance(command, RunSubmitted) else self.log
         stamped = type(command)(
             **{**record_to_dict(command), "occurred_at": int(time.time() * 1000), "worker": self.identity}
         )
