@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 AGENTLOG := $(VENV)/bin/agentlog
 
-.PHONY: setup up down demo test lint unit bench bench-sink bench-rebuild chaos fuzz clean
+.PHONY: setup up down demo test lint unit bench bench-sink bench-rebuild chaos fuzz compare clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ bench-rebuild: up
 # proxies, 27400-27422), one table: see bench/chaos.py.
 chaos: up
 	$(PY) bench/chaos.py
+
+# agentlog beside Restate 1.7.12 and DBOS 3.4 on the same end-to-end workload: see bench/compare.py.
+# Installs the two into .agentlog/peers (never needed by the tests or CI).
+compare: up
+	bench/peers/install.sh
+	$(PY) bench/compare.py
 
 # 100,000 fuzzed commands, submissions and workflow inputs against a worker on the in-memory log.
 fuzz: setup

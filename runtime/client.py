@@ -73,6 +73,13 @@ class Client:
         self.identity = identity
         # The log is Kafka unless given (runtime.local passes the in-memory one).
         self.log: EventLog = log if log is not None else KafkaLog(self.settings)
+        # Submissions are written at least once: the worker starts a run id once and ignores a
+        # repeated submission (DESIGN.md; runtime.worker.continuation), so they need no idempotent
+        # producer -- whose ProducerId request holds a fresh process's first record ~500 ms
+        # (librdkafka retries it on a 500 ms timer once the bootstrap connection is replaced).
+        # Signals keep ``log``'s idempotent producer: the worker delivers a repeated SignalSent
+        # twice. Cancellations too (one producer for what must not repeat).
+        self._submissions: EventLog = log if log is not None else KafkaLog(self.settings, idempotent=False)
         self._closes_log = log is None
         self._wrote = False
         # Results pushed: one tail over the events partitions of the runs this client submitted,
@@ -188,20 +195,26 @@ class Client:
         self.flush()
 
     def _send(self, command: Command) -> None:
+        """Append ``command``: a submission through the submissions' producer, a signal or
+        cancellation through the idempotent one once the submissions sent before it are
+        acknowledged -- so a run's signal never lands ahead of its submission."""
+        via = self._submissions if isinstance(command, RunSubmitted) else self.log
         stamped = type(command)(
             **{**record_to_dict(command), "occurred_at": int(time.time() * 1000), "worker": self.identity}
         )
         if not self._wrote and self._closes_log:
             atexit.register(self.close)  # records still queued at exit are sent, not dropped
+        if via is not self._submissions and self._wrote:
+            self._submissions.flush()
         self._wrote = True
-        self.log.append(
-            self.settings.commands_topic, None, command.run_id.encode(), self.serde.encode(stamped)
-        )
+        via.append(self.settings.commands_topic, None, command.run_id.encode(), self.serde.encode(stamped))
 
     def flush(self) -> None:
         """Wait until every command sent so far is acknowledged by the log."""
         if self._wrote:
-            self.log.flush()
+            self._submissions.flush()
+            if self.log is not self._submissions:
+                self.log.flush()
 
     def close(self) -> None:
         """Stop following results, flush and close the log this client opened (not one it was
@@ -209,7 +222,10 @@ class Client:
         connections)."""
         self._results.close()
         if self._closes_log:
-            self.log.close()
+            try:
+                self._submissions.close()
+            finally:
+                self.log.close()
 
     def __enter__(self) -> Client:
         return self

@@ -28,9 +28,12 @@ class KafkaLog:
     The producer and the reading consumer are made on first use; a worker calls ``connect``
     at start so both are connected by the time partitions arrive (rebuilds read with them)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, idempotent: bool = True) -> None:
         check_credentials(settings)  # wrong SASL credentials would make every later call hang
         self.settings = settings
+        # Not idempotent: a write retried after a lost ack may land twice (for records whose
+        # readers ignore a repeat), and the first write does not wait for a ProducerId.
+        self.idempotent = idempotent
         self._writer: EventWriter | None = None
         self._reader: Consumer | None = None
 
@@ -41,7 +44,11 @@ class KafkaLog:
     @property
     def writer(self) -> EventWriter:
         if self._writer is None:
-            self._writer = EventWriter(self.settings)
+            self._writer = (
+                EventWriter(self.settings)
+                if self.idempotent
+                else EventWriter(self.settings, **{"enable.idempotence": False})
+            )
         return self._writer
 
     @property

@@ -48,9 +48,11 @@ from runtime.log.events import RECORD_TYPES, Record
 from runtime.log.frame import HEADER_SIZE, ID_SLICE, MAGIC, NotFramed, frame_header, is_framed
 from runtime.log.frame import schema_id_of as frame_schema_id
 from runtime.log.registry import (
+    LookupUnavailable,
     RegistryUnreachable,
     is_not_found,
     is_unreachable,
+    lookup_registered,
     registry_client,
     schema_by_id,
     schema_ids,
@@ -234,6 +236,12 @@ class Serde:
         if cached is not None:
             self._adopt(name, *cached)
             return self.encode(record)
+        try:
+            if self._looked_up(name, subject):
+                return self.encode(record)
+        except RegistryUnreachable as error:
+            self._unreachable(error)
+            return self._encode_cached(record, subject, error)
         from runtime.log.registry_client import SchemaRegistryError
 
         try:
@@ -255,6 +263,28 @@ class Serde:
         self._writers[name] = (data[:HEADER_SIZE], parsed)
         self._remember_writer(name, subject, frame_schema_id(data))
         return data
+
+    def _looked_up(self, name: str, subject: str) -> bool:
+        """Resolve this code's schema of ``name`` with one plain-HTTP lookup and adopt its id;
+        False where that cannot decide (an answer it cannot read, a URL it cannot ask): the
+        serializer's path then asks. The registry's answer, not the schema
+        cache, names the id (a registry recreated at the same URL hands out new ones), and the
+        lookup costs a fresh ``agentlog submit`` one round trip instead of importing the
+        registry client (100-200 ms) and asking twice. Raises SchemaNotRegistered if the
+        registry answers that the schema is not registered under ``subject``, RegistryUnreachable
+        if it does not answer."""
+        text = self.catalog[name].text
+        try:
+            found = lookup_registered(self.settings.schema_registry_url, [(subject, text)]).get(subject)
+        except RegistryUnreachable:
+            raise
+        except LookupUnavailable:
+            return False
+        if found is None:
+            raise SchemaNotRegistered(name, subject, "it has no such schema under the subject")
+        self._adopt(name, *found)
+        self.cache.remember_writer(subject, text, *found)
+        return True
 
     def _encode_cached(self, record: Record, subject: str, error: BaseException) -> bytes:
         """``record`` written with the id the cache kept for this schema, the registry being down."""

@@ -1,0 +1,130 @@
+"""agentlog, Restate 1.7.12 (+ restate-sdk) and DBOS 3.4 (SQLite) on the same workload, in one run.
+
+The workload is bench/peers/workload.py: 40 steps, each a scripted model call and a sync tool
+call committing one SQLite row -- the same functions in all three. Each round measures every
+system in turn (the order rotates from round to round, so none always runs first on a machine
+that is busy with something else), and each system measures (see bench/peers/*_bench.py):
+
+L  ms per step of one run on an idle worker/service, submit -> result / 40 (median of 3 runs)
+T  steps/s, N runs submitted from one client, first submit -> last result
+R  s from the start of a fresh worker/service process to a crashed run's result (the process
+   running it was killed with SIGKILL in the run's 31st tool call)
+
+Prints one JSON line per system and round, then a table. Restate and DBOS run in the peers'
+virtualenv, with the restate-server binary from npm (`make compare` installs both into
+.agentlog/peers; see bench/peers/install.sh). Restate's ports: 29070-29072 and 29080.
+
+Run: `make compare`, or `python bench/compare.py [--rounds 3] [--t-runs 200] [--dbos-t-runs 50]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _deploy import ROOT
+
+from bench.peers import agentlog_bench
+
+PEERS = ROOT / ".agentlog" / "peers"
+PEERS_PYTHON = PEERS / "venv" / "bin" / "python"
+RESTATE_SERVER = PEERS / "package" / "bin" / "restate-server"
+SYSTEMS = ("agentlog", "restate", "dbos")
+
+
+def _peer(module: str, *args: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [str(PEERS_PYTHON), "-m", module, *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{module} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    parsed: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return parsed
+
+
+def measure(system: str, workdir: Path, l_runs: int, t_runs: int, dbos_t_runs: int) -> dict[str, Any]:
+    if system == "agentlog":
+        return agentlog_bench.measure(workdir, l_runs, t_runs)
+    if system == "restate":
+        return _peer(
+            "bench.peers.restate_bench",
+            "--binary",
+            str(RESTATE_SERVER),
+            "--workdir",
+            str(workdir),
+            "--l-runs",
+            str(l_runs),
+            "--t-runs",
+            str(t_runs),
+        )
+    return _peer(
+        "bench.peers.dbos_bench", "--workdir", str(workdir), "--l-runs", str(l_runs), "--t-runs", str(dbos_t_runs)
+    )
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    def cells(system: str, key: str) -> str:
+        values = [r[key] for r in results if r["system"] == system]
+        return " / ".join(f"{v:g}" for v in values) + (f" (median {statistics.median(values):g})" if values else "")
+
+    runs = {s: next((r["T_runs"] for r in results if r["system"] == s), 0) for s in SYSTEMS}
+    rows = [
+        "| figure (rounds 1 / 2 / 3) | agentlog | Restate 1.7.12 | DBOS 3.4 (SQLite) |",
+        "| --- | --- | --- | --- |",
+        "| L, ms per step, one run, submit -> result / 40 | "
+        + " | ".join(cells(s, "L_ms_per_step") for s in SYSTEMS)
+        + " |",
+        "| T, steps/s, N runs from one client, first submit -> last result | "
+        + " | ".join(f"{cells(s, 'T_steps_per_s')}, N={runs[s]}" for s in SYSTEMS)
+        + " |",
+        "| R, s, fresh process -> crashed run's result | "
+        + " | ".join(cells(s, "R_s") for s in SYSTEMS)
+        + " |",
+    ]
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--l-runs", type=int, default=3)
+    parser.add_argument("--t-runs", type=int, default=200)
+    parser.add_argument("--dbos-t-runs", type=int, default=50, help="DBOS is ~10x slower per run here")
+    parser.add_argument("--only", choices=SYSTEMS, action="append", help="measure only these systems")
+    args = parser.parse_args()
+    systems = list(args.only or SYSTEMS)
+    if set(systems) - {"agentlog"} and not (PEERS_PYTHON.exists() and RESTATE_SERVER.exists()):
+        raise SystemExit("Restate and DBOS are not installed: run `bench/peers/install.sh` (or `make compare`)")
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="agentlog-compare-") as tmp:
+        for round_ in range(args.rounds):
+            order = systems[round_ % len(systems) :] + systems[: round_ % len(systems)]
+            for system in order:
+                found = measure(
+                    system, Path(tmp) / f"{system}-{round_}", args.l_runs, args.t_runs, args.dbos_t_runs
+                )
+                found["round"] = round_ + 1
+                results.append(found)
+                print(json.dumps(found), flush=True)
+    results.sort(key=lambda r: r["round"])
+    print(table(results), flush=True)
+
+
+if __name__ == "__main__":
+    main()

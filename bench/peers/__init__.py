@@ -1,0 +1,1 @@
+"""Restate and DBOS on agentlog's end-to-end workload (bench/compare.py runs them)."""

@@ -1,0 +1,46 @@
+"""The end-to-end workload as a Restate service (restate-sdk), served by hypercorn in this process
+(``python -m bench.peers.restate_app PORT``): hypercorn's command line serves from a child process,
+which a SIGKILL of the process started would leave serving.
+
+Each model call and each tool call is one ``ctx.run`` (journaled by the Restate server before the
+handler goes on); the sync tool runs in the SDK's executor, off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+import hypercorn.asyncio
+import hypercorn.config
+import restate
+
+from bench.peers.workload import STEPS, planner, record
+
+service = restate.Service("E2E")
+
+
+@service.handler()
+async def run(ctx: restate.Context, request: dict[str, Any]) -> dict[str, Any]:
+    name = str(request["run"])
+    for step in range(1, int(request.get("steps", STEPS)) + 1):
+        messages = [{"role": "user", "content": f"step {step}"}]
+        await ctx.run_typed("planner", planner, restate.RunOptions(), messages=messages, run=name, step=step)
+        await ctx.run_typed("record", record, restate.RunOptions(), run=name, step=step)
+    return {"run": name, "steps": STEPS}
+
+
+# Bidirectional streaming over HTTP/2, as Restate's own Python examples serve: a step's journal
+# entry and the next step's start share the open stream instead of one request each.
+app = restate.app([service], protocol="bidi")
+
+
+def serve(port: int) -> None:
+    config = hypercorn.config.Config()
+    config.bind = [f"127.0.0.1:{port}"]
+    asyncio.run(hypercorn.asyncio.serve(app, config))  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))

@@ -1,0 +1,205 @@
+"""L, T and R of the end-to-end workload on Restate: one JSON line on stdout.
+
+Runs in the peers' virtualenv (bench/peers/requirements.txt). Starts a restate-server of its own
+(single node, state in ``--workdir``, every port moved to ``--port-base`` .. +2: ingress, admin,
+node) and the service (bench/peers/restate_app.py, hypercorn in its process, on ``--port-base`` + 10),
+registers the service, measures, and stops both.
+
+The client is Restate's HTTP ingress, used as agentlog's ``Client`` is: a submission is
+``POST /E2E/run/send`` (answered once the server has the invocation durably), a result is
+``GET /restate/invocation/{id}/attach``.
+
+L  ms per step of one run on an idle service, send -> attach answered / 40 (median of ``--l-runs``)
+T  steps/s, ``--t-runs`` runs sent one after another from one client, then awaited together
+   (one connection each): first send -> last result
+R  s from the start of a fresh service process, after the one running the run was killed
+   (SIGKILL) in its 31st tool call (bench/peers/workload.py), to the run's result (the server
+   retries the invocation on its default policy: 500 ms, then doubling)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.peers.workload import CRASH_STEP, STEPS, crash_run, steps_done
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Restate:
+    def __init__(self, binary: Path, workdir: Path, port_base: int, db: Path) -> None:
+        self.workdir, self.db = workdir, db
+        self.ingress = f"http://127.0.0.1:{port_base}"
+        self.admin = f"http://127.0.0.1:{port_base + 1}"
+        self.service_port = port_base + 10
+        env = {
+            **os.environ,
+            "RESTATE_INGRESS__BIND_PORT": str(port_base),
+            "RESTATE_ADMIN__BIND_PORT": str(port_base + 1),
+            "RESTATE_BIND_PORT": str(port_base + 2),
+            "RESTATE_ROCKSDB_TOTAL_MEMORY_SIZE": "512MB",
+        }
+        self.server = subprocess.Popen(
+            [str(binary), "--no-logo", "--listen-mode", "tcp", "--base-dir", str(workdir / "restate-data")],
+            env=env,
+            stdout=(workdir / "restate-server.log").open("ab"),
+            stderr=subprocess.STDOUT,
+        )
+        self.service = self.start_service(victim=True)
+        self.http = httpx.Client(timeout=120)
+        self._wait_up(f"{self.admin}/health")
+        self._wait_up(f"{self.ingress}/restate/health")
+        self._register()
+
+    def start_service(self, victim: bool) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.peers.restate_app",
+                str(self.service_port),
+            ],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "PYTHONPATH": str(ROOT),
+                "E2E_DB": str(self.db),
+                "E2E_CRASH_VICTIM": "1" if victim else "0",
+            },
+            stdout=(self.workdir / "restate-service.log").open("ab"),
+            stderr=subprocess.STDOUT,
+        )
+
+    def _wait_up(self, url: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline or self.server.poll() is not None:
+                raise SystemExit(f"restate-server not up at {url}: see {self.workdir}/restate-server.log")
+            time.sleep(0.1)
+
+    def _register(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while True:  # the service process may still be importing
+            answer = self.http.post(
+                f"{self.admin}/deployments", json={"uri": f"http://127.0.0.1:{self.service_port}"}
+            )
+            if answer.status_code < 300:
+                return
+            if time.monotonic() > deadline:
+                raise SystemExit(f"registering the service failed: {answer.status_code} {answer.text}")
+            time.sleep(0.2)
+
+    def send(self, run: str) -> str:
+        answer = self.http.post(f"{self.ingress}/E2E/run/send", json={"run": run})
+        answer.raise_for_status()
+        return str(answer.json()["invocationId"])
+
+    def attach(self, invocation: str) -> Any:
+        answer = self.http.get(f"{self.ingress}/restate/invocation/{invocation}/attach")
+        answer.raise_for_status()
+        return answer.json()
+
+    async def attach_all(self, invocations: list[str]) -> None:
+        limits = httpx.Limits(max_connections=len(invocations), max_keepalive_connections=len(invocations))
+        async with httpx.AsyncClient(timeout=600, limits=limits) as http:
+
+            async def one(invocation: str) -> None:
+                answer = await http.get(f"{self.ingress}/restate/invocation/{invocation}/attach")
+                answer.raise_for_status()
+
+            await asyncio.gather(*(one(i) for i in invocations))
+
+    def close(self) -> None:
+        self.http.close()
+        for process in (self.service, self.server):
+            process.send_signal(signal.SIGTERM)
+        for process in (self.service, self.server):
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def new_run() -> str:
+    return uuid.uuid4().hex[:20]
+
+
+def measure(restate: Restate, l_runs: int, t_runs: int, idle_s: float = 0.5) -> dict[str, Any]:
+    for _ in range(3):  # first use of every code path, on both sides
+        restate.attach(restate.send(new_run()))
+    singles = []
+    for _ in range(l_runs):
+        time.sleep(idle_s)
+        submitted = time.time()
+        restate.attach(restate.send(new_run()))
+        singles.append((time.time() - submitted) * 1000 / STEPS)
+    warm = [restate.send(new_run()) for _ in range(24)]
+    asyncio.run(restate.attach_all(warm))
+    time.sleep(1)
+    started = time.time()
+    invocations = [restate.send(new_run()) for _ in range(t_runs)]
+    asyncio.run(restate.attach_all(invocations))
+    elapsed = time.time() - started
+    # R: the service process dies (SIGKILL) in step 31's tool call; a fresh one is started.
+    run = crash_run(new_run())
+    invocation = restate.send(run)
+    deadline = time.monotonic() + 120
+    while steps_done(str(restate.db), run) < CRASH_STEP - 1:
+        if time.monotonic() > deadline:
+            raise SystemExit("the crash run never reached step 30")
+        time.sleep(0.005)
+    restate.service.kill()
+    restate.service.wait()
+    restarted = time.time()
+    restate.service = restate.start_service(victim=False)
+    result = restate.attach(invocation)
+    recovered = time.time() - restarted
+    assert result == {"run": run, "steps": STEPS}, result
+    return {
+        "system": "restate",
+        "L_ms_per_step": round(statistics.median(singles), 3),
+        "L_runs": [round(x, 3) for x in singles],
+        "T_steps_per_s": round(t_runs * STEPS / elapsed),
+        "T_runs": t_runs,
+        "R_s": round(recovered, 3),
+        "R_tool_calls": steps_done(str(restate.db), run),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", type=Path, required=True)
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--port-base", type=int, default=29070)
+    parser.add_argument("--l-runs", type=int, default=3)
+    parser.add_argument("--t-runs", type=int, default=200)
+    args = parser.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    restate = Restate(args.binary, args.workdir, args.port_base, args.workdir / "e2e.db")
+    try:
+        print(json.dumps(measure(restate, args.l_runs, args.t_runs)), flush=True)
+    finally:
+        restate.close()
+
+
+if __name__ == "__main__":
+    main()
