@@ -78,18 +78,11 @@ class TurnBatcher:
             watched = {len(records) - 1: last}
             for index, run_id in started.items():  # a RunStarted's offset starts its run's rebuild
                 ack = watched.get(index) or watched.setdefault(index, loop.create_future())
-                ack.add_done_callback(functools.partial(_remember_first, owned, run_id))
+                owned.started_acks[run_id] = ack
+                ack.add_done_callback(functools.partial(owned.note_first_offset, run_id))
             self.log.append_batch(loop, self.settings.events_topic, owned.partition, records, watched)
             for run_id in runs:  # the run index, for idempotent submission after a rebuild
                 self.log.append_unwatched(
                     self.settings.checkpoints_topic, owned.partition, RUN_KEY_PREFIX + run_id.encode(), b"1"
                 )
 
-
-def _remember_first(owned: OwnedPartition, run_id: str, future: asyncio.Future[int]) -> None:
-    if (
-        not future.cancelled()
-        and future.exception() is None
-        and (run_id in owned.runs or run_id in owned.continuing)
-    ):
-        owned.first_offsets.setdefault(run_id, future.result())

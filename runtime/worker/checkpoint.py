@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 from runtime.config import Settings
 from runtime.log.events import PartitionCheckpoint
-from runtime.log.port import CommandFeed, EventLog
+from runtime.log.port import Committer, EventLog
 from runtime.log.serde import Serde
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.rebuild import checkpoint_key
@@ -47,7 +47,7 @@ class Checkpointer:
         self.lose = lose
         self._last_round = time.monotonic()
 
-    def maybe_checkpoint(self, owned_partitions: list[OwnedPartition], feed: CommandFeed) -> None:
+    def maybe_checkpoint(self, owned_partitions: list[OwnedPartition], feed: Committer) -> None:
         if time.monotonic() - self._last_round < self.interval_s:
             return
         self._last_round = time.monotonic()
@@ -60,7 +60,7 @@ class Checkpointer:
                 owned.checkpoint_running = True
                 owned.spawn(self.write(owned, feed))
 
-    async def write(self, owned: OwnedPartition, feed: CommandFeed) -> None:
+    async def write(self, owned: OwnedPartition, feed: Committer) -> None:
         """One checkpoint of ``owned``, in the order of the module docstring."""
         try:
             assert owned.last_write is not None
@@ -71,7 +71,7 @@ class Checkpointer:
             if not await self.still_owner(owned, last):
                 self.lose(owned.partition, "fenced while checkpointing")
                 return
-            active = {run: owned.first_offsets[run] for run in runs if run in owned.first_offsets}
+            active = owned.acked_first_offsets(runs)
             checkpoint = PartitionCheckpoint(
                 run_id="",
                 occurred_at=int(time.time() * 1000),
