@@ -53,7 +53,16 @@ class KafkaCommandFeed:
 
     def poll(self, max_records: int, timeout_s: float) -> list[Delivery]:
         deliveries: list[Delivery] = []
-        for message in self.consumer.consume(num_messages=max_records, timeout=timeout_s):
+        if timeout_s > 0:
+            # Block until the first record (consume(n, timeout) would wait for all n or the whole
+            # timeout), then take what else has arrived.
+            first = self.consumer.poll(timeout_s)
+            if first is None:
+                return deliveries
+            messages = [first, *self.consumer.consume(num_messages=max_records - 1, timeout=0)]
+        else:
+            messages = self.consumer.consume(num_messages=max_records, timeout=0)
+        for message in messages:
             error: KafkaError | None = message.error()
             if error is not None:
                 if error.fatal():

@@ -80,6 +80,13 @@ AssignCallback = Callable[[list[int]], dict[int, int]]
 RevokeCallback = Callable[[list[int]], None]
 
 
+class Committer(Protocol):
+    """Where a worker records the commands offset a restarted member resumes from."""
+
+    def commit(self, partition: int, offset: int) -> None:
+        """Record that a restarted member may resume ``partition`` at ``offset`` (asynchronous)."""
+
+
 class CommandFeed(Protocol):
     """This worker's membership of the workers' group on the commands topic."""
 

@@ -86,7 +86,8 @@ def send_partition(settings: Settings, log: EventLog, loop: asyncio.AbstractEven
     watched = {len(records) - 1: last}
     for index, run_id in started.items():  # a RunStarted's offset starts its run's rebuild
         ack = watched.get(index) or watched.setdefault(index, loop.create_future())
-        ack.add_done_callback(functools.partial(_remember_first, owned, run_id))
+        owned.started_acks[run_id] = ack
+        ack.add_done_callback(functools.partial(owned.note_first_offset, run_id))
     if runs:
         last.add_done_callback(functools.partial(_index_runs, settings, log, owned.partition, runs))
     log.append_batch(loop, settings.events_topic, owned.partition, records, watched)
@@ -105,11 +106,3 @@ def _index_runs(
     for run_id in runs:
         log.append_unwatched(settings.checkpoints_topic, partition, RUN_KEY_PREFIX + run_id.encode(), b"1")
 
-
-def _remember_first(owned: OwnedPartition, run_id: str, future: asyncio.Future[int]) -> None:
-    if (
-        not future.cancelled()
-        and future.exception() is None
-        and (run_id in owned.runs or run_id in owned.continuing)
-    ):
-        owned.first_offsets.setdefault(run_id, future.result())

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 
 from runtime.config import Settings
 from runtime.log.events import PartitionCheckpoint
-from runtime.log.port import CommandFeed, EventLog
+from runtime.log.port import Committer, EventLog
 from runtime.log.serde import Serde
 from runtime.worker.batching import send_partition
 from runtime.worker.partition import OwnedPartition
@@ -58,7 +58,7 @@ class Checkpointer:
         self._last_round = time.monotonic()
         self.snapshots = SnapshotWriter(settings, serde, log, worker_id)
 
-    def maybe_checkpoint(self, owned_partitions: list[OwnedPartition], feed: CommandFeed) -> None:
+    def maybe_checkpoint(self, owned_partitions: list[OwnedPartition], feed: Committer) -> None:
         if time.monotonic() - self._last_round < self.interval_s:
             return
         self._last_round = time.monotonic()
@@ -71,7 +71,7 @@ class Checkpointer:
                 owned.checkpoint_running = True
                 owned.spawn(self.write(owned, feed))
 
-    async def write(self, owned: OwnedPartition, feed: CommandFeed) -> None:
+    async def write(self, owned: OwnedPartition, feed: Committer) -> None:
         """One checkpoint of ``owned``, in the order of the module docstring."""
         try:
             if owned.lost:
@@ -86,7 +86,7 @@ class Checkpointer:
             if not await self.still_owner(owned, last):
                 self.lose(owned.partition, "fenced while checkpointing")
                 return
-            active = {run: owned.first_offsets[run] for run in runs if run in owned.first_offsets}
+            active = owned.acked_first_offsets(runs)
             self.snapshots.write(owned, counts, last + 1, active)
             checkpoint = PartitionCheckpoint(
                 run_id="",

@@ -26,6 +26,7 @@ from runtime.worker.call_pool import CallPool
 from runtime.worker.checkpoint import Checkpointer
 from runtime.worker.commands import CommandHandler, WorkerError
 from runtime.worker.execution import Executor
+from runtime.worker.intake import CommandIntake
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.takeover import Takeover
 from runtime.workflow.app import App
@@ -33,6 +34,9 @@ from runtime.workflow.app import App
 log = logging.getLogger("agentlog.worker")
 
 __all__ = ["Worker", "WorkerError"]
+
+# How often the loop wakes for its own work (checkpoints, failures, stop) when nothing else does.
+_TICK_S = 0.01
 
 
 class Worker:
@@ -93,24 +97,31 @@ class Worker:
             with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
                 loop.add_signal_handler(sig, self.stop)
         log.info(json.dumps({"event": "worker_started", "worker": self.worker_id, "pid": os.getpid()}))
+        # Commands arrive from the intake's thread as they are fetched (runtime.worker.intake);
+        # the loop itself only wakes every tick to checkpoint and to look for failures.
+        intake = CommandIntake(self.feed, loop, self._deliver_all, self._on_assign, self._on_revoke)
+        intake.start()
         try:
             while not self._stopping and not (stop is not None and stop.is_set()):
-                deliveries = self.feed.poll(500, 0)
-                for delivery in deliveries:
-                    self._deliver(delivery)
-                self.checkpointer.maybe_checkpoint(list(self.owned.values()), self.feed)
+                if intake.failure is not None:
+                    raise intake.failure  # a feed error or an assignment that failed, as polled
+                self.checkpointer.maybe_checkpoint(list(self.owned.values()), intake)
                 failure = self.log.failure or self.executor.failure
                 if failure is not None:
                     # A record nobody watched was lost: what follows it cannot be trusted. Stop;
                     # a restarted worker rebuilds from what the log really holds.
                     raise WorkerError(f"stopping: {failure}")
-                # Poll again soon while runs are live; an idle worker looks less often.
-                await asyncio.sleep(0 if deliveries else 0.002 if self._live_runs() else 0.01)
+                await asyncio.sleep(_TICK_S)
         finally:
+            await intake.stop()
             await self._shutdown()
 
     def stop(self) -> None:
         self._stopping = True
+
+    def _deliver_all(self, deliveries: list[Delivery]) -> None:
+        for delivery in deliveries:
+            self._deliver(delivery)
 
     def _deliver(self, delivery: Delivery) -> None:
         if delivery.error is not None:
@@ -119,9 +130,6 @@ class Worker:
         owned = self.owned.get(delivery.partition)
         if owned is not None:
             self.commands.handle(owned, delivery)
-
-    def _live_runs(self) -> bool:
-        return any(owned.runs for owned in self.owned.values())
 
     def _is_claim(self, value: bytes) -> bool:
         try:

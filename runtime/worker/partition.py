@@ -41,6 +41,8 @@ class OwnedPartition:
     pending_started: dict[int, str] = field(default_factory=dict)  # index -> run id: its first offset
     pending_last: asyncio.Future[int] | None = None
     pending_runs: list[str] = field(default_factory=list)  # started or rejected: to index
+    # Runs whose RunStarted was sent and whose first offset is not noted yet: the ack of each.
+    started_acks: dict[str, asyncio.Future[int]] = field(default_factory=dict)
 
     def spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         """Run ``coroutine`` as a task of this partition (cancelled when the partition is lost)."""
@@ -52,5 +54,30 @@ class OwnedPartition:
         """Drop an ended run's state."""
         self.runs.pop(run_id, None)
         self.first_offsets.pop(run_id, None)
+        self.started_acks.pop(run_id, None)
         self.sizes.pop(run_id, None)
         self.records.pop(run_id, None)
+
+    def note_first_offset(self, run_id: str, ack: asyncio.Future[int]) -> None:
+        """Note where a rebuild reads ``run_id`` from, given its RunStarted's settled ``ack`` (a run
+        that ended meanwhile, or whose start was not acknowledged, is not noted)."""
+        if self.started_acks.get(run_id) is ack:
+            del self.started_acks[run_id]
+        if (
+            not ack.cancelled()
+            and ack.exception() is None
+            and (run_id in self.runs or run_id in self.continuing)
+        ):
+            self.first_offsets.setdefault(run_id, ack.result())
+
+    def acked_first_offsets(self, run_ids: list[str]) -> dict[str, int]:
+        """The first offsets of those of ``run_ids`` whose RunStarted is acknowledged.
+
+        Read from the acks themselves: the done callback that notes an offset runs a loop turn
+        after its ack settles, and a checkpoint that resumes in that turn (its ``last_write``
+        already settled, so its ``await`` does not yield) would otherwise miss the run."""
+        for run_id in run_ids:
+            ack = self.started_acks.get(run_id)
+            if ack is not None and ack.done():
+                self.note_first_offset(run_id, ack)
+        return {run_id: self.first_offsets[run_id] for run_id in run_ids if run_id in self.first_offsets}

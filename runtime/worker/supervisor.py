@@ -25,9 +25,20 @@ from types import FrameType
 
 log = logging.getLogger("agentlog.supervisor")
 
-# A child that lived this long before dying is respawned at once; quicker deaths back off.
+# A child that lived this long before dying is respawned at once; a run of quicker deaths backs off.
 HEALTHY_AFTER_S = 10.0
 MAX_BACKOFF_S = 5.0
+FIRST_BACKOFF_S = 0.1
+
+
+def respawn_delay(quick_deaths: int) -> float:
+    """Seconds to wait before respawning after ``quick_deaths`` deaths in a row, each within
+    ``HEALTHY_AFTER_S`` of its start. The first is respawned at once: a worker killed once (OOM at
+    a step) is a crash to recover from now, and its runs wait for the respawn; only a worker that
+    dies again straight after is one that crashes at start-up, and its respawns slow down."""
+    if quick_deaths <= 1:
+        return 0.0
+    return float(min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** (quick_deaths - 2)))
 
 
 def supervise(run_child: Callable[[], int]) -> int:
@@ -46,7 +57,7 @@ def supervise(run_child: Callable[[], int]) -> int:
     # Everything imported so far is shared with every child; frozen, the children's garbage
     # collections do not walk (and so do not copy-on-write) those pages.
     gc.freeze()
-    backoff = 0.0
+    quick_deaths = 0
     try:
         while True:
             started = time.monotonic()
@@ -64,7 +75,8 @@ def supervise(run_child: Callable[[], int]) -> int:
             if stopping or code == 0:
                 return 0 if stopping else code
             lived = time.monotonic() - started
-            backoff = 0.0 if lived >= HEALTHY_AFTER_S else min(MAX_BACKOFF_S, max(0.1, backoff * 2))
+            quick_deaths = 0 if lived >= HEALTHY_AFTER_S else quick_deaths + 1
+            backoff = respawn_delay(quick_deaths)
             log.warning(
                 "worker pid %s died (%s) after %.1f s; respawning in %.1f s",
                 child,

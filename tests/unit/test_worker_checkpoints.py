@@ -8,9 +8,17 @@ from typing import Any
 
 import pytest
 
+from runtime.log.events import PartitionCheckpoint, RunStarted
+from runtime.log.memory import MemoryLog
+from runtime.log.serde import Serde
+from runtime.worker.batching import TurnBatcher
+from runtime.worker.checkpoint import Checkpointer
+from runtime.worker.partition import OwnedPartition
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
-from support.memory_harness import Harness, until
+from runtime.workflow.intents import Stamp
+from runtime.workflow.machine import RunMachine
+from support.memory_harness import SETTINGS, Harness, until
 
 pytestmark = pytest.mark.unit
 
@@ -43,7 +51,9 @@ async def test_a_checkpoint_waits_for_the_ack_of_what_it_covers() -> None:
     await until(lambda: started, what="the first call to start")
     first = await until(h.checkpoints, what="a checkpoint of the started run")
     assert first[-1].active_runs == {run: 0 + 1}  # the run's RunStarted, after the worker's claim at 0
-    assert h.log.group.committed[0] == 1  # the submission (commands offset 0) is covered
+    # The submission (commands offset 0) is covered: committed after the checkpoint, by the
+    # commands intake's thread before its next poll (runtime.worker.intake).
+    await until(lambda: h.log.group.committed.get(0) == 1, what="the commands offset 1 committed")
 
     h.log.hold()  # from here nothing the worker appends is acknowledged
     gate.set()
@@ -86,3 +96,45 @@ async def test_a_checkpoint_lists_the_active_runs_and_drops_the_ended_ones() -> 
     latest = await until(lists_only_the_second, what="a checkpoint listing only the active run")
     assert latest[-1].commands_offset == 2
     await h.stop_all()
+
+
+class NoFeed:
+    """Commits nowhere: the test below reads the checkpoint, not the commands offset."""
+
+    def commit(self, partition: int, offset: int) -> None:
+        pass
+
+
+async def test_a_checkpoint_resuming_in_the_turn_its_ack_settled_lists_the_run_started_in_it() -> None:
+    # The window the commands intake opened: a checkpoint whose snapshot is taken once the batch
+    # holding a RunStarted is already acknowledged does not yield at ``await last_write``, and
+    # resumes before the ack's done callbacks (which note the run's first offset) have run.
+    app = waiting_app([], asyncio.Event())
+    log = MemoryLog(SETTINGS)
+    serde = Serde.offline(SETTINGS)
+    batcher = TurnBatcher(SETTINGS, serde, log)
+    owned = OwnedPartition(0, 1, Stamp(lambda: 0, "w1", 1), 0, set())
+    started = RunStarted(
+        run_id="r1", seq=1, occurred_at=0, worker="w1", epoch=1, workflow="two-steps", input="1", command_offset=0
+    )
+    machine = owned.runs["r1"] = RunMachine(app, started, owned.stamp)
+    owned.next_command = 1
+    batcher.append(owned, [started])
+    machine.begin()  # to its first call: a ToolCallScheduled, appended in the same turn
+    batcher.append(owned, machine.drain()[0])
+    batcher.send()
+    await asyncio.sleep(0)  # the acks settle in this turn; their done callbacks run in the next
+    assert owned.last_write is not None and owned.last_write.done()
+    assert owned.first_offsets == {}, "the test needs the done callbacks not to have run yet"
+
+    async def still_owner(owned: OwnedPartition, offset: int) -> bool:
+        return True
+
+    checkpointer = Checkpointer(SETTINGS, serde, log, "w1", 0, still_owner, lambda p, why: None)
+    owned.checkpoint_running = True
+    await checkpointer.write(owned, NoFeed())
+    (record,) = log.records(SETTINGS.checkpoints_topic, 0)[-1:]
+    checkpoint = serde.decode(record.value or b"")
+    assert isinstance(checkpoint, PartitionCheckpoint)
+    assert checkpoint.active_runs == {"r1": 0}
+    assert checkpoint.covered_offset == 2

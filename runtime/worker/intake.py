@@ -1,0 +1,119 @@
+"""Instant pickup: the commands feed is polled in a thread of its own that blocks until a command
+arrives, and hands each batch to the worker's loop.
+
+A loop that polled the feed without blocking had to nap between polls (2-10 ms), and a
+submission waited out the nap. Here the thread waits in the feed's poll -- in librdkafka, without
+the GIL -- and the batch reaches the loop one ``call_soon_threadsafe`` after it arrives.
+
+What stays as it was:
+- Partition changes still run in the loop: the feed calls its assignment callbacks from poll,
+  in this thread, and each is carried to the loop and waited for (the consumer resumes a given
+  partition at the offset the loop's answer names, as before).
+- One batch at a time: the thread polls again only once the loop has taken the last batch, so a
+  backlog stays in the feed instead of piling up in the loop's queue, and a batch is delivered
+  before a later revoke of its partition is.
+- Every call on the feed happens in this thread while it runs: a Kafka consumer call from
+  another thread waits for the poll in progress, and the next, and the next (the checkpointer's
+  ``commit`` never got through). ``commit`` is queued and made before the next poll; ``close``
+  comes from the loop once ``stop`` has joined the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from runtime.log.port import AssignCallback, CommandFeed, Delivery, RevokeCallback
+
+A = TypeVar("A")
+R = TypeVar("R")
+
+# How long one poll of the feed blocks: the longest the thread takes to notice ``stop``.
+_WAIT_S = 0.1
+_MAX_RECORDS = 500
+
+
+class CommandIntake:
+    """Polls ``feed`` in a thread; ``deliver`` receives each batch in ``loop``."""
+
+    def __init__(
+        self,
+        feed: CommandFeed,
+        loop: asyncio.AbstractEventLoop,
+        deliver: Callable[[list[Delivery]], None],
+        on_assign: AssignCallback,
+        on_revoke: RevokeCallback,
+    ) -> None:
+        self.feed = feed
+        self.loop = loop
+        self.deliver = deliver
+        self.on_assign = on_assign
+        self.on_revoke = on_revoke
+        self.failure: BaseException | None = None
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self._commits: dict[int, int] = {}  # partition -> offset, queued for the thread
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self.feed.bind(self._assigned, self._revoked)
+        self._running = True
+        self._thread = threading.Thread(target=self._run, name="agentlog-intake", daemon=True)
+        self._thread.start()
+
+    async def stop(self) -> None:
+        """Stop polling and wait for the thread (the loop keeps serving a callback it waits on)."""
+        self._running = False
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            await asyncio.to_thread(thread.join)
+        self.feed.bind(self.on_assign, self.on_revoke)  # ``close`` from the loop calls them directly
+
+    def commit(self, partition: int, offset: int) -> None:
+        """``feed.commit``, made by the thread before its next poll (asynchronous anyway)."""
+        with self._lock:
+            self._commits[partition] = offset
+
+    def _run(self) -> None:
+        try:
+            while self._running:
+                self._commit_queued()
+                deliveries = self.feed.poll(_MAX_RECORDS, _WAIT_S)
+                if deliveries:
+                    self._in_loop(self.deliver, deliveries)
+            self._commit_queued()
+        except BaseException as error:  # the loop stops on it (Worker.serve checks ``failure``)
+            self.failure = error
+
+    def _commit_queued(self) -> None:
+        with self._lock:
+            commits, self._commits = self._commits, {}
+        for partition, offset in commits.items():
+            self.feed.commit(partition, offset)
+
+    def _assigned(self, partitions: list[int]) -> dict[int, int]:
+        return self._in_loop(self.on_assign, partitions)
+
+    def _revoked(self, partitions: list[int]) -> None:
+        self._in_loop(self.on_revoke, partitions)
+
+    def _in_loop(self, call: Callable[[A], R], argument: A) -> R:
+        """``call(argument)`` run in the loop; waits for its answer (or its exception)."""
+        done: concurrent.futures.Future[R] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                done.set_result(call(argument))
+            except BaseException as error:  # re-raised below, in this thread
+                done.set_exception(error)
+
+        self.loop.call_soon_threadsafe(run)
+        while True:
+            try:
+                return done.result(timeout=1.0)
+            except concurrent.futures.TimeoutError:
+                if self.loop.is_closed():
+                    raise RuntimeError("the worker's loop closed under the commands intake") from None
