@@ -162,34 +162,108 @@ def _writer(schema: Any) -> Writer | None:
     return None
 
 
+def _inline(schema: Any, value: str, writers: dict[str, Writer]) -> list[str] | None:
+    """Source lines appending the encoding of ``value`` (a local name) to ``out``; None if the
+    schema is not compiled. Arrays and maps call their writer (kept in ``writers``)."""
+    if isinstance(schema, list):
+        if len(schema) != 2 or "null" not in schema or schema[0] == schema[1]:
+            return None
+        null_first = schema[0] == "null"
+        inner = _inline(schema[1] if null_first else schema[0], value, writers)
+        if inner is None:
+            return None
+        null_index, other_index = (b"\x00", b"\x02") if null_first else (b"\x02", b"\x00")
+        return [
+            f"if {value} is None:",
+            f"    append({null_index!r})",
+            "else:",
+            f"    append({other_index!r})",
+            *(f"    {line}" for line in inner),
+        ]
+    kind = schema
+    if isinstance(schema, dict):
+        kind = schema.get("type")
+        if kind == "long" and schema.get("logicalType") in _LOGICAL_LONGS:
+            kind = "long"
+        elif kind == "array" and set(schema) <= {"type", "items", "doc", "default"}:
+            item = f"{value}i"
+            inner = _inline(schema.get("items"), item, writers)
+            if inner is None:
+                return None
+            return [  # one block of len(value) items, then the empty block that ends the array
+                f"if type({value}) is not list: raise Unencodable({value})",
+                f"if {value}:",
+                f"    append(long_bytes(len({value})))",
+                f"    for {item} in {value}:",
+                *(f"        {line}" for line in inner),
+                "append(b'\\x00')",
+            ]
+        elif kind == "map" or schema.get("logicalType") is not None:
+            writer = _writer(schema)
+            if writer is None:
+                return None
+            name = f"w{len(writers)}"
+            writers[name] = writer
+            return [f"{name}({value}, out)"]
+        elif not set(schema) <= {"type", "doc"}:
+            return None
+    if kind in ("long", "int"):
+        low, high = (_MIN_LONG, _MAX_LONG) if kind == "long" else (_MIN_INT, _MAX_INT)
+        return [
+            f"if type({value}) is not int: raise Unencodable({value})",
+            f"append(SMALL[{value} + {_SMALL}] if {-_SMALL} <= {value} < {_SMALL} "
+            f"else long_bytes({value}, {low}, {high}))",
+        ]
+    if kind == "string":
+        return [
+            f"if type({value}) is not str: raise Unencodable({value})",
+            f"{value} = {value}.encode()",
+            f"append(SMALL[len({value}) + {_SMALL}] if len({value}) < {_SMALL} else long_bytes(len({value})))",
+            f"append({value})",
+        ]
+    if kind == "boolean":
+        return [
+            f"if {value} is True: append(b'\\x01')",
+            f"elif {value} is False: append(b'\\x00')",
+            f"else: raise Unencodable({value})",
+        ]
+    if kind == "null":
+        return [f"if {value} is not None: raise Unencodable({value})"]
+    return None
+
+
 def compile_record(schema: dict[str, Any], cls: type) -> Callable[[object], bytes] | None:
     """An encoder of ``cls`` instances by the record schema ``schema`` (each field read as the
     attribute of its name), or None when the schema uses a type this module does not compile or
-    names a field ``cls`` does not have."""
+    names a field ``cls`` does not have.
+
+    The encoder is generated source -- one straight run of appends, a field's checks inline --
+    because a function call per field would cost as much as the encoding itself."""
     if schema.get("type") != "record":
         return None
-    fields = schema.get("fields", [])
-    writers: list[Writer] = []
-    names: list[str] = []
-    for field in fields:
-        writer = _writer(field.get("type"))
-        if writer is None or field["name"] not in getattr(cls, "__dataclass_fields__", {}):
+    known = getattr(cls, "__dataclass_fields__", {})
+    writers: dict[str, Writer] = {}
+    body: list[str] = []
+    for i, field in enumerate(schema.get("fields", [])):
+        name = field.get("name")
+        if not isinstance(name, str) or name not in known:
             return None
-        writers.append(writer)
-        names.append(field["name"])
-    if not names:
+        value = f"v{i}"
+        lines = _inline(field.get("type"), value, writers)
+        if lines is None:
+            return None
+        body += [f"{value} = record.{name}", *lines]
+    if not body:
         return None
-    values_of: Callable[[object], tuple[Any, ...]]
-    if len(names) > 1:
-        values_of = operator.attrgetter(*names)
-    else:  # attrgetter of one name returns the value, not a 1-tuple
-        values_of = lambda record: (getattr(record, names[0]),)  # noqa: E731
-    writers_in_order = tuple(writers)
-
-    def encode(record: object) -> bytes:
-        out: list[bytes] = []
-        for write, value in zip(writers_in_order, values_of(record), strict=True):
-            write(value, out)
-        return b"".join(out)
-
+    source = "def encode(record):\n    out = []\n    append = out.append\n"
+    source += "".join(f"    {line}\n" for line in body)
+    source += "    return b''.join(out)\n"
+    namespace: dict[str, Any] = {
+        "Unencodable": Unencodable,
+        "SMALL": _SMALL_VARINTS,
+        "long_bytes": _long_bytes,
+        **writers,
+    }
+    exec(compile(source, f"<avro encoder of {schema.get('name')}>", "exec"), namespace)  # noqa: S102
+    encode: Callable[[object], bytes] = namespace["encode"]
     return encode
