@@ -16,7 +16,6 @@ with its own error: the compiled path never guesses.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -264,6 +263,6 @@ def compile_record(schema: dict[str, Any], cls: type) -> Callable[[object], byte
         "long_bytes": _long_bytes,
         **writers,
     }
-    exec(compile(source, f"<avro encoder of {schema.get('name')}>", "exec"), namespace)  # noqa: S102
+    exec(compile(source, f"<avro encoder of {schema.get('name')}>", "exec"), namespace)
     encode: Callable[[object], bytes] = namespace["encode"]
     return encode

@@ -67,8 +67,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("agentlog.schemas")
 
-_NOT_COMPILED: Any = object()
-
 # After the registry was found unreachable, the cache answers first for this long: every ask of a
 # dead registry costs the client's retries (seconds), once per schema id a cold reader meets.
 UNREACHABLE_BACKOFF_S = 30.0
@@ -226,8 +224,9 @@ class Serde:
         if fast is None:
             return self._encode_first(record)
         header, parsed = fast
-        compiled = self._compiled.get(name, _NOT_COMPILED)
-        if compiled is _NOT_COMPILED:
+        try:
+            compiled = self._compiled[name]
+        except KeyError:
             compiled = self._compiled[name] = compile_record(self.catalog[name].parsed, type(record))
         if compiled is not None:
             try:
