@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from runtime.errors import AgentlogError
+
 Writer = Callable[[Any, list[bytes]], None]
 
 _MIN_LONG, _MAX_LONG = -(1 << 63), (1 << 63) - 1
@@ -28,8 +30,9 @@ _SMALL = 4096
 _SMALL_VARINTS: list[bytes] = []
 
 
-class Unencodable(Exception):
-    """A value the compiled encoder does not write; fastavro decides what to do with it."""
+class Unencodable(AgentlogError):
+    """A value the compiled encoder does not write; fastavro decides what to do with it (the
+    encoder's caller catches this: it never reaches a user)."""
 
 
 def _varint(n: int) -> bytes:
