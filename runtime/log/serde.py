@@ -43,6 +43,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from runtime.config import Settings
 from runtime.errors import AgentlogError, RetryableError
+from runtime.log.avro_encoder import Unencodable, compile_record
 from runtime.log.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
 from runtime.log.events import RECORD_TYPES, Record
 from runtime.log.frame import HEADER_SIZE, ID_SLICE, MAGIC, NotFramed, frame_header, is_framed
@@ -175,6 +176,8 @@ class Serde:
         self.catalog: dict[str, LocalSchema] = load_catalog(schema_dir)
         self._serializers: dict[str, AvroSerializer] = {}
         self._names_by_id: dict[int, str] = {}
+        # record name -> its compiled encoder (None: the schema needs fastavro), made on first use
+        self._compiled: dict[str, Callable[[object], bytes] | None] = {}
         self._writers: dict[str, tuple[bytes, Any]] = {}  # record name -> (magic + schema id, parsed schema)
         # schema id -> (class, writer, reader, the writer schema's registry version under its subject)
         self._readers: dict[int, tuple[type[Record], Any, Any, int]] = {}
@@ -215,12 +218,23 @@ class Serde:
         """Confluent wire format. The first record of each type goes through ``AvroSerializer``,
         which finds the schema id in the registry (and refuses an unregistered schema); after
         that the same bytes are written by fastavro directly with the cached id -- the
-        serializer's per-call machinery (subject strategy, rule engine) is skipped per record."""
+        serializer's per-call machinery (subject strategy, rule engine) is skipped per record --
+        and by the type's compiled encoder (runtime.log.avro_encoder, the same bytes) where the
+        schema allows one."""
         name = record.type
         fast = self._writers.get(name)
         if fast is None:
             return self._encode_first(record)
         header, parsed = fast
+        try:
+            compiled = self._compiled[name]
+        except KeyError:
+            compiled = self._compiled[name] = compile_record(self.catalog[name].parsed, type(record))
+        if compiled is not None:
+            try:
+                return header + compiled(record)
+            except Unencodable:
+                pass  # a value of another Python type than the schema's: fastavro converts or refuses it
         out = io.BytesIO()
         out.write(header)
         schemaless_writer(out, parsed, record_to_dict(record))
