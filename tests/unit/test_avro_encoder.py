@@ -67,9 +67,17 @@ def _fastavro(parsed: Any, record: Any) -> bytes:
     return out.getvalue()
 
 
+# Records whose schemas use a type the compiler leaves to fastavro (arrays of bytes): written once
+# per checkpoint round, not per step, so not worth compiling.
+LEFT_TO_FASTAVRO = {"HistorySnapshot"}
+
+
 @pytest.mark.parametrize("name", sorted(n for n in CATALOG if n in RECORD_TYPES))
 def test_compiled_encoder_writes_fastavros_bytes(name: str) -> None:
     encode = compile_record(CATALOG[name].parsed, RECORD_TYPES[name])
+    if name in LEFT_TO_FASTAVRO:
+        assert encode is None, f"{name} compiled although its schema has a type left to fastavro"
+        return
     assert encode is not None, f"{name} has no compiled encoder"
     parsed = parse_schema(CATALOG[name].parsed)
     for record in _records(name):
