@@ -45,3 +45,9 @@ def write() -> None:
     with path.open("a") as out:
         out.writelines(f"{ns}\t{stage}\t{run}\t{position}\n" for ns, stage, run, position in _marks)
     _marks.clear()
+
+
+def enable(directory: str) -> None:
+    """Turn marks on in this process (a benchmark's own; workers it starts get the variable)."""
+    global _DIR, ON
+    _DIR, ON = directory, True
