@@ -39,6 +39,7 @@ SUBMIT = (
     "client submit returned",
     "intake polled",
     "append RunStarted",
+    "append ModelCallScheduled",
     "sent",
     "broker ack",
     "scheduled acked",

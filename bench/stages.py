@@ -65,7 +65,7 @@ def main() -> None:
     db = workdir / "e2e.db"
     settings = fresh_deployment(partitions=12)
     worker = start_worker(
-        settings, "stages-0", workdir / "worker.log", app=APP, E2E_DB=str(db), AGENTLOG_STAGE_MARKS=str(marks_dir)
+        settings, "stages-0", workdir / "worker.log", app=APP, E2E_DB=str(db), BENCH_STAGE_MARKS=str(marks_dir)
     )
     client = Client(settings)
     runs: list[str] = []

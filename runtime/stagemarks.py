@@ -1,7 +1,7 @@
 """Opt-in stage marks: wall-clock timestamps of the points one step and one submit/result pass
 through, for bench/stages.py to split where the time goes.
 
-Off unless ``AGENTLOG_STAGE_MARKS`` names a directory (read once, at import). Call sites test
+Off unless ``BENCH_STAGE_MARKS`` names a directory (read once, at import). Call sites test
 ``stagemarks.ON`` before anything else, so the normal path pays one attribute read. When on, each
 process keeps ``(ns, stage, run, position)`` tuples in memory and writes them at exit to
 ``<dir>/marks-<pid>.tsv``: writing per mark would put a system call into the very stages measured.
@@ -16,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-_DIR = os.environ.get("AGENTLOG_STAGE_MARKS", "")
+_DIR = os.environ.get("BENCH_STAGE_MARKS", "")
 ON = bool(_DIR)
 
 _marks: list[tuple[int, str, str, int]] = []

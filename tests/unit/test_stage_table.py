@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench.stage_table import gaps, p90, steps, table, walk
+
+pytestmark = pytest.mark.unit
 
 CHAIN = ("start", "sent", "acked")
 
