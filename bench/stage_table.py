@@ -10,6 +10,7 @@ concurrent record) are skipped, and a chain that cannot be completed yields noth
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Iterable, Sequence
 
@@ -110,9 +111,9 @@ def table(title: str, chain: Sequence[str], chains: list[list[int]]) -> list[str
         return [f"{title}: no complete chain found"]
     medians = [statistics.median(c) for c in columns]
     total = sum(medians) or 1
-    width = max(len(f"{a} -> {b}") for a, b in zip(chain, chain[1:], strict=False))
+    width = max(len(f"{a} -> {b}") for a, b in itertools.pairwise(chain))
     rows = [f"{title} ({len(chains)} samples)", f"  {'stage':<{width}}  {'median us':>10}  {'p90 us':>9}  {'share':>6}"]
-    for (a, b), column, median in zip(zip(chain, chain[1:], strict=False), columns, medians, strict=True):
+    for (a, b), column, median in zip(itertools.pairwise(chain), columns, medians, strict=True):
         rows.append(f"  {a + ' -> ' + b:<{width}}  {median / 1000:>10.1f}  {p90(column) / 1000:>9.1f}  {median / total:>6.1%}")
     whole = [times[-1] - times[0] for times in chains]
     rows.append(f"  {'sum of medians':<{width}}  {total / 1000:>10.1f}")

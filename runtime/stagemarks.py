@@ -19,32 +19,33 @@ from pathlib import Path
 _DIR = os.environ.get("BENCH_STAGE_MARKS", "")
 ON = bool(_DIR)
 
-_marks: list[tuple[int, str, str, int]] = []
-_owner_pid = 0  # the process whose marks _marks holds (a forked child starts its own list)
+# This process's marks, under its pid: a forked child (a respawned worker) starts its own list.
+_marks: dict[int, list[tuple[int, str, str, int]]] = {}
 
 
 def mark(stage: str, run: str | bytes | None, position: int = -1) -> None:
     """Note that ``run`` (its call at ``position``, if any) reached ``stage`` now."""
-    global _owner_pid
     now = time.time_ns()
     pid = os.getpid()
-    if pid != _owner_pid:
+    marks = _marks.get(pid)
+    if marks is None:
         _marks.clear()
-        _owner_pid = pid
+        marks = _marks[pid] = []
         atexit.register(write)
     if isinstance(run, bytes):
         run = run.decode(errors="replace")
-    _marks.append((now, stage, run or "", position))
+    marks.append((now, stage, run or "", position))
 
 
 def write() -> None:
     """Write this process's marks (atexit does; a benchmark's own process may call it earlier)."""
-    if not ON or os.getpid() != _owner_pid or not _marks:
+    marks = _marks.get(os.getpid())
+    if not ON or not marks:
         return
     path = Path(_DIR) / f"marks-{os.getpid()}.tsv"
     with path.open("a") as out:
-        out.writelines(f"{ns}\t{stage}\t{run}\t{position}\n" for ns, stage, run, position in _marks)
-    _marks.clear()
+        out.writelines(f"{ns}\t{stage}\t{run}\t{position}\n" for ns, stage, run, position in marks)
+    marks.clear()
 
 
 def enable(directory: str) -> None:

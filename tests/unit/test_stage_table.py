@@ -38,8 +38,9 @@ def test_p90_is_the_value_at_the_ninetieth_percentile_rank() -> None:
 def test_table_prints_medians_in_microseconds_and_the_whole_chain() -> None:
     rows = table("t", ("a", "b", "c"), [[0, 1_000, 4_000], [0, 3_000, 4_000], [0, 2_000, 6_000]])
     assert rows[0] == "t (3 samples)"
-    assert rows[2].split() == ["a", "->", "b", "2.0", "3.0", "50.0%"]
-    assert rows[3].split() == ["b", "->", "c", "2.0", "3.0", "50.0%"]
+    assert rows[2].split() == ["a", "->", "b", "2.0", "3.0", "40.0%"]
+    assert rows[3].split() == ["b", "->", "c", "3.0", "4.0", "60.0%"]
+    assert rows[-2].split()[-1] == "5.0"  # sum of medians
     assert rows[-1].split()[-2:] == ["4.0", "6.0"]
 
 
