@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 AGENTLOG := $(VENV)/bin/agentlog
 
-.PHONY: setup up down demo test lint unit bench bench-sink bench-rebuild chaos fuzz compare clean
+.PHONY: setup up down demo test lint unit bench bench-stages bench-sink bench-rebuild chaos fuzz compare clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,10 @@ test: setup
 
 bench: up
 	$(PY) bench/refund40.py
+
+# Where one step's and one submit/result's time goes, per stage (median, p90): see bench/stages.py.
+bench-stages: up
+	$(PY) bench/stages.py $(if $(RUNS),--runs $(RUNS))
 
 bench-sink: up
 	$(PY) bench/sink.py

@@ -26,6 +26,7 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future
 
+from runtime import stagemarks
 from runtime.log.events import Event
 from runtime.log.fencing import FenceFilter
 from runtime.log.port import EventLog, LogRecord, Tail
@@ -174,5 +175,7 @@ class ResultTail:
             while len(self._ended) > self._keep:
                 self._ended.popitem(last=False)
             waiters = self._waiters.pop(run_id, [])
+        if stagemarks.ON:
+            stagemarks.mark("tail delivered", run_id)
         for future in waiters:
             future.set_result(logged)

@@ -20,6 +20,7 @@ from confluent_kafka import (
     Producer,
 )
 
+from runtime import stagemarks
 from runtime.config import Settings
 from runtime.log.kafka_config import offset_of, producer_config
 from runtime.log.port import WriteError, settle
@@ -141,6 +142,8 @@ def _loop_settler(
     loop: asyncio.AbstractEventLoop, future: asyncio.Future[int], topic: str, partition: int
 ) -> Callable[[KafkaError | None, Message], None]:
     def delivered(error: KafkaError | None, message: Message) -> None:
+        if stagemarks.ON:
+            stagemarks.mark("broker ack", message.key())
         if error is not None:
             outcome: int | BaseException = WriteError(f"write to {topic}[{partition}] failed: {error}")
         else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 
+from runtime import stagemarks
 from runtime.config import Settings
 from runtime.log.events import Event, RunRejected, RunStarted
 from runtime.log.port import EventLog
@@ -90,6 +91,8 @@ def send_partition(settings: Settings, log: EventLog, loop: asyncio.AbstractEven
         ack.add_done_callback(functools.partial(owned.note_first_offset, run_id))
     if runs:
         last.add_done_callback(functools.partial(_index_runs, settings, log, owned.partition, runs))
+    if stagemarks.ON:
+        stagemarks.mark("sent", records[-1][0])
     log.append_batch(loop, settings.events_topic, owned.partition, records, watched)
 
 

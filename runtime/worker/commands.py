@@ -30,6 +30,7 @@ import logging
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
 
+from runtime import stagemarks
 from runtime.errors import AgentlogError, RetryableError
 from runtime.log.events import (
     CancelRequested,
@@ -209,6 +210,8 @@ class CommandHandler:
         ]
         owned.sizes[command.run_id] = [0, 0]
         self.batcher.append(owned, [started, *copies])  # first: a run whose start fails has no machine
+        if stagemarks.ON:
+            stagemarks.mark("append RunStarted", command.run_id)
         machine = RunMachine(
             self.app,
             started,

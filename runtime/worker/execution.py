@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from runtime import stagemarks
 from runtime.config import Settings
 from runtime.log.events import Event, ModelCallScheduled, RunContinuedAsNew, TimerFired
 from runtime.log.payloads import outlined
@@ -77,6 +78,8 @@ class Executor:
         if self.spans.on and machine.active:
             self.spans.run_span(machine)
         durable = self.batcher.append(owned, events) if events else None
+        if stagemarks.ON:
+            _mark_appended(machine, events, durable)
         if machine.active and self._over_history_limit(owned, machine):
             ready = []  # parked: nothing more runs
             durable = self.batcher.append(owned, machine.drain()[0]) or durable
@@ -127,6 +130,8 @@ class Executor:
         scheduled_at: int | None = None
         if durable is not None:
             scheduled_at = await durable
+            if stagemarks.ON:
+                stagemarks.mark("scheduled acked", machine.run_id, intent.position)
         if owned.lost or not machine.active:
             return
         if intent.kind in ("timer", "signal"):
@@ -150,7 +155,11 @@ class Executor:
             # No span call at all while tracing is off (RunSpans.on): this is every step's path.
             span = self.spans.call_started(machine, intent, attempt) if self.spans.on else None
             try:
+                if stagemarks.ON:
+                    stagemarks.mark(f"call start {intent.kind}", machine.run_id, intent.position)
                 outcome = completed(intent, await attempt_once(self.app, intent, self.pool), attempt, started)
+                if stagemarks.ON:
+                    stagemarks.mark(f"call end {intent.kind}", machine.run_id, intent.position)
             except asyncio.CancelledError as cancelled:
                 if span is not None:
                     self.spans.call_failed(span, cancelled)
@@ -230,3 +239,12 @@ class Executor:
             return
         machine.record(TimerFired(run_id=machine.run_id, position=intent.position))
         self.flush(owned, machine)
+
+
+def _mark_appended(machine: RunMachine, events: list[Event], durable: asyncio.Future[int] | None) -> None:
+    """Stage marks (runtime.stagemarks) of the records queued now, and of an ended run's ack."""
+    for event in events:
+        stagemarks.mark(f"append {type(event).__name__}", event.run_id, getattr(event, "position", -1))
+    if not machine.active and durable is not None:
+        run_id = machine.run_id
+        durable.add_done_callback(lambda _: stagemarks.mark("end acked", run_id))

@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from runtime import stagemarks
 from runtime.log.port import AssignCallback, CommandFeed, Delivery, RevokeCallback
 
 A = TypeVar("A")
@@ -83,6 +84,9 @@ class CommandIntake:
                 self._commit_queued()
                 deliveries = self.feed.poll(_MAX_RECORDS, _WAIT_S)
                 if deliveries:
+                    if stagemarks.ON:
+                        for delivery in deliveries:
+                            stagemarks.mark("intake polled", delivery.key)
                     self._in_loop(self.deliver, deliveries)
             self._commit_queued()
         except BaseException as error:  # the loop stops on it (Worker.serve checks ``failure``)

@@ -1,0 +1,110 @@
+"""Where the time of one step and of submit/result goes: N end-to-end runs of the refund-40
+workload (bench/e2e_app.py: 40 steps of a scripted model call and a sync tool committing one
+SQLite row) on the real stack, with stage marks on (runtime.stagemarks) in the worker and here,
+printed as medians and p90 per stage (bench/stage_table.py).
+
+Marks are wall-clock ns (CLOCK_REALTIME) of one machine; stages inside one process compare
+exactly, the hops between the client and the worker as exactly as that clock. Each run is
+submitted to an idle worker (a pause before it), as E2E-L is.
+
+Run: `make bench-stages` (services up) or `python bench/stages.py [--runs N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _deploy import fresh_deployment, start_worker
+
+from bench.stage_table import RESULT, STEP, SUBMIT, Timeline, steps, table, walk
+from runtime import stagemarks
+from runtime.client import Client, new_run_id
+
+APP = "bench.e2e_app:app"
+
+
+def _timelines(marks_dir: Path, db: Path, runs: list[str]) -> dict[str, Timeline]:
+    """Each run's marks by time: the worker's, this process's (prefixed "client "), and the
+    tool's SQLite commits ("tool commit")."""
+    wanted = set(runs)
+    lines: dict[str, Timeline] = defaultdict(list)
+    for path in marks_dir.glob("marks-*.tsv"):
+        client = path.name == f"marks-{os.getpid()}.tsv"
+        for line in path.read_text().splitlines():
+            ns, stage, run, _position = line.split("\t")
+            if run in wanted:
+                lines[run].append((int(ns), f"client {stage}" if client else stage))
+    with sqlite3.connect(db, timeout=30) as conn:
+        placeholders = ",".join("?" * len(runs))
+        for run, at in conn.execute(f"SELECT run, at FROM tool_calls WHERE run IN ({placeholders})", runs):
+            lines[run].append((round(at * 1e9), "tool commit"))
+    for timeline in lines.values():
+        timeline.sort()
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20, help="runs measured (after 3 warm-up runs)")
+    parser.add_argument("--idle", type=float, default=0.5, help="seconds the worker idles before each run")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="agentlog-stages-"))
+    marks_dir = workdir / "marks"
+    marks_dir.mkdir()
+    stagemarks.enable(str(marks_dir))
+    db = workdir / "e2e.db"
+    settings = fresh_deployment(partitions=12)
+    worker = start_worker(
+        settings, "stages-0", workdir / "worker.log", app=APP, E2E_DB=str(db), BENCH_STAGE_MARKS=str(marks_dir)
+    )
+    client = Client(settings)
+    runs: list[str] = []
+    try:
+        for _ in range(3):  # the worker joins, claims its partitions and warms its code paths
+            client.result(client.submit("e2e", {"run": (run := new_run_id())}, run_id=run), timeout=120)
+        for _ in range(args.runs):
+            time.sleep(args.idle)
+            run = new_run_id()
+            stagemarks.mark("submit called", run)
+            client.submit("e2e", {"run": run}, run_id=run)
+            stagemarks.mark("submit returned", run)
+            client.result(run, timeout=120)
+            stagemarks.mark("result returned", run)
+            runs.append(run)
+    finally:
+        client.close()
+        worker.terminate()
+        worker.wait(timeout=30)
+    stagemarks.write()
+    timelines = [_timelines(marks_dir, db, runs)[run] for run in runs]
+    submits = [w[0] for t in timelines if (w := walk(t, SUBMIT)) is not None]
+    all_steps = [s for t in timelines for s in steps(t, STEP)]
+    results = [w[0] for t in timelines if (w := walk(t, RESULT, _last_tool_end(t))) is not None]
+    print(f"{len(runs)} runs of 40 steps, worker idle {args.idle}s before each; marks in {marks_dir}")
+    for title, chain, found in (
+        ("submit -> first model call", SUBMIT, submits),
+        ("one step (model call -> tool call -> next model call)", STEP, all_steps),
+        ("last tool call -> Client.result returns", RESULT, results),
+    ):
+        print("\n".join(table(title, chain, found)))
+        print()
+
+
+def _last_tool_end(timeline: Timeline) -> int:
+    """Index of the run's last "call end tool" mark (where the result chain starts)."""
+    ends = [i for i, (_, stage) in enumerate(timeline) if stage == "call end tool"]
+    return ends[-1] if ends else len(timeline)
+
+
+if __name__ == "__main__":
+    main()

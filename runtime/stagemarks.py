@@ -1,0 +1,54 @@
+"""Opt-in stage marks: wall-clock timestamps of the points one step and one submit/result pass
+through, for bench/stages.py to split where the time goes.
+
+Off unless ``BENCH_STAGE_MARKS`` names a directory (read once, at import). Call sites test
+``stagemarks.ON`` before anything else, so the normal path pays one attribute read. When on, each
+process keeps ``(ns, stage, run, position)`` tuples in memory and writes them at exit to
+``<dir>/marks-<pid>.tsv``: writing per mark would put a system call into the very stages measured.
+Times are ``time.time_ns()`` (CLOCK_REALTIME) so that marks of the client's and the worker's
+processes on one machine share a clock.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import time
+from pathlib import Path
+
+_DIR = os.environ.get("BENCH_STAGE_MARKS", "")
+ON = bool(_DIR)
+
+# This process's marks, under its pid: a forked child (a respawned worker) starts its own list.
+_marks: dict[int, list[tuple[int, str, str, int]]] = {}
+
+
+def mark(stage: str, run: str | bytes | None, position: int = -1) -> None:
+    """Note that ``run`` (its call at ``position``, if any) reached ``stage`` now."""
+    now = time.time_ns()
+    pid = os.getpid()
+    marks = _marks.get(pid)
+    if marks is None:
+        _marks.clear()
+        marks = _marks[pid] = []
+        atexit.register(write)
+    if isinstance(run, bytes):
+        run = run.decode(errors="replace")
+    marks.append((now, stage, run or "", position))
+
+
+def write() -> None:
+    """Write this process's marks (atexit does; a benchmark's own process may call it earlier)."""
+    marks = _marks.get(os.getpid())
+    if not ON or not marks:
+        return
+    path = Path(_DIR) / f"marks-{os.getpid()}.tsv"
+    with path.open("a") as out:
+        out.writelines(f"{ns}\t{stage}\t{run}\t{position}\n" for ns, stage, run, position in marks)
+    marks.clear()
+
+
+def enable(directory: str) -> None:
+    """Turn marks on in this process (a benchmark's own; workers it starts get the variable)."""
+    global _DIR, ON
+    _DIR, ON = directory, True
