@@ -20,6 +20,7 @@ from analytics.migrations import migrate
 from analytics.server import QueryServer
 from analytics.store import Endpoint, StoreLocation, StoreLock, open_client, parse_dsn
 from runtime.config import Settings
+from runtime.log.kafka_auth import check_credentials
 from runtime.log.registry import registry_client
 
 from .core import SinkConfig, SinkCore, SinkStats
@@ -130,6 +131,9 @@ def run_sink(
     location = parse_dsn(dsn or settings.analytics_dsn)
     topic = topic or settings.events_topic
     stop = stop or threading.Event()
+    # Refused SASL credentials end the sink here, before it takes the store's lock or creates the
+    # store, and before its two Kafka clients (events, payloads) would wait on them forever.
+    check_credentials(settings)
     with _stop_on_signals(stop), _store_lock(location):
         client = open_client(location)
         try:

@@ -107,11 +107,14 @@ def test_worker_client_and_sink_authenticate_and_the_password_shows_nowhere(
     [
         ["submit", "short", "--input", '{"order": "x"}'],
         ["worker", "--app", APP, "--worker-id", "wrong", "--respawn"],
-        ["sink", "--dsn", "chdb:///tmp/agentlog-sasl-never-written"],
+        ["sink", "--dsn", "chdb:///{tmp}/never-written"],
     ],
     ids=["submit", "worker", "sink"],
 )
-def test_a_wrong_password_ends_the_process_with_the_server_named(secure: Settings, command: list[str]) -> None:
+def test_a_wrong_password_ends_the_process_with_the_server_named(
+    secure: Settings, command: list[str], tmp_path: Path
+) -> None:
+    command = [part.replace("/{tmp}", str(tmp_path)) for part in command]
     wrong = f"wrong-{uuid.uuid4().hex}"
     settings = secure.model_copy(update={"kafka": credentials(wrong)})
     # The timeout only guards the suite against the hang this test exists to rule out.
@@ -128,3 +131,4 @@ def test_a_wrong_password_ends_the_process_with_the_server_named(secure: Setting
     assert f"Kafka at 127.0.0.1:{PORT}: authentication failed for user '{USER}'" in done.stderr
     assert "Traceback" not in done.stderr
     assert wrong not in done.stderr + done.stdout
+    assert not list(tmp_path.iterdir()), "refused credentials, yet the process created its store"
