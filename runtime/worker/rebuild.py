@@ -40,6 +40,7 @@ from runtime.log.events import (
 from runtime.log.fencing import FenceFilter
 from runtime.log.payloads import PayloadMissing, inlined, is_outlined, read_back
 from runtime.log.port import EventLog
+from runtime.log.run_index import RUN_KEY_PREFIX
 from runtime.log.serde import DecodeError, Serde
 from runtime.worker.snapshots import (
     SNAPSHOT_KEY_PREFIX,
@@ -52,7 +53,6 @@ from runtime.worker.snapshots import (
 logger = logging.getLogger("agentlog.rebuild")
 
 CHECKPOINT_KEY_PREFIX = b"checkpoint/"
-RUN_KEY_PREFIX = b"run/"
 
 
 def checkpoint_key(partition: int) -> bytes:
@@ -103,7 +103,11 @@ class CheckpointRead:
         """Run -> through offset of the snapshots the checkpoint vouches for."""
         if self.checkpoint is None or self.vouch is None:
             return {}
-        return dict(self.vouch.snapshot_through) if self.vouch.covered_offset == self.checkpoint.covered_offset else {}
+        return (
+            dict(self.vouch.snapshot_through)
+            if self.vouch.covered_offset == self.checkpoint.covered_offset
+            else {}
+        )
 
 
 def latest_checkpoint(settings: Settings, serde: Serde, log: EventLog, partition: int) -> CheckpointRead:
@@ -175,7 +179,11 @@ def rebuild(settings: Settings, serde: Serde, log: EventLog, partition: int, epo
         result.records_read += 1
         if record.value is None:
             continue
-        if record.offset < covered and record.key is not None and record.offset < start_of_key.get(record.key, covered):
+        if (
+            record.offset < covered
+            and record.key is not None
+            and record.offset < start_of_key.get(record.key, covered)
+        ):
             continue  # a run that had ended by the checkpoint, or records its snapshot holds: not decoded
         try:
             event = serde.decode(record.value, record.key)
