@@ -347,14 +347,24 @@ class Client:
 
     def _logged(self, run_id: str, location: RunLocation | None, end: int | None = None) -> list[LoggedEvent]:
         """The run's events up to ``end``: read from its RunStarted's offset when ``location``
-        gives one and the record there is that RunStarted (the run has no record before it), else
-        from the partition's start."""
+        gives one and the record there is that RunStarted (the run has no record before it), and
+        only up to its ending event when ``location`` gives that too and the record there is one
+        (the run has no record after it); else from the partition's start."""
         if location is not None:
-            logged = list(self.events(run_id, start=location.first, end=end))
-            if logged and logged[0].offset == location.first and isinstance(logged[0].event, RunStarted):
+            last = location.end if location.end is not None and (end is None or location.end < end) else None
+            logged = list(self.events(run_id, start=location.first, end=end if last is None else last + 1))
+            if (
+                logged
+                and logged[0].offset == location.first
+                and isinstance(logged[0].event, RunStarted)
+                and (
+                    last is None
+                    or (logged[-1].offset == last and has_ended(summarize(run_id, logged[-1:]).status))
+                )
+            ):
                 return logged
             logger.warning(
-                "run %s: the run index's offset %s is not its RunStarted; scanning", run_id, location.first
+                "run %s: the run index's %s does not hold where its records lie; scanning", run_id, location
             )
         return list(self.events(run_id, end=end))
 
