@@ -90,9 +90,7 @@ def watermarks(
     deadline = time.monotonic() + patience_s
     while True:
         try:
-            low, high = reader.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=10, cached=False
-            )
+            low, high = reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
             return int(low), int(high)
         except KafkaException as exc:
             error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None

@@ -103,11 +103,7 @@ class CheckpointRead:
         """Run -> through offset of the snapshots the checkpoint vouches for."""
         if self.checkpoint is None or self.vouch is None:
             return {}
-        return (
-            dict(self.vouch.snapshot_through)
-            if self.vouch.covered_offset == self.checkpoint.covered_offset
-            else {}
-        )
+        return dict(self.vouch.snapshot_through) if self.vouch.covered_offset == self.checkpoint.covered_offset else {}
 
 
 def latest_checkpoint(settings: Settings, serde: Serde, log: EventLog, partition: int) -> CheckpointRead:
@@ -179,11 +175,7 @@ def rebuild(settings: Settings, serde: Serde, log: EventLog, partition: int, epo
         result.records_read += 1
         if record.value is None:
             continue
-        if (
-            record.offset < covered
-            and record.key is not None
-            and record.offset < start_of_key.get(record.key, covered)
-        ):
+        if record.offset < covered and record.key is not None and record.offset < start_of_key.get(record.key, covered):
             continue  # a run that had ended by the checkpoint, or records its snapshot holds: not decoded
         try:
             event = serde.decode(record.value, record.key)
