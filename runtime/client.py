@@ -31,6 +31,7 @@ from runtime.log.partitioning import partition_for
 from runtime.log.payloads import PayloadMissing, inlined, read_back, read_blobs
 from runtime.log.port import EventLog
 from runtime.log.prompts import PromptMissing, RecordedInput, checked_args, rebuild_inputs
+from runtime.log.run_index import RunLocation, parse_location, run_key
 from runtime.log.serde import DecodeError, Serde, record_to_dict
 from runtime.log.status import has_ended
 from runtime.replay.reset import SeedError, UncleanSeam, cut, encode_seed
@@ -85,6 +86,9 @@ class Client:
         # Results pushed: one tail over the events partitions of the runs this client submitted,
         # each from where the partition ended before the client's first submission to it.
         self._results = ResultTail(self.log, self.serde, self.settings.events_topic)
+        # Events-topic records the reads of this client went through, kept or skipped by key: what
+        # a lookup in the run index saves (tests and benchmarks read it).
+        self.events_records_read = 0
 
     # ------------------------------------------------------------------------------ commands
 
@@ -135,7 +139,7 @@ class Client:
         if ``position`` cuts between a call's Scheduled record and its outcome -- unless
         ``allow_in_doubt``: the new run then executes that call again, in doubt (its status names
         it), with its recorded key."""
-        logged = list(self.events(run_id))
+        logged = self._logged(run_id, self.location(run_id))
         started = next((e.event for e in logged if isinstance(e.event, RunStarted)), None)
         if started is None:
             raise AgentlogError(f"run {run_id} has no RunStarted in the log: nothing to reset")
@@ -251,13 +255,12 @@ class Client:
         partition = self.partition(run_id)
         key = run_id.encode()
         fence = FenceFilter()
-        for record in self.log.read(
-            self.settings.events_topic,
-            partition,
-            start=start,
-            end=end,
-            keep=lambda k: k == key or k is None,
-        ):
+
+        def keep(k: bytes | None) -> bool:
+            self.events_records_read += 1
+            return k == key or k is None
+
+        for record in self.log.read(self.settings.events_topic, partition, start=start, end=end, keep=keep):
             if record.value is None:
                 continue
             try:
@@ -278,7 +281,7 @@ class Client:
         An unknown run has an empty history. Raises AgentlogError if a stored result or message is
         missing (with ``payloads``), and what ``events`` raises."""
         partition = self.partition(run_id)
-        logged = list(self.events(run_id))
+        logged = self._logged(run_id, self.location(run_id))
         events = [e.event for e in logged]
         prompts: dict[int, dict[str, Any]] = {}
         if payloads:
@@ -300,7 +303,7 @@ class Client:
         """Every model call's input, by position, rebuilt from the run's message sequence with the
         messages stored out of line read back (runtime.log.prompts). Raises AgentlogError if a
         stored message is missing or altered, or the sequence lacks a message a prompt names."""
-        return self._inputs(run_id, [e.event for e in self.events(run_id)])
+        return self._inputs(run_id, [e.event for e in self._logged(run_id, self.location(run_id))])
 
     def _inputs(self, run_id: str, events: list[Event]) -> dict[int, RecordedInput]:
         try:
@@ -328,12 +331,66 @@ class Client:
         except PayloadMissing as error:
             raise AgentlogError(f"run {run_id}: {error}") from error
 
+    def location(self, run_id: str) -> RunLocation | None:
+        """Where the run index (runtime.log.run_index) says the run's records lie, or None if it
+        does not locate the run: its entries on the run's partition of the compacted checkpoints
+        topic, far smaller than the events partition. An entry with the ending's offset wins."""
+        key = run_key(run_id)
+        found: RunLocation | None = None
+        for record in self.log.read(
+            self.settings.checkpoints_topic, self.partition(run_id), keep=lambda k: k == key
+        ):
+            location = parse_location(record.value) if record.value is not None else None
+            if location is not None and (found is None or found.end is None or location.end is not None):
+                found = location
+        return found
+
+    def _logged(self, run_id: str, location: RunLocation | None, end: int | None = None) -> list[LoggedEvent]:
+        """The run's events up to ``end``: read from its RunStarted's offset when ``location``
+        gives one and the record there is that RunStarted (the run has no record before it), and
+        only up to its ending event when ``location`` gives that too and the record there is one
+        (the run has no record after it); else from the partition's start."""
+        if location is not None:
+            last = location.end if location.end is not None and (end is None or location.end < end) else None
+            logged = list(self.events(run_id, start=location.first, end=end if last is None else last + 1))
+            if (
+                logged
+                and logged[0].offset == location.first
+                and isinstance(logged[0].event, RunStarted)
+                and (
+                    last is None
+                    or (logged[-1].offset == last and has_ended(summarize(run_id, logged[-1:]).status))
+                )
+            ):
+                return logged
+            logger.warning(
+                "run %s: the run index's %s does not hold where its records lie; scanning", run_id, location
+            )
+        return list(self.events(run_id, end=end))
+
+    def _ending_at(self, run_id: str, location: RunLocation | None, end: int) -> LoggedEvent | None:
+        """The run's ending event at the offset ``location`` gives, if the record there is one."""
+        if location is None or location.end is None or location.end >= end:
+            return None
+        found = next(iter(self.events(run_id, start=location.end, end=location.end + 1)), None)
+        if (
+            found is not None
+            and found.offset == location.end
+            and has_ended(summarize(run_id, [found]).status)
+        ):
+            return found
+        logger.warning(
+            "run %s: the run index's offset %s is not its ending event; scanning", run_id, location.end
+        )
+        return None
+
     def status(self, run_id: str) -> RunStatus:
         """The run's status, size, in-doubt calls, re-decisions and outcome, read from its events
-        (the whole partition is scanned). A run id the log does not hold has status "unknown".
+        (from its first record when the run index locates it, else the whole partition is
+        scanned). A run id the log does not hold has status "unknown".
         Raises KafkaException if the events topic cannot be read, DecodeError on a record this
         code cannot decode."""
-        return summarize(run_id, list(self.events(run_id)))
+        return summarize(run_id, self._logged(run_id, self.location(run_id)))
 
     def result(self, run_id: str, timeout: float = 60.0, *, follow: bool = False) -> Any:
         """Wait for the run to end and return its result (decoded JSON).
@@ -399,14 +456,18 @@ class Client:
         """A future of the run's ending event. A run this client did not submit (or whose key the
         tail dropped) is watched first, so the tail decodes its records from where it is now on,
         then its partition is read up to its end, which lies at or beyond that position: between
-        the two, no record of the run is missed, even if the run ended long ago."""
+        the two, no record of the run is missed, even if the run ended long ago. The read is
+        only of the ending event when the run index locates it, and otherwise starts at the run's
+        RunStarted when the index locates that (no record of the run lies before it)."""
         partition = self.partition(run_id)
         start = self._results.started(partition)
         if start is None or not self._results.is_watched(run_id):
             self._results.watch(run_id, partition, self._end_offset(partition) if start is None else start)
             end = self._end_offset(partition)
-            ending = next(
-                (e for e in self.events(run_id, end=end) if has_ended(summarize(run_id, [e]).status)), None
+            location = self.location(run_id)
+            ending = self._ending_at(run_id, location, end) or next(
+                (e for e in self._logged(run_id, location, end) if has_ended(summarize(run_id, [e]).status)),
+                None,
             )
             if ending is not None:
                 done: concurrent.futures.Future[LoggedEvent] = concurrent.futures.Future()

@@ -14,11 +14,11 @@ import functools
 
 from runtime import stagemarks
 from runtime.config import Settings
-from runtime.log.events import Event, RunRejected, RunStarted
+from runtime.log.events import TERMINAL_TYPES, Event, RunRejected, RunStarted
 from runtime.log.port import EventLog
+from runtime.log.run_index import SEEN, run_key
 from runtime.log.serde import Serde
 from runtime.worker.partition import OwnedPartition
-from runtime.worker.rebuild import RUN_KEY_PREFIX
 
 
 class TurnBatcher:
@@ -44,6 +44,8 @@ class TurnBatcher:
             if isinstance(event, (RunStarted, RunRejected)):
                 owned.known_runs.add(run_id)
                 owned.pending_runs.append(run_id)
+            elif isinstance(event, TERMINAL_TYPES):
+                owned.pending_ended[len(pending)] = (run_id, owned.first_offset_of(run_id))
             pending.append((run_id.encode() if run_id else None, value))
             size = owned.sizes.get(run_id)
             if size is not None:  # a live run's record
@@ -72,15 +74,22 @@ class TurnBatcher:
 def send_partition(settings: Settings, log: EventLog, loop: asyncio.AbstractEventLoop, owned: OwnedPartition) -> None:
     """Send the records queued for ``owned`` as one batch. The turn's end does; so does a checkpoint,
     ahead of it, to know that no record is queued behind the last one sent."""
-    records, started, last, runs = (
+    records, started, ended, last, runs = (
         owned.pending,
         owned.pending_started,
+        owned.pending_ended,
         owned.pending_last,
         owned.pending_runs,
     )
     if last is None:  # sent already in this turn
         return
-    owned.pending, owned.pending_started, owned.pending_last, owned.pending_runs = [], {}, None, []
+    owned.pending, owned.pending_started, owned.pending_ended, owned.pending_last, owned.pending_runs = (
+        [],
+        {},
+        {},
+        None,
+        [],
+    )
     if owned.lost:  # its successor fences these anyway; nobody waits for them
         last.cancel()
         return
@@ -89,6 +98,9 @@ def send_partition(settings: Settings, log: EventLog, loop: asyncio.AbstractEven
         ack = watched.get(index) or watched.setdefault(index, loop.create_future())
         owned.started_acks[run_id] = ack
         ack.add_done_callback(functools.partial(owned.note_first_offset, run_id))
+    for index, (run_id, first) in ended.items():  # its offset goes to the run index (checkpoint)
+        ack = watched.get(index) or watched.setdefault(index, loop.create_future())
+        owned.note_ending(run_id, first, ack)
     if runs:
         last.add_done_callback(functools.partial(_index_runs, settings, log, owned.partition, runs))
     if stagemarks.ON:
@@ -107,5 +119,4 @@ def _index_runs(
     if acked.cancelled() or acked.exception() is not None:
         return  # not durable: the worker stops on it, and its successor handles the command again
     for run_id in runs:
-        log.append_unwatched(settings.checkpoints_topic, partition, RUN_KEY_PREFIX + run_id.encode(), b"1")
-
+        log.append_unwatched(settings.checkpoints_topic, partition, run_key(run_id), SEEN)

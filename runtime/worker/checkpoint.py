@@ -7,7 +7,8 @@ tests/unit/test_history_snapshots.py:
    every record appended later gets a higher offset;
 2. wait for the ack of that last record: every record step 1 describes lies below it, and
    everything below it is durable;
-3. prove no newer claim precedes it (a fenced worker publishes nothing);
+3. prove no newer claim precedes it (a fenced worker publishes nothing); then write the run
+   index's locations of records at or below it (runtime.log.run_index);
 4. append the history snapshots due (runtime.worker.snapshots), each holding a run's records
    counted in step 1, all below that offset + 1; then the ``CheckpointSnapshots`` naming the
    snapshots of runs that appended nothing after them, which the checkpoint vouches for;
@@ -28,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from runtime.config import Settings
 from runtime.log.events import PartitionCheckpoint
 from runtime.log.port import Committer, EventLog
+from runtime.log.run_index import run_key
 from runtime.log.serde import Serde
 from runtime.worker.batching import send_partition
 from runtime.worker.partition import OwnedPartition
@@ -87,6 +89,7 @@ class Checkpointer:
                 self.lose(owned.partition, "fenced while checkpointing")
                 return
             active = owned.acked_first_offsets(runs)
+            self._locate(owned, last, active)
             self.snapshots.write(owned, counts, last + 1, active)
             checkpoint = PartitionCheckpoint(
                 run_id="",
@@ -108,3 +111,11 @@ class Checkpointer:
             self.snapshots.retire(owned, counts)
         finally:
             owned.checkpoint_running = False
+
+    def _locate(self, owned: OwnedPartition, last: int, active: dict[str, int]) -> None:
+        """Write the run index's locations that step 3 just proved: every record they point at is
+        at or below ``last``, which no newer claim precedes, so none is fenced."""
+        for run_id, location in owned.locations_through(last, active).items():
+            self.log.append_unwatched(
+                self.settings.checkpoints_topic, owned.partition, run_key(run_id), location.encode()
+            )

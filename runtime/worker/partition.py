@@ -7,8 +7,19 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.log.run_index import RunLocation
 from runtime.workflow.intents import Stamp
 from runtime.workflow.machine import RunMachine
+
+FirstOffset = int | asyncio.Future[int] | None
+
+
+def _settled(first: int | asyncio.Future[int]) -> int | None:
+    if isinstance(first, int):
+        return first
+    if first.done() and not first.cancelled() and first.exception() is None:
+        return first.result()
+    return None
 
 
 @dataclass
@@ -43,6 +54,11 @@ class OwnedPartition:
     pending_runs: list[str] = field(default_factory=list)  # started or rejected: to index
     # Runs whose RunStarted was sent and whose first offset is not noted yet: the ack of each.
     started_acks: dict[str, asyncio.Future[int]] = field(default_factory=dict)
+    # Ending events queued this turn: index -> (run id, its first offset or its RunStarted's ack).
+    pending_ended: dict[int, tuple[str, FirstOffset]] = field(default_factory=dict)
+    # Ended runs whose location the run index does not hold yet: (first offset, ending's ack).
+    endings: dict[str, tuple[int | asyncio.Future[int], asyncio.Future[int]]] = field(default_factory=dict)
+    located: set[str] = field(default_factory=set)  # live runs whose first offset the index holds
 
     def spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         """Run ``coroutine`` as a task of this partition (cancelled when the partition is lost)."""
@@ -57,6 +73,41 @@ class OwnedPartition:
         self.started_acks.pop(run_id, None)
         self.sizes.pop(run_id, None)
         self.records.pop(run_id, None)
+        self.located.discard(run_id)
+
+    def first_offset_of(self, run_id: str) -> FirstOffset:
+        """The run's first offset, or the ack that will tell it, or None if neither is known."""
+        return self.first_offsets.get(run_id, self.started_acks.get(run_id))
+
+    def note_ending(self, run_id: str, first: FirstOffset, ack: asyncio.Future[int]) -> None:
+        """Remember where the run started and the ack of its ending event, for the run index."""
+        first = first if first is not None else self.started_acks.get(run_id)
+        if first is not None:
+            self.endings[run_id] = (first, ack)
+
+    def locations_through(self, upto: int, active: dict[str, int]) -> dict[str, RunLocation]:
+        """The index entries to write once no newer claim precedes ``upto`` (so no record at or
+        below it is fenced): ended runs whose ending event is acknowledged at or below it, and
+        ``active`` runs (first offsets, all acknowledged below it) not located yet."""
+        found: dict[str, RunLocation] = {}
+        for run_id, (first, ack) in list(self.endings.items()):
+            if not ack.done():
+                continue
+            if ack.cancelled() or ack.exception() is not None:
+                del self.endings[run_id]  # not durable: the worker stops on it
+                continue
+            if ack.result() > upto:
+                continue
+            del self.endings[run_id]
+            start = _settled(first)
+            if start is not None:
+                found[run_id] = RunLocation(start, ack.result())
+                self.located.add(run_id)  # a run still continuing keeps its ending's entry
+        for run_id, start in active.items():
+            if run_id not in self.located and run_id not in self.endings:
+                found[run_id] = RunLocation(start)
+                self.located.add(run_id)
+        return found
 
     def note_first_offset(self, run_id: str, ack: asyncio.Future[int]) -> None:
         """Note where a rebuild reads ``run_id`` from, given its RunStarted's settled ``ack`` (a run

@@ -40,6 +40,7 @@ from runtime.log.events import (
 from runtime.log.fencing import FenceFilter
 from runtime.log.payloads import PayloadMissing, inlined, is_outlined, read_back
 from runtime.log.port import EventLog
+from runtime.log.run_index import RUN_KEY_PREFIX
 from runtime.log.serde import DecodeError, Serde
 from runtime.worker.snapshots import (
     SNAPSHOT_KEY_PREFIX,
@@ -52,7 +53,6 @@ from runtime.worker.snapshots import (
 logger = logging.getLogger("agentlog.rebuild")
 
 CHECKPOINT_KEY_PREFIX = b"checkpoint/"
-RUN_KEY_PREFIX = b"run/"
 
 
 def checkpoint_key(partition: int) -> bytes:
