@@ -11,7 +11,8 @@ when one run has no call there (``missing``).
 The first divergence is the lowest such position, shown with both prompts and both decisions;
 the rest follows: every other differing position, the counts of each run, tokens and cost (when
 the store has them, see ``analytics.explore``), and the effects -- effecting tool calls by
-idempotency key: taken by both, only by A, only by B.
+idempotency key: taken by both, only by A, only by B, and those a fork recorded as skipped
+(never made: a fork runs effects dry) apart, so a dry run never reads as a second action.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
+
+from runtime.log.status import SKIPPED_IN_FORK
 
 from . import render
 from .audit import AuditError, run_events
@@ -160,23 +163,38 @@ def _usage_total(steps: Mapping[int, Step]) -> dict[str, JsonValue] | None:
 
 
 def _effects(a: Mapping[int, Step], b: Mapping[int, Step]) -> dict[str, list[dict[str, JsonValue]]]:
-    def by_key(steps: Mapping[int, Step]) -> dict[Any, Step]:
-        return {(s.name, s.idempotency_key or f"#{s.position}"): s for s in steps.values() if s.effect}
+    def skipped(step: Step) -> bool:
+        value = step.result
+        if isinstance(value, str):  # results are stored as JSON text
+            try:
+                value = json.loads(value)
+            except ValueError:
+                return False
+        return bool(value == SKIPPED_IN_FORK)
 
-    ka, kb = by_key(a), by_key(b)
+    def by_key(steps: Mapping[int, Step], *, dry: bool) -> dict[Any, Step]:
+        return {
+            (s.name, s.idempotency_key or f"#{s.position}"): s
+            for s in steps.values()
+            if s.effect and skipped(s) == dry
+        }
+
+    ka, kb = by_key(a, dry=False), by_key(b, dry=False)
 
     def row(key: Any, side: Step) -> dict[str, JsonValue]:
         return {
             "tool": key[0],
             "idempotency_key": side.idempotency_key,
             "position": side.position,
-            "outcome": side.outcome,
+            "outcome": "skipped (fork)" if skipped(side) else side.outcome,
         }
 
     return {
         "both": [row(k, ka[k]) for k in ka if k in kb],
         "only_a": [row(k, ka[k]) for k in ka if k not in kb],
         "only_b": [row(k, kb[k]) for k in kb if k not in ka],
+        "skipped_a": [row(k, step) for k, step in by_key(a, dry=True).items()],
+        "skipped_b": [row(k, step) for k, step in by_key(b, dry=True).items()],
     }
 
 
@@ -290,9 +308,18 @@ def print_diff(result: Mapping[str, Any], out: TextIO) -> None:
     out.write("\neffects\n")
     render.table(
         ["taken by", "tool", "idempotency_key", "position", "outcome"],
-        [{"taken by": side, **e} for side in ("both", "only_a", "only_b") for e in effects[side]],
+        [{"taken by": EFFECT_SIDES[side], **e} for side in EFFECT_SIDES for e in effects.get(side, [])],
         out,
     )
+
+
+EFFECT_SIDES = {
+    "both": "both",
+    "only_a": "only A",
+    "only_b": "only B",
+    "skipped_a": "none: A skipped it (fork)",
+    "skipped_b": "none: B skipped it (fork)",
+}
 
 
 def _side(step: Mapping[str, Any] | None) -> str:

@@ -61,3 +61,8 @@ def status_after(event_type: str, current: RunState) -> RunState:
 def has_ended(state: str) -> bool:
     """Whether a run in ``state`` takes no further step."""
     return state in ENDED
+
+
+# The result a fork records for an effecting tool call it did not make (forks run effects dry):
+# the worker writes it, the audit diff tells "skipped by the fork" from "taken".
+SKIPPED_IN_FORK = {"skipped": "fork"}

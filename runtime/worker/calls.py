@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime.log.events import Event, ModelCallCompleted, ModelCallFailed, ToolCallCompleted, ToolCallFailed
+from runtime.log.status import SKIPPED_IN_FORK
 from runtime.worker.call_pool import CallPool
 from runtime.worker.usage import usage_of
 from runtime.workflow.app import App, RetryPolicy
@@ -100,11 +101,8 @@ def completed(
     )
 
 
-# What an effecting tool "returns" in a fork (runtime.client.Client.fork): it was never called.
-SKIPPED_IN_FORK = {"skipped": "fork"}
-
-
 def skipped_in_fork(command: Intent) -> ToolCallCompleted:
+    """What an effecting tool "returns" in a fork (runtime.client.Client.fork): it was never called."""
     return ToolCallCompleted(run_id="", position=command.position, result=canonical_json(SKIPPED_IN_FORK))
 
 

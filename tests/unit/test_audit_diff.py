@@ -125,3 +125,16 @@ def test_the_text_shows_the_first_divergence_side_by_side() -> None:
     assert "first divergence at position 3: decision" in text
     assert re.search(r"result\s+y\s+Y", text), text
     assert "1 more differing positions" not in text  # position 3 is the only one
+
+
+def test_an_effect_a_fork_skipped_is_not_taken_by_it() -> None:
+    # A fork runs effects dry: the worker records {"skipped": "fork"} and never calls the tool, under
+    # the original's key. The world saw one refund, by A; the diff must not say "taken by both".
+    original = run(["x", "y"])
+    forked = run(["x", "y"])
+    refund = next(e for e in forked if e["type"] == "ToolCallCompleted" and e["position"] == 4)
+    refund["result"] = '{"skipped":"fork"}'
+    effects = diff.diff_steps("a", "b", original, forked)["effects"]
+    assert effects["both"] == [] and effects["only_b"] == [] and effects["skipped_a"] == []
+    assert [e["idempotency_key"] for e in effects["only_a"]] == ["k-refund"]
+    assert [(e["idempotency_key"], e["outcome"]) for e in effects["skipped_b"]] == [("k-refund", "skipped (fork)")]
