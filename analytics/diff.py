@@ -154,8 +154,12 @@ def _counts(steps: Mapping[int, Step], events: Sequence[Mapping[str, JsonValue]]
 
 
 def _usage_total(steps: Mapping[int, Step]) -> dict[str, JsonValue] | None:
+    """Tokens and cost the run paid for: calls a reset or fork copied from its original are the
+    original's (as in ``audit cost``)."""
     totals: dict[str, float] = {}
     for step in steps.values():
+        if step.usage.get("copied"):
+            continue
         for key, value in step.usage.items():
             if isinstance(value, int | float) and not isinstance(value, bool):
                 totals[key] = totals.get(key, 0) + value

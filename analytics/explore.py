@@ -22,7 +22,8 @@ from .store import QueryStore
 from .tables import CLAIM_TYPE, DATABASE, EVENTS
 
 # Usage columns of the model_calls view, shown when the store has them (issue 13 adds them).
-USAGE_COLUMNS = ("response_model", "input_tokens", "output_tokens", "cached_tokens", "cost_usd")
+# ``copied``: a call a reset or fork copied from its original, which paid for it (left out of sums).
+USAGE_COLUMNS = ("response_model", "input_tokens", "output_tokens", "cached_tokens", "cost_usd", "copied")
 PROMPT_COLUMNS = ("messages", "params")
 RUN_SORTS = ("run_id", "workflow", "status", "steps", "events", "bytes", "cost", "started_at", "ended_at")
 

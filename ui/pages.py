@@ -140,9 +140,10 @@ def run_data(store: QueryStore, settings: Settings, run_id: str) -> dict[str, An
     A call's details (prompt, arguments, result...) are not in it: the page fetches them when a
     call or step is clicked (``run_calls``), so a 10,000-event run's page stays small."""
     summary, line = _timeline(store, settings, run_id)
-    cost = [c.usage.get("cost_usd") for c in line.calls if isinstance(c.usage.get("cost_usd"), int | float)]
+    paid = [c for c in line.calls if not c.usage.get("copied")]  # copied calls: the original paid
+    cost = [c.usage.get("cost_usd") for c in paid if isinstance(c.usage.get("cost_usd"), int | float)]
     tokens = {
-        key: sum(v for c in line.calls if isinstance(v := c.usage.get(key), int))
+        key: sum(v for c in paid if isinstance(v := c.usage.get(key), int))
         for key in ("input_tokens", "output_tokens", "cached_tokens")
         if any(c.usage.get(key) is not None for c in line.calls)
     }

@@ -138,3 +138,14 @@ def test_an_effect_a_fork_skipped_is_not_taken_by_it() -> None:
     assert effects["both"] == [] and effects["only_b"] == [] and effects["skipped_a"] == []
     assert [e["idempotency_key"] for e in effects["only_a"]] == ["k-refund"]
     assert [(e["idempotency_key"], e["outcome"]) for e in effects["skipped_b"]] == [("k-refund", "skipped (fork)")]
+
+
+def test_a_call_a_fork_copied_from_its_original_is_not_counted_in_the_forks_cost() -> None:
+    # The fork's call at position 1 is the original's, copied (the original paid for it, once);
+    # its own call at position 3 is new. audit cost leaves copied calls out; so does the diff.
+    paid = {"input_tokens": 10, "output_tokens": 2, "cost_usd": 0.5, "copied": False}
+    usage_a = {1: paid, 3: paid}
+    usage_b = {1: {**paid, "copied": True}, 3: {**paid, "cost_usd": 0.75}}
+    result = diff.diff_steps("a", "b", run(["x", "y"]), run(["x", "y"]), usage_a, usage_b)
+    assert result["usage"]["a"] == {"input_tokens": 20, "output_tokens": 4, "cost_usd": 1.0}
+    assert result["usage"]["b"] == {"input_tokens": 10, "output_tokens": 2, "cost_usd": 0.75}
