@@ -595,6 +595,17 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def keep_logs(work: Path) -> None:
+    """Copy the rows' worker and sink logs out of the scratch folder (removed with the cluster's
+    data) into ``CHAOS_LOGS`` (default ``.agentlog/chaos-logs/<time>``): a failed row is
+    explained by what its worker said."""
+    where = Path(os.environ.get("CHAOS_LOGS") or Path(".agentlog/chaos-logs") / time.strftime("%Y%m%dT%H%M%S"))
+    where.mkdir(parents=True, exist_ok=True)
+    for path in work.glob("*.log"):
+        shutil.copy2(path, where / path.name)
+    print(f"chaos: logs kept in {where}", file=sys.stderr, flush=True)
+
+
 def main() -> int:
     wanted = sys.argv[1:] or list(ROWS)
     unknown = [w for w in wanted if w not in ROWS]
@@ -605,13 +616,16 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="agentlog-chaos-") as scratch:
         work = Path(scratch)
-        with cluster_support.private_cluster(load_settings(), work / "state") as base:
-            for name in wanted:
-                started = time.monotonic()
-                result = ROWS[name](base, work)
-                result["seconds"] = round(time.monotonic() - started, 1)
-                rows.append(result)
-                print(json.dumps(result), flush=True)
+        try:
+            with cluster_support.private_cluster(load_settings(), work / "state") as base:
+                for name in wanted:
+                    started = time.monotonic()
+                    result = ROWS[name](base, work)
+                    result["seconds"] = round(time.monotonic() - started, 1)
+                    rows.append(result)
+                    print(json.dumps(result), flush=True)
+        finally:
+            keep_logs(work)
     print(table(rows))
     bad = [
         r

@@ -9,12 +9,13 @@ answer them.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from runtime.config import Settings
-from runtime.log.port import AssignCallback, Delivery, RevokeCallback
+from runtime.log.port import AssignCallback, Delivery, MembershipFenced, RevokeCallback
 
 
 def consumer_config(settings: Settings, worker_id: str, session_timeout_ms: int) -> dict[str, Any]:
@@ -44,6 +45,7 @@ class KafkaCommandFeed:
         self.consumer = Consumer(consumer_config(settings, worker_id, session_timeout_ms))
         self._on_assign: AssignCallback | None = None
         self._on_revoke: RevokeCallback | None = None
+        self.fenced = False
         self.consumer.subscribe(
             [self.topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
         )
@@ -65,8 +67,13 @@ class KafkaCommandFeed:
         for message in messages:
             error: KafkaError | None = message.error()
             if error is not None:
-                if error.fatal():
-                    raise KafkaException(error)
+                # A consumer's only fatal error is its static membership fenced (librdkafka
+                # raises it as _FATAL; the underlying FENCED_INSTANCE_ID is in its text). Besides
+                # an impostor with the same id, librdkafka reaches it by itself when its session
+                # timed out while the group coordinator moved (librdkafka issue 3437).
+                if error.fatal() or error.code() == KafkaError._FATAL:
+                    self.fenced = True
+                    raise MembershipFenced(error.str())
                 deliveries.append(Delivery(message.partition() or 0, -1, None, None, str(error)))
                 continue
             offset = message.offset()
@@ -78,7 +85,13 @@ class KafkaCommandFeed:
         self.consumer.commit(offsets=[TopicPartition(self.topic, partition, offset)], asynchronous=True)
 
     def close(self) -> None:
-        self.consumer.close()
+        if not self.fenced:
+            self.consumer.close()
+            return
+        # A fenced consumer cannot leave the group it no longer belongs to; close() reports that
+        # fatal state again, and there is nothing left to hand over.
+        with contextlib.suppress(KafkaException):
+            self.consumer.close()
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._on_assign is None:

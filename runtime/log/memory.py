@@ -22,7 +22,15 @@ from dataclasses import dataclass, field
 
 from runtime.config import Settings
 from runtime.log.partitioning import partition_for
-from runtime.log.port import AssignCallback, Delivery, LogRecord, RevokeCallback, WriteError, settle
+from runtime.log.port import (
+    AssignCallback,
+    Delivery,
+    LogRecord,
+    MembershipFenced,
+    RevokeCallback,
+    WriteError,
+    settle,
+)
 
 _Ack = Callable[[int | BaseException], None]
 
@@ -150,6 +158,8 @@ class MemoryLog:
         del session_timeout_ms
         feed = MemoryCommandFeed(self, worker_id)
         with self._changed:
+            if self.group.owner is not None and self.group.owner.worker_id == worker_id:
+                self.group.owner.fenced = True  # static membership: the newer member with the id wins
             self.group.owner = feed
         return feed
 
@@ -268,11 +278,14 @@ class MemoryCommandFeed:
         self._on_revoke: RevokeCallback | None = None
         self._positions: dict[int, int] = {}  # partition -> next offset to deliver
         self.closed = False
+        self.fenced = False
 
     def bind(self, on_assign: AssignCallback, on_revoke: RevokeCallback) -> None:
         self._on_assign, self._on_revoke = on_assign, on_revoke
 
     def poll(self, max_records: int, timeout_s: float) -> list[Delivery]:
+        if self.fenced:
+            raise MembershipFenced(f"another member joined with worker id {self.worker_id!r}")
         owner = self.log.group.owner is self and not self.closed
         if not owner and self._positions:
             partitions, self._positions = sorted(self._positions), {}

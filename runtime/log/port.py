@@ -30,7 +30,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
-from runtime.errors import RetryableError
+from runtime.errors import AgentlogError, RetryableError
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +53,13 @@ class Delivery:
     value: bytes | None
     error: str | None = None
     fatal: bool = False
+
+
+class MembershipFenced(AgentlogError):
+    """The workers' group fenced this member: another member joined with its worker id (static
+    membership), so the group counts this one as gone. The feed is dead and cannot recover; a
+    new one must join. Kafka also fences a member that survived its own session timeout -- a
+    group coordinator that moved under load -- and that member is nobody's impostor."""
 
 
 class WriteError(RetryableError):
@@ -94,7 +101,8 @@ class CommandFeed(Protocol):
         """Route partition changes to the worker (they arrive only from ``poll``)."""
 
     def poll(self, max_records: int, timeout_s: float) -> list[Delivery]:
-        """The next records of the assigned partitions (and runs assignment callbacks)."""
+        """The next records of the assigned partitions (and runs assignment callbacks); raises
+        ``MembershipFenced`` once the group has fenced this member."""
 
     def commit(self, partition: int, offset: int) -> None:
         """Record that a restarted member may resume ``partition`` at ``offset`` (asynchronous)."""

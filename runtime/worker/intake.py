@@ -12,6 +12,12 @@ What stays as it was:
 - One batch at a time: the thread polls again only once the loop has taken the last batch, so a
   backlog stays in the feed instead of piling up in the loop's queue, and a batch is delivered
   before a later revoke of its partition is.
+- A fenced membership (``MembershipFenced``: Kafka fences a static member whose session timed
+  out while its group coordinator moved, not only an impostor with its id) is not the end of the
+  worker: the partitions the feed held are dropped in the loop, as a revoke drops them, and a new
+  feed joins the group and is assigned afresh (a new claim and rebuild each, as after a restart).
+  Fenced again within ``REFENCED_WITHIN_S`` of rejoining means another worker runs with this
+  worker's id: then the intake fails and the worker stops, saying so.
 - Every call on the feed happens in this thread while it runs: a Kafka consumer call from
   another thread waits for the poll in progress, and the next, and the next (the checkpointer's
   ``commit`` never got through). ``commit`` is queued and made before the next poll; ``close``
@@ -22,12 +28,17 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
+import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from runtime import stagemarks
-from runtime.log.port import AssignCallback, CommandFeed, Delivery, RevokeCallback
+from runtime.log.port import AssignCallback, CommandFeed, Delivery, MembershipFenced, RevokeCallback
+
+log = logging.getLogger("agentlog.worker")
 
 A = TypeVar("A")
 R = TypeVar("R")
@@ -35,6 +46,9 @@ R = TypeVar("R")
 # How long one poll of the feed blocks: the longest the thread takes to notice ``stop``.
 _WAIT_S = 0.1
 _MAX_RECORDS = 500
+# Fenced twice this close together: not a coordinator's hiccup but two workers sharing an id,
+# who would fence each other forever.
+REFENCED_WITHIN_S = 60.0
 
 
 class CommandIntake:
@@ -47,8 +61,12 @@ class CommandIntake:
         deliver: Callable[[list[Delivery]], None],
         on_assign: AssignCallback,
         on_revoke: RevokeCallback,
+        rejoin: Callable[[], CommandFeed] | None = None,
     ) -> None:
         self.feed = feed
+        self.rejoin = rejoin
+        self._held: set[int] = set()  # partitions the current feed has assigned (this thread's)
+        self._fenced_at: float | None = None
         self.loop = loop
         self.deliver = deliver
         self.on_assign = on_assign
@@ -82,7 +100,11 @@ class CommandIntake:
         try:
             while self._running:
                 self._commit_queued()
-                deliveries = self.feed.poll(_MAX_RECORDS, _WAIT_S)
+                try:
+                    deliveries = self.feed.poll(_MAX_RECORDS, _WAIT_S)
+                except MembershipFenced as fenced:
+                    self._rejoin_after(fenced)
+                    continue
                 if deliveries:
                     if stagemarks.ON:
                         for delivery in deliveries:
@@ -98,10 +120,32 @@ class CommandIntake:
         for partition, offset in commits.items():
             self.feed.commit(partition, offset)
 
+    def _rejoin_after(self, fenced: MembershipFenced) -> None:
+        now = time.monotonic()
+        if self.rejoin is None:
+            raise fenced
+        if self._fenced_at is not None and now - self._fenced_at < REFENCED_WITHIN_S:
+            raise MembershipFenced(
+                f"fenced again {now - self._fenced_at:.0f} s after rejoining the workers' group ({fenced}): "
+                "another worker is running with this worker id; give each worker its own --worker-id"
+            ) from fenced
+        self._fenced_at = now
+        held, self._held = sorted(self._held), set()
+        log.warning(json.dumps({"event": "membership_fenced", "why": str(fenced), "partitions": held}))
+        self._in_loop(self.on_revoke, held)  # calls in flight end in doubt; the next claim fences them
+        with self._lock:
+            self._commits.clear()  # positions of the fenced membership: the new one commits its own
+        self.feed.close()
+        self.feed = self.rejoin()
+        self.feed.bind(self._assigned, self._revoked)
+
     def _assigned(self, partitions: list[int]) -> dict[int, int]:
-        return self._in_loop(self.on_assign, partitions)
+        starts = self._in_loop(self.on_assign, partitions)
+        self._held.update(partitions)
+        return starts
 
     def _revoked(self, partitions: list[int]) -> None:
+        self._held.difference_update(partitions)
         self._in_loop(self.on_revoke, partitions)
 
     def _in_loop(self, call: Callable[[A], R], argument: A) -> R:

@@ -69,6 +69,7 @@ class Worker:
             settings, serde, log, self.worker_id, checkpoint_interval_s, self.executor.still_owner, self._lose
         )
         # A feed may be joined before the worker is built (a restarted worker joins first).
+        self.session_timeout_ms = session_timeout_ms
         self.feed = feed or log.join(self.worker_id, session_timeout_ms)
         self.feed.bind(self._on_assign, self._on_revoke)
 
@@ -99,7 +100,9 @@ class Worker:
         log.info(json.dumps({"event": "worker_started", "worker": self.worker_id, "pid": os.getpid()}))
         # Commands arrive from the intake's thread as they are fetched (runtime.worker.intake);
         # the loop itself only wakes every tick to checkpoint and to look for failures.
-        intake = CommandIntake(self.feed, loop, self._deliver_all, self._on_assign, self._on_revoke)
+        intake = CommandIntake(
+            self.feed, loop, self._deliver_all, self._on_assign, self._on_revoke, self._rejoin
+        )
         intake.start()
         try:
             while not self._stopping and not (stop is not None and stop.is_set()):
@@ -130,6 +133,11 @@ class Worker:
         owned = self.owned.get(delivery.partition)
         if owned is not None:
             self.commands.handle(owned, delivery)
+
+    def _rejoin(self) -> CommandFeed:
+        """A new membership of the workers' group, after the group fenced the last one."""
+        self.feed = self.log.join(self.worker_id, self.session_timeout_ms)
+        return self.feed
 
     def _is_claim(self, value: bytes) -> bool:
         try:

@@ -18,7 +18,7 @@ from runtime.config import Settings
 from runtime.log.kafka import KafkaLog
 from runtime.log.memory import MemoryLog
 from runtime.log.partitioning import partition_for
-from runtime.log.port import Delivery, EventLog
+from runtime.log.port import Delivery, EventLog, MembershipFenced
 
 CLAIM = b"claim"  # the contract's stand-in for an encoded EpochClaimed (the port does not decode)
 
@@ -142,6 +142,24 @@ class EventLogContract:
             assert owners == ["owner-worker"] * self.settings.partitions
         finally:
             feed.close()
+
+    def test_a_member_joining_with_the_same_worker_id_fences_the_earlier_one(self, log: EventLog) -> None:
+        first = log.join("fenced-worker", 6000)
+        first.bind(lambda partitions: {p: 0 for p in partitions}, lambda partitions: None)
+        deadline = time.monotonic() + 30
+        while log.commands_owner(0) != "fenced-worker" and time.monotonic() < deadline:
+            first.poll(10, 0.2)
+        second = log.join("fenced-worker", 6000)
+        second.bind(lambda partitions: {p: 0 for p in partitions}, lambda partitions: None)
+        try:
+            with pytest.raises(MembershipFenced):
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    second.poll(10, 0.2)  # its join fences the first member at the coordinator
+                    first.poll(10, 0.2)
+        finally:
+            first.close()
+            second.close()
 
     # -- the tail ------------------------------------------------------------------------------------
     def test_a_tail_delivers_each_followed_partition_from_its_start_including_later_appends(
