@@ -104,7 +104,15 @@ def _serve(
         raise
     log.connect()  # the reader is connected before partitions arrive: rebuilds read with it
     try:
-        Worker(app, settings, log=log, serde=serde, worker_id=worker_id, feed=feed).run(tune_gc=True)
+        Worker(
+            app,
+            settings,
+            log=log,
+            serde=serde,
+            worker_id=worker_id,
+            session_timeout_ms=args.session_timeout_ms,  # a rejoin after fencing joins as the first did
+            feed=feed,
+        ).run(tune_gc=True)
     finally:
         log.close()
 
