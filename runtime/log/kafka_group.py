@@ -15,6 +15,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from runtime.config import Settings
+from runtime.errors import AgentlogError
 from runtime.log.port import AssignCallback, Delivery, MembershipFenced, RevokeCallback
 
 
@@ -42,6 +43,7 @@ class KafkaCommandFeed:
 
     def __init__(self, settings: Settings, worker_id: str, session_timeout_ms: int) -> None:
         self.topic = settings.commands_topic
+        self.session_timeout_ms = session_timeout_ms
         self.consumer = Consumer(consumer_config(settings, worker_id, session_timeout_ms))
         self._on_assign: AssignCallback | None = None
         self._on_revoke: RevokeCallback | None = None
@@ -74,6 +76,12 @@ class KafkaCommandFeed:
                 if error.fatal() or error.code() == KafkaError._FATAL:
                     self.fenced = True
                     raise MembershipFenced(error.str())
+                if error.code() == KafkaError.INVALID_SESSION_TIMEOUT:  # retried forever otherwise
+                    raise AgentlogError(
+                        f"the workers' group refused --session-timeout-ms {self.session_timeout_ms}: it must lie "
+                        "within the brokers' group.min.session.timeout.ms and group.max.session.timeout.ms "
+                        "(6000 and 1800000 unless the cluster sets them)"
+                    )
                 deliveries.append(Delivery(message.partition() or 0, -1, None, None, str(error)))
                 continue
             offset = message.offset()

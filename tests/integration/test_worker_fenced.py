@@ -18,6 +18,7 @@ from confluent_kafka import Consumer
 from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.kafka_group import consumer_config
+from support.services import agentlog
 from support.wait import wait_until
 from support.workers import WorkerProcess, start_worker
 
@@ -65,3 +66,13 @@ def test_a_fenced_worker_rejoins_and_its_waiting_run_completes(
     assert client.result(run, timeout=60) == "after the fence"
     assert worker.proc.poll() is None, worker.log_tail()
     client.close()
+
+
+def test_a_session_timeout_the_group_refuses_stops_the_worker_with_the_reason(deployment: Settings) -> None:
+    # librdkafka retries a JoinGroup the coordinator refuses every 2 s, forever: a worker that
+    # logged it and went on never served anything.
+    done = agentlog(deployment, "worker", "--app", "support.agent_apps:app", "--session-timeout-ms", "3000")
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "refused --session-timeout-ms 3000" in done.stderr
+    assert "group.min.session.timeout.ms" in done.stderr
+    assert "Traceback" not in done.stderr
