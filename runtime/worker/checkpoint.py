@@ -36,9 +36,20 @@ from runtime.worker.partition import OwnedPartition
 from runtime.worker.rebuild import checkpoint_key
 from runtime.worker.snapshots import SnapshotWriter, live_record_counts
 
+# A partition is checkpointed before its interval is up once every run its last checkpoint listed
+# as active has ended, if a rebuild from that checkpoint would decode this many records (those
+# runs' records and everything written since): a rebuild replays what was written after the
+# latest checkpoint and every run it lists, so after a burst of runs a checkpoint that still lists
+# the burst costs the whole burst (measured: a worker killed ~0.15 s after 200 runs of 40 steps
+# ended decoded 23,800-31,600 records, 1.2-1.5 s, its last checkpoint 0.35 s old). The threshold and
+# the spacing bound what this costs: a checkpoint is a handful of records.
+EARLY_AFTER_RECORDS = 1_000
+EARLY_SPACING_S = 0.05
+
 
 class Checkpointer:
-    """Writes a checkpoint of each owned partition with new writes, at most every ``interval_s``."""
+    """Writes a checkpoint of each owned partition with new writes, at most every ``interval_s``
+    -- sooner once the runs the last one listed have all ended (``EARLY_AFTER_RECORDS``)."""
 
     def __init__(
         self,
@@ -61,16 +72,21 @@ class Checkpointer:
         self.snapshots = SnapshotWriter(settings, serde, log, worker_id)
 
     def maybe_checkpoint(self, owned_partitions: list[OwnedPartition], feed: Committer) -> None:
-        if time.monotonic() - self._last_round < self.interval_s:
-            return
-        self._last_round = time.monotonic()
+        now = time.monotonic()
+        round_due = now - self._last_round >= self.interval_s
+        if round_due:
+            self._last_round = now
         for owned in owned_partitions:
-            if (
-                owned.writes_since_checkpoint
-                and not owned.checkpoint_running
-                and owned.last_write is not None
-            ):
+            if not owned.writes_since_checkpoint or owned.checkpoint_running or owned.last_write is None:
+                continue
+            early = (
+                not owned.listed_at_checkpoint
+                and owned.listed_records + owned.writes_since_checkpoint >= EARLY_AFTER_RECORDS
+                and now - owned.last_checkpoint_at >= EARLY_SPACING_S
+            )
+            if round_due or early:
                 owned.checkpoint_running = True
+                owned.last_checkpoint_at = now
                 owned.spawn(self.write(owned, feed))
 
     async def write(self, owned: OwnedPartition, feed: Committer) -> None:
@@ -84,6 +100,8 @@ class Checkpointer:
             counts = live_record_counts(owned)
             next_command = owned.next_command
             owned.writes_since_checkpoint = 0
+            owned.listed_at_checkpoint = set(runs)
+            owned.listed_records = sum(owned.sizes.get(run, (0, 0))[0] for run in runs)
             last = await owned.last_write
             if not await self.still_owner(owned, last):
                 self.lose(owned.partition, "fenced while checkpointing")

@@ -38,6 +38,11 @@ class OwnedPartition:
     lost: bool = False
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     writes_since_checkpoint: int = 0
+    # Runs the last checkpoint lists as active and that have not ended since: once none is left,
+    # a new checkpoint lets a rebuild skip all of them (runtime.worker.checkpoint).
+    listed_at_checkpoint: set[str] = field(default_factory=set)
+    listed_records: int = 0  # their records then: what a rebuild from that checkpoint decodes of them
+    last_checkpoint_at: float = 0.0  # time.monotonic() when the last checkpoint began
     warned: set[str] = field(default_factory=set)  # runs warned of their history size
     # Runs that continued as new whose successor's submission is not acknowledged yet: listed in
     # checkpoints (with their first offsets) so a rebuild reads them and submits again.
@@ -68,6 +73,7 @@ class OwnedPartition:
 
     def forget(self, run_id: str) -> None:
         """Drop an ended run's state."""
+        self.listed_at_checkpoint.discard(run_id)
         self.runs.pop(run_id, None)
         self.first_offsets.pop(run_id, None)
         self.started_acks.pop(run_id, None)

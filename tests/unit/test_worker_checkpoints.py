@@ -138,3 +138,36 @@ async def test_a_checkpoint_resuming_in_the_turn_its_ack_settled_lists_the_run_s
     assert isinstance(checkpoint, PartitionCheckpoint)
     assert checkpoint.active_runs == {"r1": 0}
     assert checkpoint.covered_offset == 2
+
+
+def many_calls_app() -> App:
+    app = App("burst")
+
+    @app.tool("noop")
+    def noop(i: int) -> int:
+        return i
+
+    @app.workflow("many")
+    async def many(ctx: Context, n: int) -> int:
+        for i in range(n):
+            await ctx.tool("noop", i=i)
+        return n
+
+    return app
+
+
+async def test_once_the_runs_a_checkpoint_listed_have_ended_the_next_comes_before_the_interval() -> None:
+    # The interval is an hour: only the early rule checkpoints here. A rebuild decodes every run the
+    # latest checkpoint lists; after a burst, one still listing the burst's runs costs the burst.
+    h = Harness(many_calls_app())
+    h.start(checkpoint_interval_s=3600)
+    run = h.client.submit("many", 600)  # 1,200 call records: past EARLY_AFTER_RECORDS mid-run
+    assert (await h.ended(run, timeout=30)).result == 600
+    last_offset = h.log.watermarks(SETTINGS.events_topic, 0)[1] - 1
+    checkpoints = await until(
+        lambda: c if (c := h.checkpoints()) and not c[-1].active_runs else None,
+        what="a checkpoint listing no active run",
+    )
+    assert any(run in c.active_runs for c in checkpoints[:-1])  # one came mid-run, listing it
+    assert checkpoints[-1].covered_offset == last_offset + 1  # then one past its end, in time
+    await h.stop_all()
