@@ -96,7 +96,8 @@ async def waiting_run_behind_traffic(h: Harness) -> tuple[str, int]:
     await until(lambda: len(h.events(run)) >= 3, what="the waiting run's first call to complete")
     await traffic(h, 10)
     past = end_of_events(h)
-    _, through = await until(lambda: vouching(h, run, past), what="a checkpoint vouching for a snapshot")
+    # A generous bound: under a loaded CI machine the ten runs and the checkpoint rounds took > 5 s.
+    _, through = await until(lambda: vouching(h, run, past), 30, what="a checkpoint vouching for a snapshot")
     return run, through
 
 
@@ -204,7 +205,7 @@ async def test_the_snapshot_of_an_ended_run_is_tombstoned_after_a_checkpoint_dro
     h.client.signal(run, "a", "one")
     h.client.signal(run, "b", "two")
     await h.ended(run)
-    await until(lambda: snapshots_of(h, run)[-1] is None, what="the snapshot's tombstone")
+    await until(lambda: snapshots_of(h, run)[-1] is None, 30, what="the snapshot's tombstone")
     await h.stop_all()
     checkpoints: list[tuple[int, PartitionCheckpoint]] = []
     tombstone = -1
