@@ -116,8 +116,21 @@ class Settings(BaseModel):
 
         Nagle's algorithm off: a step waits on small produce requests and their acks, and Nagle
         holds a small write back until the previous one is acknowledged, which adds a round trip
-        to the steps that write twice."""
-        return {"bootstrap.servers": self.bootstrap_servers, "socket.nagle.disable": True, **self.kafka}
+        to the steps that write twice.
+
+        Reconnect backoff 10 ms (librdkafka's default is 100): a new client's first request goes
+        to the bootstrap address, and once the metadata names the broker behind it librdkafka
+        drops that bootstrap handle -- with the consumer group's FindCoordinator request in it.
+        The retry waits for the next "sparse connect", half the reconnect backoff: 50 ms of
+        every worker's join (and so of every restart's recovery) spent idle. The backoff still
+        doubles per failed attempt up to ``reconnect.backoff.max.ms``, so a dead broker is not
+        hammered."""
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            "socket.nagle.disable": True,
+            "reconnect.backoff.ms": 10,
+            **self.kafka,
+        }
 
 
 def _environment_values(environ: dict[str, str]) -> dict[str, Any]:
