@@ -4,7 +4,7 @@ ownership check, each built from this deployment's settings."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 
 from confluent_kafka import (
@@ -16,7 +16,7 @@ from runtime.log.kafka_auth import check_credentials
 from runtime.log.kafka_config import reader_config
 from runtime.log.kafka_group import KafkaCommandFeed, commands_owner
 from runtime.log.kafka_ownership import KafkaOwnershipCheck
-from runtime.log.kafka_reader import read_partition, watermarks
+from runtime.log.kafka_reader import read_partition, read_partitions, watermarks
 from runtime.log.kafka_tail import KafkaTail
 from runtime.log.kafka_writer import EventWriter
 from runtime.log.port import LogRecord
@@ -90,6 +90,11 @@ class KafkaLog:
         keep: Callable[[bytes | None], bool] | None = None,
     ) -> Iterator[LogRecord]:
         return read_partition(self.settings, topic, partition, start, end, consumer=self.reader, keep=keep)
+
+    def read_partitions(
+        self, topic: str, ranges: Mapping[int, tuple[int | None, int | None]]
+    ) -> Iterator[tuple[int, LogRecord]]:
+        return read_partitions(self.settings, topic, ranges, consumer=self.reader)
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         return watermarks(self.reader, topic, partition)

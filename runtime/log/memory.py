@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -149,6 +149,13 @@ class MemoryLog:
         for record in held[max(0, start or 0) : stop]:
             if keep is None or keep(record.key):
                 yield record
+
+    def read_partitions(
+        self, topic: str, ranges: Mapping[int, tuple[int | None, int | None]]
+    ) -> Iterator[tuple[int, LogRecord]]:
+        for partition, (start, end) in ranges.items():
+            for record in self.read(topic, partition, start, end):
+                yield partition, record
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         with self._changed:

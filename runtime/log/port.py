@@ -25,7 +25,7 @@ What a backend promises (the contract suite checks each):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
@@ -175,6 +175,12 @@ class EventLog(Protocol):
     ) -> Iterator[LogRecord]:
         """Records of one partition from ``start`` (default: the first kept) up to ``end`` (default:
         the end now), in offset order; ``keep`` filters on the key before anything is decoded."""
+
+    def read_partitions(
+        self, topic: str, ranges: Mapping[int, tuple[int | None, int | None]]
+    ) -> Iterator[tuple[int, LogRecord]]:
+        """``read`` of several partitions at once, each from its ``(start, end)``: ``(partition,
+        record)`` pairs, in offset order within a partition, interleaved across them."""
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         """The first offset still held and the offset the next append will get."""

@@ -165,8 +165,7 @@ class Worker:
     def _on_assign(self, partitions: list[int]) -> dict[int, int]:
         epochs = self.takeover.claim_all(partitions)
         starts: dict[int, int] = {}
-        for partition in partitions:
-            owned = self.takeover.take(partition, epochs[partition])
+        for partition, owned in self.takeover.take_all(epochs).items():
             self.owned[partition] = owned
             if self.executor.ownership is not None:
                 self.executor.ownership.watch(partition, owned.epoch)

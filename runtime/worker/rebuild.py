@@ -39,7 +39,7 @@ from runtime.log.events import (
 )
 from runtime.log.fencing import FenceFilter
 from runtime.log.payloads import PayloadMissing, inlined, is_outlined, read_back
-from runtime.log.port import EventLog
+from runtime.log.port import EventLog, LogRecord
 from runtime.log.run_index import RUN_KEY_PREFIX
 from runtime.log.serde import DecodeError, Serde
 from runtime.worker.snapshots import (
@@ -108,133 +108,191 @@ class CheckpointRead:
 
 def latest_checkpoint(settings: Settings, serde: Serde, log: EventLog, partition: int) -> CheckpointRead:
     """The checkpoint with the highest covered offset, the run ids indexed and the run snapshots."""
-    best: PartitionCheckpoint | None = None
-    runs: set[str] = set()
-    snapshots: dict[str, HistorySnapshot] = {}
-    vouch: CheckpointSnapshots | None = None
-    for record in log.read(settings.checkpoints_topic, partition):
+    return latest_checkpoints(settings, serde, log, [partition])[partition]
+
+
+def latest_checkpoints(
+    settings: Settings, serde: Serde, log: EventLog, partitions: list[int]
+) -> dict[int, CheckpointRead]:
+    """``latest_checkpoint`` of each of ``partitions``, read together."""
+    reads = {partition: _CheckpointReader(partition) for partition in partitions}
+    ranges = dict.fromkeys(partitions, (None, None))
+    for partition, record in log.read_partitions(settings.checkpoints_topic, ranges):
+        reads[partition].admit(record, serde)
+    return {partition: reader.result() for partition, reader in reads.items()}
+
+
+class _CheckpointReader:
+    """Folds one partition's checkpoint records into a CheckpointRead, record by record."""
+
+    def __init__(self, partition: int) -> None:
+        self.checkpoint_key = checkpoint_key(partition)
+        self.vouched_key = vouched_key(partition)
+        self.best: PartitionCheckpoint | None = None
+        self.runs: set[str] = set()
+        self.snapshots: dict[str, HistorySnapshot] = {}
+        self.vouch: CheckpointSnapshots | None = None
+
+    def admit(self, record: LogRecord, serde: Serde) -> None:
         if record.key is None:
-            continue
+            return
         if record.key.startswith(SNAPSHOT_KEY_PREFIX):
-            newer(snapshots, record.key, record.value, serde)
-            continue
+            newer(self.snapshots, record.key, record.value, serde)
+            return
         if record.value is None:
-            continue
+            return
         if record.key.startswith(RUN_KEY_PREFIX):
-            runs.add(record.key[len(RUN_KEY_PREFIX) :].decode())
-        elif record.key == checkpoint_key(partition):
+            self.runs.add(record.key[len(RUN_KEY_PREFIX) :].decode())
+        elif record.key == self.checkpoint_key:
             decoded = serde.decode(record.value)
             if isinstance(decoded, PartitionCheckpoint) and (
-                best is None or decoded.covered_offset > best.covered_offset
+                self.best is None or decoded.covered_offset > self.best.covered_offset
             ):
-                best = decoded
-        elif record.key == vouched_key(partition):
+                self.best = decoded
+        elif record.key == self.vouched_key:
             found = serde.decode(record.value)
             if isinstance(found, CheckpointSnapshots) and (
-                vouch is None or found.covered_offset >= vouch.covered_offset
+                self.vouch is None or found.covered_offset >= self.vouch.covered_offset
             ):
-                vouch = found
-    return CheckpointRead(best, runs, snapshots, vouch)
+                self.vouch = found
+
+    def result(self) -> CheckpointRead:
+        return CheckpointRead(self.best, self.runs, self.snapshots, self.vouch)
 
 
 def rebuild(settings: Settings, serde: Serde, log: EventLog, partition: int, epoch: int) -> RebuiltPartition:
     """The state of ``partition`` as of ``epoch`` (the offset of our claim, already appended)."""
-    read = latest_checkpoint(settings, serde, log, partition)
-    checkpoint = read.checkpoint
-    listed = dict(checkpoint.active_runs) if checkpoint else {}
-    covered = checkpoint.covered_offset if checkpoint else 0
-    loaded = usable(read.snapshots, listed, serde)
-    starts = reading_starts(listed, read.vouched(), covered, loaded)
-    start = min([covered, *starts.values()]) if checkpoint else None
-    start_of_key = {run.encode(): offset for run, offset in starts.items()}
+    return rebuild_partitions(settings, serde, log, {partition: epoch})[partition]
 
-    result = RebuiltPartition(
-        partition,
-        epoch,
-        checkpoint.commands_offset if checkpoint else 0,
-        {},
-        {},
-        set(read.known_runs),
-        checkpoint=checkpoint,
-    )
-    fence = FenceFilter()
-    undecodable_runs: dict[str, str] = {}  # run id -> why
-    events_by_run: dict[str, list[Event]] = defaultdict(list)
-    records_by_run: dict[str, list[bytes]] = defaultdict(list)
-    through: dict[str, int] = {}  # run -> below this offset, its records come from its snapshot
-    for run_id, snapshot in loaded.items():
-        events_by_run[run_id] = list(snapshot.events)
-        records_by_run[run_id] = list(snapshot.snapshot.records)
-        result.first_offsets[run_id] = snapshot.snapshot.first_offset
-        result.sizes[run_id] = [len(snapshot.events), sum(len(r) for r in snapshot.snapshot.records)]
-        result.snapshots[run_id] = (snapshot.snapshot.through_offset, len(snapshot.events))
-        result.known_runs.add(run_id)
-        through[run_id] = snapshot.snapshot.through_offset
-    terminal: set[str] = set()
-    for record in log.read(settings.events_topic, partition, start=start, end=epoch):
+
+def rebuild_partitions(
+    settings: Settings, serde: Serde, log: EventLog, epochs: dict[int, int]
+) -> dict[int, RebuiltPartition]:
+    """``rebuild`` of each partition (-> its epoch), their checkpoints and then their events read
+    together: a worker given twelve partitions waits for two rounds of reads, not twenty-four."""
+    reads = latest_checkpoints(settings, serde, log, list(epochs))
+    rebuilds = {
+        partition: _PartitionRebuild(settings, serde, log, partition, epoch, reads[partition])
+        for partition, epoch in epochs.items()
+    }
+    ranges = {partition: (rebuilt.start, rebuilt.result.epoch) for partition, rebuilt in rebuilds.items()}
+    for partition, record in log.read_partitions(settings.events_topic, ranges):
+        rebuilds[partition].admit(record)
+    return {partition: rebuilt.finish() for partition, rebuilt in rebuilds.items()}
+
+
+class _PartitionRebuild:
+    """Folds one partition's events, from the checkpoint's reading start to the epoch, into a
+    RebuiltPartition (steps 3-5 of the module's order)."""
+
+    def __init__(
+        self, settings: Settings, serde: Serde, log: EventLog, partition: int, epoch: int, read: CheckpointRead
+    ) -> None:
+        self.settings = settings
+        self.serde = serde
+        self.log = log
+        checkpoint = read.checkpoint
+        listed = dict(checkpoint.active_runs) if checkpoint else {}
+        self.covered = checkpoint.covered_offset if checkpoint else 0
+        loaded = usable(read.snapshots, listed, serde)
+        starts = reading_starts(listed, read.vouched(), self.covered, loaded)
+        self.start = min([self.covered, *starts.values()]) if checkpoint else None
+        self.start_of_key = {run.encode(): offset for run, offset in starts.items()}
+        self.result = result = RebuiltPartition(
+            partition,
+            epoch,
+            checkpoint.commands_offset if checkpoint else 0,
+            {},
+            {},
+            set(read.known_runs),
+            checkpoint=checkpoint,
+        )
+        self.fence = FenceFilter()
+        self.undecodable_runs: dict[str, str] = {}  # run id -> why
+        self.events_by_run: dict[str, list[Event]] = defaultdict(list)
+        self.records_by_run: dict[str, list[bytes]] = defaultdict(list)
+        self.through: dict[str, int] = {}  # run -> below this offset, its records come from its snapshot
+        self.terminal: set[str] = set()
+        for run_id, snapshot in loaded.items():
+            self.events_by_run[run_id] = list(snapshot.events)
+            self.records_by_run[run_id] = list(snapshot.snapshot.records)
+            result.first_offsets[run_id] = snapshot.snapshot.first_offset
+            result.sizes[run_id] = [len(snapshot.events), sum(len(r) for r in snapshot.snapshot.records)]
+            result.snapshots[run_id] = (snapshot.snapshot.through_offset, len(snapshot.events))
+            result.known_runs.add(run_id)
+            self.through[run_id] = snapshot.snapshot.through_offset
+
+    def admit(self, record: LogRecord) -> None:
+        result = self.result
         result.records_read += 1
         if record.value is None:
-            continue
-        if record.offset < covered and record.key is not None and record.offset < start_of_key.get(record.key, covered):
-            continue  # a run that had ended by the checkpoint, or records its snapshot holds: not decoded
+            return
+        if (
+            record.offset < self.covered
+            and record.key is not None
+            and record.offset < self.start_of_key.get(record.key, self.covered)
+        ):
+            return  # a run that had ended by the checkpoint, or records its snapshot holds: not decoded
         try:
-            event = serde.decode(record.value, record.key)
+            event = self.serde.decode(record.value, record.key)
         except DecodeError as error:
             # A run missing one of its events cannot be replayed faithfully: it is parked with the
             # reason (below) rather than resumed without it.
-            logger.error("partition %s offset %s: %s", partition, record.offset, error)
+            logger.error("partition %s offset %s: %s", result.partition, record.offset, error)
             result.undecodable.append(record.offset)
             if record.key is not None:
-                undecodable_runs.setdefault(
-                    record.key.decode("utf-8", "replace"),
-                    f"its event at {settings.events_topic}[{partition}]@{record.offset} cannot be decoded: {error}",
+                where = f"{self.settings.events_topic}[{result.partition}]@{record.offset}"
+                self.undecodable_runs.setdefault(
+                    record.key.decode("utf-8", "replace"), f"its event at {where} cannot be decoded: {error}"
                 )
-            continue
+            return
         result.records_decoded += 1
-        if not isinstance(event, Event) or not fence.admit(event, record.offset):
-            continue
+        if not isinstance(event, Event) or not self.fence.admit(event, record.offset):
+            return
         if isinstance(event, (EpochClaimed, PartitionCheckpoint)):
-            continue
+            return
         run_id = event.run_id
         result.known_runs.add(run_id)
         offset_of_command = getattr(event, "command_offset", None)
         if isinstance(offset_of_command, int):
             result.commands_offset = max(result.commands_offset, offset_of_command + 1)
         if isinstance(event, RunRejected):
-            terminal.add(run_id)
-            continue
-        if record.offset < through.get(run_id, -1):
-            continue  # held by the run's snapshot (one newer than the checkpoint)
+            self.terminal.add(run_id)
+            return
+        if record.offset < self.through.get(run_id, -1):
+            return  # held by the run's snapshot (one newer than the checkpoint)
         if run_id not in result.first_offsets:
             result.first_offsets[run_id] = record.offset
         size = result.sizes.setdefault(run_id, [0, 0])
         size[0] += 1
         size[1] += len(record.value)
-        events_by_run[run_id].append(event)
-        records_by_run[run_id].append(record.value)
+        self.events_by_run[run_id].append(event)
+        self.records_by_run[run_id].append(record.value)
         if isinstance(event, TERMINAL_TYPES):
-            terminal.add(run_id)
+            self.terminal.add(run_id)
         if isinstance(event, RunContinuedAsNew):
-            first = events_by_run[run_id][0]
+            first = self.events_by_run[run_id][0]
             if isinstance(first, RunStarted):
                 result.to_continue[run_id] = (event, first.workflow)
             else:
                 logger.error("run %s continued as new, but its RunStarted was not read", run_id)
-        if run_id in terminal:  # an ended run is not replayed: its records need not be kept
-            del events_by_run[run_id], records_by_run[run_id]
-    result.fenced = fence.fenced_count
-    for run_id, logged in events_by_run.items():
-        if run_id in terminal or not logged or not isinstance(logged[0], RunStarted):
-            continue
-        result.active[run_id] = logged
-        result.records[run_id] = records_by_run[run_id]
-        if run_id in undecodable_runs:
-            result.unloadable[run_id] = undecodable_runs[run_id]
-        elif any(is_outlined(e) for e in logged):  # replay hands the workflow the stored results
-            try:
-                result.active[run_id] = inlined(
-                    logged, read_back(log, settings.payloads_topic, partition, logged)
-                )
-            except PayloadMissing as error:
-                result.unloadable[run_id] = str(error)
-    return result
+        if run_id in self.terminal:  # an ended run is not replayed: its records need not be kept
+            del self.events_by_run[run_id], self.records_by_run[run_id]
+
+    def finish(self) -> RebuiltPartition:
+        result = self.result
+        result.fenced = self.fence.fenced_count
+        for run_id, logged in self.events_by_run.items():
+            if run_id in self.terminal or not logged or not isinstance(logged[0], RunStarted):
+                continue
+            result.active[run_id] = logged
+            result.records[run_id] = self.records_by_run[run_id]
+            if run_id in self.undecodable_runs:
+                result.unloadable[run_id] = self.undecodable_runs[run_id]
+            elif any(is_outlined(e) for e in logged):  # replay hands the workflow the stored results
+                try:
+                    stored = read_back(self.log, self.settings.payloads_topic, result.partition, logged)
+                    result.active[run_id] = inlined(logged, stored)
+                except PayloadMissing as error:
+                    result.unloadable[run_id] = str(error)
+        return result

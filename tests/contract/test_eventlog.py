@@ -100,6 +100,21 @@ class EventLogContract:
     def test_reading_an_empty_partition_returns_nothing(self, log: EventLog) -> None:
         assert list(log.read(self.settings.payloads_topic, 1)) == []
 
+    def test_several_partitions_are_read_at_once_each_within_its_own_bounds(self, log: EventLog) -> None:
+        topic = self.settings.events_topic
+        for partition, count in ((0, 5), (1, 3), (2, 4)):
+            for i in range(count):
+                log.append(topic, partition, b"k", f"{partition}:{i}".encode()).result(timeout=30)
+        ranges = {0: (1, 4), 1: (None, None), 2: (4, None)}  # partition 2: nothing from its end on
+        got: dict[int, list[tuple[int, bytes | None]]] = {}
+        for partition, record in log.read_partitions(topic, ranges):
+            got.setdefault(partition, []).append((record.offset, record.value))
+        assert got == {
+            0: [(1, b"0:1"), (2, b"0:2"), (3, b"0:3")],
+            1: [(0, b"1:0"), (1, b"1:1"), (2, b"1:2")],
+        }
+        assert list(log.read_partitions(topic, {})) == []
+
     # -- the commands feed ---------------------------------------------------------------------------
     def test_the_feed_delivers_from_where_the_assignment_says_in_order(self, log: EventLog) -> None:
         topic = self.settings.commands_topic

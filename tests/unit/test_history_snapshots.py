@@ -96,7 +96,12 @@ async def waiting_run_behind_traffic(h: Harness) -> tuple[str, int]:
     await until(lambda: len(h.events(run)) >= 3, what="the waiting run's first call to complete")
     await traffic(h, 10)
     past = end_of_events(h)
-    # A generous bound: under a loaded CI machine the ten runs and the checkpoint rounds took > 5 s.
+    # A run is snapshotted in a round only if it appended nothing since the round before: the ten
+    # runs can all end within one round (a 10 ms tick), so a round after them is waited for and
+    # one more run makes the next. A generous bound: under a loaded CI machine the runs and the
+    # checkpoint rounds took > 5 s.
+    await until(lambda: any(c.covered_offset >= past for c in h.checkpoints()), 30, what="a checkpoint round")
+    await traffic(h, 1)
     _, through = await until(lambda: vouching(h, run, past), 30, what="a checkpoint vouching for a snapshot")
     return run, through
 
