@@ -33,6 +33,16 @@ def test_every_schema_has_a_typed_record_with_the_same_fields() -> None:
         assert avro_fields[:4] == ["seq", "occurred_at", "worker", "epoch"], name
 
 
+def test_records_compare_and_hash_by_value_and_hold_no_instance_dict() -> None:
+    from runtime.log.events import RunStarted
+
+    one = RunStarted(run_id="r", workflow="w", input="{}", command_offset=3)
+    same = RunStarted(run_id="r", workflow="w", input="{}", command_offset=3)
+    other = dataclasses.replace(one, command_offset=4)
+    assert one == same and hash(one) == hash(same) and len({one, same, other}) == 2
+    assert not hasattr(one, "__dict__")  # slots: a rebuild holds millions of them
+
+
 def test_commands_and_events_are_in_their_topics_namespaces() -> None:
     catalog = load_catalog()
     assert {catalog[c.__name__].role for c in COMMAND_TYPES} == {"commands"}
