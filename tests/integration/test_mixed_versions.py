@@ -63,9 +63,9 @@ def make_v2(root: Path) -> Path:
     avsc.write_text(json.dumps(schema, indent=2) + "\n")
     patch(
         root / "runtime" / "log" / "events.py",
-        "    result_size: int = 0\n\n\n@dataclass(frozen=True, kw_only=True, slots=True)\nclass ToolCallFailed",
+        "    result_size: int = 0\n\n\n@record_type\nclass ToolCallFailed",
         "    result_size: int = 0\n    note: str | None = None\n\n\n"
-        "@dataclass(frozen=True, kw_only=True, slots=True)\nclass ToolCallFailed",
+        "@record_type\nclass ToolCallFailed",
     )
     patch(
         root / "runtime" / "worker" / "calls.py",
