@@ -8,7 +8,6 @@ waits for an ack only before starting a call, never after recording a result.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -17,7 +16,6 @@ from typing import Any
 
 from confluent_kafka import (
     KafkaError,
-    KafkaException,
     Message,
     Producer,
 )
@@ -48,21 +46,8 @@ class EventWriter:
             self.failure = f"write to {message.topic()}[{message.partition()}] failed: {error}"
 
     def _poll(self) -> None:
-        self._ask_for_producer_id()
         while self._running:
             self.producer.poll(0.05)
-
-    def _ask_for_producer_id(self) -> None:
-        """Have librdkafka ask for the idempotent producer's id now rather than in 500 ms.
-
-        It asks once a broker is up, checking again on each metadata answer or on a 500 ms timer.
-        The first check finds none up: the bootstrap connection that answered the first metadata
-        request is closed as soon as that answer names the broker behind it. So a new producer's
-        first records waited ~0.5 s for the timer -- a restarted worker's partition claims among
-        them. A metadata request of our own is answered over the broker's real connection, and
-        the id is asked for then. Best effort: if nobody answers, the timer still does it."""
-        with contextlib.suppress(KafkaException):
-            self.producer.list_topics(timeout=5)
 
     def append(
         self, topic: str, partition: int | None, key: bytes | None, value: bytes | None
