@@ -2,7 +2,9 @@
 
 - one-message transactions back to back (produce + commit): latency median/p90/p99;
 - 200 messages per transaction: throughput;
-- an idempotent produce + flush: latency (what agentlog pays per recorded call).
+- an idempotent produce + flush: latency (what agentlog pays per recorded call);
+- after an idle pause, one record produced -> consumed and -> acked (what a submission to an idle
+  worker pays before any agentlog code runs).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import time
 import uuid
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from runtime.config import Settings
@@ -91,5 +93,52 @@ def idempotent_latency(settings: Settings, topic: str, n: int = 500) -> dict[str
         "floor": "kafka_idempotent_produce_flush_ms",
         "median": round(statistics.median(samples), 3),
         "p90": round(_pct(samples, 0.9), 3),
+        "n": n,
+    }
+
+
+def idle_round_trip(settings: Settings, topic: str, idle_s: float, n: int = 20) -> dict[str, Any]:
+    """After ``idle_s`` of quiet, one record: produce -> consumed by a consumer already waiting on
+    the partition (fetch.wait.max.ms as the workers' commands feed), and produce -> acked. Plain
+    confluent-kafka, no agentlog code: what a submission to an idle worker pays before any of ours
+    runs -- on a VM whose idle CPUs wake slowly, far more than the same hop under load."""
+    producer = Producer({**settings.kafka_common(), "acks": "all", "linger.ms": 0})
+    consumer = Consumer(
+        {
+            **settings.kafka_common(),
+            "group.id": f"floor-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 1, OFFSET_END)])
+    consumer.poll(1.0)  # the assignment's first fetch
+    consumed: list[float] = []
+    acked: list[float] = []
+    done: list[int] = []
+
+    def delivered(_error: object, _message: object) -> None:
+        done.append(time.perf_counter_ns())
+
+    for _ in range(n):
+        time.sleep(idle_s)
+        done.clear()
+        started = time.perf_counter_ns()
+        producer.produce(topic, value=b"x" * 100, partition=1, on_delivery=delivered)
+        producer.poll(0)
+        message = consumer.poll(10.0)
+        arrived = time.perf_counter_ns()
+        if message is None or message.error() is not None:
+            raise SystemExit(f"the idle floor's record was not consumed: {message and message.error()}")
+        producer.flush(10)
+        consumed.append((arrived - started) / 1000)
+        acked.append((done[0] - started) / 1000)
+    consumer.close()
+    return {
+        "floor": "kafka_after_idle_us",
+        "idle_s": idle_s,
+        "produce_to_consumed_median": round(statistics.median(consumed)),
+        "produce_to_consumed_p90": round(_pct(consumed, 0.9)),
+        "produce_to_acked_median": round(statistics.median(acked)),
         "n": n,
     }

@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _deploy import fresh_deployment, start_worker
+from kafka_floor import floor_topic_for, idle_round_trip
 
 from bench.stage_table import RESULT, STEP, SUBMIT, Timeline, steps, table, walk
 from runtime import stagemarks
@@ -90,7 +91,13 @@ def main() -> None:
     submits = [w[0] for t in timelines if (w := walk(t, SUBMIT)) is not None]
     all_steps = [s for t in timelines for s in steps(t, STEP)]
     results = [w[0] for t in timelines if (w := walk(t, RESULT, _last_tool_end(t))) is not None]
+    floor = idle_round_trip(settings, floor_topic_for(settings), args.idle, n=args.runs)
     print(f"{len(runs)} runs of 40 steps, worker idle {args.idle}s before each; marks in {marks_dir}")
+    print(
+        f"Kafka alone after the same idle (plain confluent-kafka, {floor['n']} records): produce -> consumed "
+        f"median {floor['produce_to_consumed_median']} us (p90 {floor['produce_to_consumed_p90']}), "
+        f"produce -> acked median {floor['produce_to_acked_median']} us\n"
+    )
     for title, chain, found in (
         ("submit -> first model call", SUBMIT, submits),
         ("one step (model call -> tool call -> next model call)", STEP, all_steps),
