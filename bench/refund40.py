@@ -133,7 +133,7 @@ def bench_latency_and_bytes(settings: Settings, serde: Serde, client: Client) ->
         avro_key_plus_value=round(logical, 1),
         records_per_step=round(len(events[runs[0]]) / STEPS, 2),
         on_disk_segment_bytes_per_step=round(segment_bytes(settings) / (STEPS * (len(runs) + 1)), 1),
-        target="<= 400",
+        target="<= 450",
     )
 
 
