@@ -1,4 +1,4 @@
-"""Bounded reads of one partition."""
+"""Bounded reads of partitions."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ from confluent_kafka import (
 from runtime.config import Settings
 from runtime.log.kafka_config import offset_of, reader_config
 from runtime.log.port import LogRecord, ReadError
+
+# The longest one consume() of a bounded read waits for records that may never come.
+_BATCH_WAIT_S = 0.01
 
 
 def read_partition(
@@ -72,9 +75,12 @@ def read_partitions(
         reader.assign(assignment)
         deadline = time.monotonic() + 60
         while stops:
-            # Ask for no more than what is left: consume() returns as soon as that many arrived.
+            # Ask for no more than what is left: consume() returns as soon as that many arrived. What
+            # is left counts offsets, and some hold nothing to deliver (an aborted transaction's
+            # records and markers, what compaction removed): then fewer arrive, and the call returns
+            # at its timeout -- kept short, as every call on a partition with holes ends that way.
             left = sum(stops[p] - position[p] for p in stops)
-            for message in reader.consume(num_messages=max(1, min(1000, left)), timeout=0.5):
+            for message in reader.consume(num_messages=max(1, min(1000, left)), timeout=_BATCH_WAIT_S):
                 part = message.partition()
                 until = stops.get(part) if part is not None else None
                 error = message.error()
