@@ -88,6 +88,7 @@ class Worker:
 
             gc.freeze()
             gc.set_threshold(50_000, 20, 20)
+            gc.enable()  # the worker command pauses collection while it starts
         uvloop.run(self.serve())
 
     async def serve(self, stop: asyncio.Event | None = None) -> None:
@@ -95,7 +96,8 @@ class Worker:
         loop = asyncio.get_running_loop()
         self.executor.start(CallPool(loop), self.log.ownership(loop, self._is_claim))
         for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
+            # not the main thread: asyncio raises RuntimeError there, uvloop ValueError
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self.stop)
         log.info(json.dumps({"event": "worker_started", "worker": self.worker_id, "pid": os.getpid()}))
         # Commands arrive from the intake's thread as they are fetched (runtime.worker.intake);

@@ -1,0 +1,39 @@
+"""The worker command pauses the cyclic collector while it starts (what start-up allocates lives as
+long as the process); a worker that runs with ``tune_gc`` freezes what start-up loaded and turns
+collection back on, at its own threshold -- a worker left without collection would grow forever."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import pytest
+
+from runtime.worker.loop import Worker
+from runtime.workflow.app import App
+from support.memory_harness import Harness
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_worker_run_with_tune_gc_turns_collection_back_on() -> None:
+    h = Harness(App("gc"))
+    worker = Worker(h.app, h.settings, log=h.log, serde=h.serde, worker_id="w1")
+    threshold = gc.get_threshold()
+    gc.disable()  # as `agentlog worker` leaves it while it imports
+    serving = threading.Thread(target=worker.run, kwargs={"tune_gc": True}, daemon=True)
+    try:
+        serving.start()
+        deadline = time.monotonic() + 10
+        while not gc.isenabled() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert gc.isenabled()
+        assert gc.get_threshold()[0] == 50_000 and gc.get_freeze_count() > 0
+    finally:
+        worker.stop()
+        serving.join(timeout=10)
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
+        gc.enable()
+    assert not serving.is_alive()
