@@ -23,7 +23,7 @@ def record_type(cls: type[R]) -> type[R]:
     Not frozen at run time: a frozen dataclass's ``__init__`` sets each field through
     ``object.__setattr__`` (3.0 us for a ModelCallCompleted, against 0.58 us), which every
     record decoded by a rebuild or a client's tail pays; and its class takes twice as long to
-    create (these 31: 44 ms of every worker's start, against 21 ms). mypy still refuses an
+    create (these 31: 44 ms of every worker's start, against 25 ms). mypy still refuses an
     assignment to a field (``frozen_default``), and records hash as frozen ones do."""
     return dataclass(kw_only=True, slots=True, unsafe_hash=True)(cls)
 
