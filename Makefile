@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 AGENTLOG := $(VENV)/bin/agentlog
 
-.PHONY: setup up down demo test lint unit bench bench-stages bench-sink bench-rebuild chaos fuzz compare clean
+.PHONY: setup system-packages up down demo test lint unit bench bench-stages bench-sink bench-rebuild chaos fuzz compare clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,7 +13,11 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	touch $@
 
-setup: $(VENV)/.installed
+# Debian packages the suite needs (infra/debian-packages.txt: Chromium for the UI's browser tests).
+system-packages:
+	tools/system_packages.sh
+
+setup: $(VENV)/.installed system-packages
 
 # Kafka (KRaft), PostgreSQL and the schema registry, started from this repository's files.
 up: setup

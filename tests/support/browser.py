@@ -1,4 +1,4 @@
-"""A real browser for the UI tests: Debian's Chromium (``/usr/bin/chromium``, installed by .ci/run),
+"""A real browser for the UI tests: Debian's Chromium (``/usr/bin/chromium``, installed by `make setup` from infra/debian-packages.txt),
 driven by playwright through ``executable_path`` -- playwright never downloads a browser here."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ CHROMIUM_ARGS = [
 
 @contextmanager
 def chromium() -> Iterator[Browser]:
-    assert CHROMIUM.exists(), f"{CHROMIUM} is missing: `apt-get install -y chromium` (.ci/run does it)"
+    assert CHROMIUM.exists(), f"{CHROMIUM} is missing: `apt-get install -y chromium` (`make setup` does it)"
     manager = sync_playwright()
     driver = manager.start()
     # playwright writes files (screenshots) through its loop's default executor, whose threads are
