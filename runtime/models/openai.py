@@ -1,36 +1,55 @@
-"""A model client for OpenAI-compatible chat-completions endpoints (OpenAI, vLLM, llama.cpp, ...).
+"""A model client over the official ``openai`` SDK, for OpenAI-compatible chat completions
+(OpenAI, vLLM, llama.cpp, ...: ``base_url`` names the endpoint).
 
 Register it like any model: ``app.model("planner")(OpenAIChatModel.from_settings(settings))``.
 It returns the parts of the completion a workflow decides on -- message content, tool calls,
-finish reason, usage -- as plain JSON, which is what gets recorded.
+finish reason, the answering model and the provider's ``usage`` -- as plain JSON, which is what
+gets recorded (the worker copies the usage into ``ModelCallCompleted``, so the audit store has
+the tokens). The SDK's errors become agentlog's (``runtime.models.errors``): rate limits, 5xx,
+timeouts and lost connections are retryable, a refused request (400/401/403/404) is terminal.
+Needs the ``openai`` extra.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import TYPE_CHECKING, Any, cast
 
-import httpx
+import openai
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
 
 from runtime.config import Settings
-from runtime.errors import RetryableError, TerminalError
+from runtime.models.errors import ModelHTTPError, ModelRequestError, ModelUnreachable, status_error
+
+__all__ = ["ModelHTTPError", "ModelRequestError", "ModelUnreachable", "OpenAIChatModel", "openai_error"]
+
+# OpenAI-compatible servers without authentication (vLLM, llama.cpp) accept any key; the SDK
+# refuses to start without one.
+_NO_KEY = "EMPTY"
 
 
-class ModelHTTPError(RetryableError):
-    """The endpoint answered 429 or 5xx: worth another attempt."""
-
-
-class ModelRequestError(TerminalError):
-    """The endpoint refused the request (4xx other than 429): retrying will not help."""
+def openai_error(error: openai.OpenAIError, where: str) -> Exception:
+    """The agentlog error for an exception of the ``openai`` SDK (others are returned unchanged)."""
+    if isinstance(error, openai.APIStatusError):
+        return status_error(error.status_code, where, error.message)
+    if isinstance(error, openai.APIConnectionError):  # APITimeoutError is one too
+        return ModelUnreachable(f"{where}: {type(error).__name__}: {error}")
+    return error
 
 
 class OpenAIChatModel:
-    """``POST {base_url}/chat/completions`` with httpx; async, so it holds no thread while waiting."""
+    """``client.chat.completions.create`` of an ``openai.AsyncOpenAI``; async, so it holds no
+    thread while waiting. One client per event loop (its connection pool belongs to the loop)."""
 
     def __init__(self, *, base_url: str, api_key: str, model: str, timeout_s: float = 60.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._api_key = api_key or _NO_KEY
         self._timeout = timeout_s
+        self._client: openai.AsyncOpenAI | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> OpenAIChatModel:
@@ -41,23 +60,33 @@ class OpenAIChatModel:
             timeout_s=settings.model_timeout_s,
         )
 
-    async def __call__(self, messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
-        body = {"model": params.pop("model", self.model), "messages": messages, **params}
-        async with httpx.AsyncClient(timeout=self._timeout) as client:
-            response = await client.post(
-                f"{self.base_url}/chat/completions", json=body, headers=self._headers
+    def client(self) -> openai.AsyncOpenAI:
+        """The SDK client of the running event loop (made on first use in that loop)."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            self._client = openai.AsyncOpenAI(
+                base_url=self.base_url, api_key=self._api_key, timeout=self._timeout, max_retries=0
             )
-        if response.status_code == 429 or response.status_code >= 500:
-            raise ModelHTTPError(f"{response.status_code} from {self.base_url}: {response.text[:300]}")
-        if response.status_code >= 400:
-            raise ModelRequestError(f"{response.status_code} from {self.base_url}: {response.text[:300]}")
-        data = response.json()
-        choice = data["choices"][0]
-        message = choice.get("message", {})
+            self._client_loop = loop
+        return self._client
+
+    async def __call__(self, messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
+        model = params.pop("model", self.model)
+        try:
+            completion = await self.client().chat.completions.create(
+                # The workflow's JSON messages, as recorded; the endpoint is the one that validates them.
+                model=model,
+                messages=cast("list[ChatCompletionMessageParam]", messages),
+                **params,
+            )
+        except openai.OpenAIError as error:
+            raise openai_error(error, self.base_url) from error
+        choice = completion.choices[0]
+        message = choice.message
         return {
-            "content": message.get("content"),
-            "tool_calls": message.get("tool_calls") or [],
-            "finish_reason": choice.get("finish_reason"),
-            "model": data.get("model", body["model"]),
-            "usage": data.get("usage", {}),
+            "content": message.content,
+            "tool_calls": [call.model_dump(mode="json") for call in message.tool_calls or []],
+            "finish_reason": choice.finish_reason,
+            "model": completion.model or model,
+            "usage": completion.usage.model_dump(mode="json", exclude_none=True) if completion.usage else {},
         }

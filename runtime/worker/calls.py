@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from runtime.errors import TerminalError
 from runtime.log.events import Event, ModelCallCompleted, ModelCallFailed, ToolCallCompleted, ToolCallFailed
 from runtime.log.status import SKIPPED_IN_FORK
 from runtime.worker.call_pool import CallPool
@@ -122,6 +123,9 @@ def failed(command: Intent, error: BaseException, attempt: int, started: float, 
 
 
 def is_retryable(policy: RetryPolicy, error: BaseException, attempt: int) -> bool:
-    if attempt >= policy.attempts:
+    """Another attempt is made unless the policy's attempts are spent, the policy names the error
+    non-retryable, or the error says itself that retrying will not help (a ``TerminalError``, such
+    as a model endpoint's 400/401/403/404 in ``runtime.models.errors``)."""
+    if attempt >= policy.attempts or isinstance(error, TerminalError):
         return False
     return not isinstance(error, policy.non_retryable)

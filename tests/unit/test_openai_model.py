@@ -1,66 +1,58 @@
-"""The OpenAI-compatible model client against a local HTTP server (127.0.0.1 only)."""
+"""The model clients over the official openai and anthropic SDKs, against a local HTTP server
+(127.0.0.1 only): what they return, how their errors map to agentlog's retryable / terminal
+errors, and the usage that reaches the call record."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
+import socket
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from runtime.config import load_settings
-from runtime.models.openai import ModelHTTPError, ModelRequestError, OpenAIChatModel
+from runtime.errors import RetryableError, TerminalError
+from runtime.log.events import ModelCallCompleted, ModelCallFailed
+from runtime.models.anthropic import AnthropicModel
+from runtime.models.openai import ModelHTTPError, ModelRequestError, ModelUnreachable, OpenAIChatModel
 from runtime.workflow.app import App, RetryPolicy
+from runtime.workflow.context import Context
+from support.memory_harness import Harness
+from support.model_endpoint import Endpoint, model_endpoint
 
 pytestmark = pytest.mark.unit
-received: list[dict[str, Any]] = []
-
-
-class Endpoint(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        received.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-        status = {"fail-429": 429, "fail-400": 400}.get(body["messages"][0]["content"], 200)
-        answer = {
-            "model": body["model"],
-            "choices": [
-                {"message": {"role": "assistant", "content": "refund 41.60"}, "finish_reason": "stop"}
-            ],
-            "usage": {"prompt_tokens": 5, "completion_tokens": 3},
-        }
-        payload = json.dumps(answer if status == 200 else {"error": "no"}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: Any) -> None:
-        return
 
 
 @pytest.fixture
-def endpoint() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+def endpoint() -> Iterator[Endpoint]:
+    with model_endpoint() as served:
+        yield served
 
 
-def test_completion_is_returned_as_json_and_config_comes_from_settings(endpoint: str) -> None:
-    settings = load_settings(model_base_url=endpoint, model_api_key="sk-test", model_name="local-model")
+def _ask(text: str) -> list[dict[str, Any]]:
+    return [{"role": "system", "content": "you refund"}, {"role": "user", "content": text}]
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_openai_completion_is_returned_as_json_and_config_comes_from_settings(endpoint: Endpoint) -> None:
+    settings = load_settings(
+        model_base_url=f"{endpoint.url}/v1", model_api_key="sk-test", model_name="local-model"
+    )
     model = OpenAIChatModel.from_settings(settings)
     result = asyncio.run(model([{"role": "user", "content": "refund?"}], temperature=0))
     assert result["content"] == "refund 41.60" and result["finish_reason"] == "stop"
-    assert result["usage"] == {"prompt_tokens": 5, "completion_tokens": 3}
-    assert received[-1]["path"] == "/v1/chat/completions"
-    assert received[-1]["auth"] == "Bearer sk-test"
-    assert received[-1]["body"] == {
+    assert result["usage"] == {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+    assert result["model"] == "local-model" and result["tool_calls"] == []
+    sent = endpoint.requests[-1]
+    assert sent["path"] == "/v1/chat/completions" and sent["auth"] == "Bearer sk-test"
+    assert sent["body"] == {
         "model": "local-model",
         "messages": [{"role": "user", "content": "refund?"}],
         "temperature": 0,
@@ -68,17 +60,117 @@ def test_completion_is_returned_as_json_and_config_comes_from_settings(endpoint:
     json.dumps(result)
 
 
-def test_rate_limits_are_retryable_and_bad_requests_are_not(endpoint: str) -> None:
-    model = OpenAIChatModel(base_url=endpoint, api_key="", model="m")
-    with pytest.raises(ModelHTTPError, match="429"):
-        asyncio.run(model([{"role": "user", "content": "fail-429"}]))
-    with pytest.raises(ModelRequestError, match="400"):
-        asyncio.run(model([{"role": "user", "content": "fail-400"}]))
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [(429, ModelHTTPError), (500, ModelHTTPError), (503, ModelHTTPError)]
+    + [(s, ModelRequestError) for s in (400, 401, 403, 404, 422)],
+)
+def test_openai_status_errors_map_to_retryable_or_terminal(
+    endpoint: Endpoint, status: int, error: type[Exception]
+) -> None:
+    model = OpenAIChatModel(base_url=f"{endpoint.url}/v1", api_key="", model="m")
+    with pytest.raises(error, match=str(status)):
+        asyncio.run(model(_ask(f"fail-{status}")))
+    assert issubclass(error, RetryableError if status in (429, 500, 503) else TerminalError)
+    assert len(endpoint.requests) == 1  # the SDK's own retries are off: each attempt is agentlog's
 
 
-def test_registers_as_an_async_model() -> None:
-    app = App("t")
-    app.model("planner", retry=RetryPolicy(attempts=2, non_retryable=(ModelRequestError,)))(
-        OpenAIChatModel(base_url="http://127.0.0.1:1", api_key="", model="m")
-    )
-    assert app.models["planner"].is_async
+def test_openai_timeouts_and_refused_connections_are_retryable(endpoint: Endpoint) -> None:
+    slow = OpenAIChatModel(base_url=f"{endpoint.url}/v1", api_key="", model="m", timeout_s=0.3)
+    with pytest.raises(ModelUnreachable, match="APITimeoutError"):
+        asyncio.run(slow(_ask("slow")))
+    gone = OpenAIChatModel(base_url=f"http://127.0.0.1:{_closed_port()}/v1", api_key="", model="m")
+    with pytest.raises(ModelUnreachable, match="APIConnectionError"):
+        asyncio.run(gone(_ask("hello")))
+
+
+def test_anthropic_message_is_returned_as_json_with_system_and_tool_use(endpoint: Endpoint) -> None:
+    settings = load_settings(model_base_url=endpoint.url, model_api_key="sk-ant", model_name="claude-test")
+    model = AnthropicModel.from_settings(settings)
+    result = asyncio.run(model(_ask("refund?")))
+    assert result == {
+        "content": "refund 41.60",
+        "tool_calls": [{"id": "toolu_1", "name": "refund", "input": {"order": "A-1"}}],
+        "finish_reason": "tool_use",
+        "model": "claude-test",
+        "usage": {"input_tokens": 7, "output_tokens": 4, "cache_read_input_tokens": 2},
+    }
+    sent = endpoint.requests[-1]
+    assert sent["path"] == "/v1/messages"
+    assert "sk-ant" in (sent["x-api-key"], (sent["auth"] or "").removeprefix("Bearer "))
+    assert sent["body"]["system"] == "you refund"
+    assert sent["body"]["messages"] == [{"role": "user", "content": "refund?"}]
+    assert sent["body"]["max_tokens"] == 1024
+
+
+def test_anthropic_base_url_defaults_to_the_sdk_endpoint_when_settings_leave_it() -> None:
+    assert AnthropicModel.from_settings(load_settings(model_api_key="k")).base_url is None
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [(429, ModelHTTPError), (529, ModelHTTPError), (500, ModelHTTPError)]
+    + [(s, ModelRequestError) for s in (400, 401, 403, 404)],
+)
+def test_anthropic_status_errors_map_to_retryable_or_terminal(
+    endpoint: Endpoint, status: int, error: type[Exception]
+) -> None:
+    model = AnthropicModel(base_url=endpoint.url, api_key="k", model="m")
+    with pytest.raises(error, match=str(status)):
+        asyncio.run(model(_ask(f"fail-{status}")))
+    assert len(endpoint.requests) == 1
+
+
+def test_anthropic_timeouts_and_refused_connections_are_retryable(endpoint: Endpoint) -> None:
+    slow = AnthropicModel(base_url=endpoint.url, api_key="k", model="m", timeout_s=0.3)
+    with pytest.raises(ModelUnreachable, match="APITimeoutError"):
+        asyncio.run(slow(_ask("slow")))
+    gone = AnthropicModel(base_url=f"http://127.0.0.1:{_closed_port()}", api_key="k", model="m")
+    with pytest.raises(ModelUnreachable, match="APIConnectionError"):
+        asyncio.run(gone(_ask("hello")))
+
+
+def _app(endpoint: Endpoint) -> App:
+    app = App("sdk-models")
+    retry = RetryPolicy(attempts=3, initial_backoff=0.01)
+    app.model("gpt", retry=retry)(OpenAIChatModel(base_url=f"{endpoint.url}/v1", api_key="", model="gpt-x"))
+    app.model("claude", retry=retry)(AnthropicModel(base_url=endpoint.url, api_key="k", model="claude-x"))
+
+    @app.workflow("ask")
+    async def ask(ctx: Context, request: dict[str, Any]) -> Any:
+        return await ctx.model(request["model"], messages=_ask(request["text"]))
+
+    return app
+
+
+@pytest.mark.parametrize(
+    ("model", "tokens"), [("gpt", (5, 3, None, "gpt-x")), ("claude", (7, 4, 2, "claude-x"))]
+)
+def test_usage_reaches_the_call_record(endpoint: Endpoint, model: str, tokens: tuple[Any, ...]) -> None:
+    async def scenario() -> ModelCallCompleted:
+        harness = Harness(_app(endpoint))
+        harness.start()
+        run_id = harness.client.submit("ask", {"model": model, "text": "refund?"})
+        status = await harness.ended(run_id)
+        await harness.stop_all()
+        assert status.status == "completed"
+        return next(e for e in harness.events(run_id) if isinstance(e, ModelCallCompleted))
+
+    done = asyncio.run(scenario())
+    assert (done.input_tokens, done.output_tokens, done.cached_tokens, done.response_model) == tokens
+
+
+@pytest.mark.parametrize(("text", "attempts"), [("fail-400", 1), ("fail-401", 1), ("fail-429", 3)])
+def test_the_worker_retries_retryable_model_errors_only(endpoint: Endpoint, text: str, attempts: int) -> None:
+    async def scenario() -> list[ModelCallFailed]:
+        harness = Harness(_app(endpoint))
+        harness.start()
+        run_id = harness.client.submit("ask", {"model": "gpt", "text": text})
+        status = await harness.ended(run_id)
+        await harness.stop_all()
+        assert status.status == "failed"
+        return [e for e in harness.events(run_id) if isinstance(e, ModelCallFailed)]
+
+    failures = asyncio.run(scenario())
+    assert [f.attempt for f in failures] == list(range(1, attempts + 1))
+    assert failures[-1].final and len(endpoint.requests) == attempts

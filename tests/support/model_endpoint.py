@@ -1,0 +1,123 @@
+"""An OpenAI- and Anthropic-compatible HTTP server of the tests' own, on 127.0.0.1 (no network).
+
+It answers ``POST .../chat/completions`` (OpenAI) and ``POST .../v1/messages`` (Anthropic) the way
+the providers do, with usage. The last user message steers it: ``fail-<status>`` answers with that
+status, ``slow`` waits two seconds (past a short client timeout). Every request is kept in
+``requests`` so a test can count what reached the endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Responder = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _last_text(body: dict[str, Any]) -> str:
+    for message in reversed(body.get("messages") or []):
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            texts = [part.get("text", "") for part in content if isinstance(part, dict)]
+            return "".join(texts)
+    return ""
+
+
+def chat_completion(body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 0,
+        "model": body["model"],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "refund 41.60"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+    }
+
+
+def anthropic_message(body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "msg_test",
+        "type": "message",
+        "role": "assistant",
+        "model": body["model"],
+        "content": [
+            {"type": "text", "text": "refund 41.60"},
+            {"type": "tool_use", "id": "toolu_1", "name": "refund", "input": {"order": "A-1"}},
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 7, "output_tokens": 4, "cache_read_input_tokens": 2},
+    }
+
+
+@dataclass
+class Endpoint:
+    url: str
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+
+@contextmanager
+def model_endpoint(
+    chat: Responder = chat_completion, messages: Responder = anthropic_message
+) -> Iterator[Endpoint]:
+    """Serve on a free port of 127.0.0.1; ``url`` is the server's root (add ``/v1`` for OpenAI)."""
+    endpoint = Endpoint(url="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            endpoint.requests.append(
+                {
+                    "path": self.path,
+                    "auth": self.headers.get("Authorization"),
+                    "x-api-key": self.headers.get("x-api-key"),
+                    "body": body,
+                }
+            )
+            text = _last_text(body)
+            if text == "slow":
+                time.sleep(2)
+            status = int(text.removeprefix("fail-")) if text.startswith("fail-") else 200
+            if status != 200:
+                answer: dict[str, Any] = {"error": {"type": "test", "message": f"refused with {status}"}}
+            elif self.path.endswith("/chat/completions"):
+                answer = chat(body)
+            else:
+                answer = messages(body)
+            payload = json.dumps(answer).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the client gave up (its timeout): nothing left to answer
+
+        def log_message(self, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    endpoint.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield endpoint
+    finally:
+        server.shutdown()
+        server.server_close()
