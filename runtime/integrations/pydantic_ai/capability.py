@@ -74,7 +74,9 @@ _deferred_results = TypeAdapter(DeferredToolResults)
 
 
 def _unrecordable(error: Exception) -> BaseException:
-    return UnrecordableValue(f"a PydanticAI value cannot be recorded as JSON: {error}")
+    return UnrecordableValue(
+        f"its result cannot be recorded as JSON, so a replay could not return it: {error}"
+    )
 
 
 @dataclass(init=False, kw_only=True)

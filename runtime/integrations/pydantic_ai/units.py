@@ -114,6 +114,8 @@ def _mapped_errors(kind: str, name: str) -> Iterator[None]:
         yield
     except pai_errors.ModelHTTPError as error:
         raise status_error(error.status_code, f"{kind} {name!r}", str(error.body or error)) from error
+    except UnrecordableValue as error:  # the codec's failure (engine_spec.serialization_failure)
+        raise UnrecordableValue(f"{kind} {name!r}: {error}") from error
     except PydanticSerializationError as error:
         raise UnrecordableValue(
             f"{kind} {name!r}: its result cannot be recorded as JSON ({error})"

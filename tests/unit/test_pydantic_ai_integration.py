@@ -1,0 +1,279 @@
+"""PydanticAI agents on agentlog, on the in-memory log: what is recorded, what replay serves,
+retries, structured output, approvals that wait for a signal, values that cannot be recorded,
+prompt drift, and the capability's transparency outside a workflow.
+
+The models are PydanticAI's own offline ones (``TestModel``, ``FunctionModel``); each counts the
+requests it really received, so "nothing re-sent" is counted, not assumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from pydantic_ai import Agent, DeferredToolRequests, ModelRetry
+from pydantic_ai.exceptions import ModelHTTPError
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
+
+from runtime.integrations.pydantic_ai import AgentlogDurability, idempotency_key, run_agent
+from runtime.log.events import Event, ModelCallCompleted, ModelCallFailed, ToolCallScheduled
+from runtime.replay.replayer import Replayer
+from runtime.replay.upgrade import shadow_replay
+from runtime.workflow.app import App, RetryPolicy
+from runtime.workflow.context import Context
+from support.memory_harness import Harness, until
+
+pytestmark = pytest.mark.unit
+
+
+def scripted(*steps: list[Any], seen: list[int] | None = None) -> FunctionModel:
+    """A model that answers request n with ``steps[n]`` (parts), counting requests in ``seen``."""
+    counter = seen if seen is not None else []
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        n = sum(isinstance(m, ModelResponse) for m in messages)
+        counter.append(n)
+        return ModelResponse(parts=steps[min(n, len(steps) - 1)])
+
+    return FunctionModel(answer)
+
+
+def serve(app: App, workflow: str, request: Any, *, signals: list[tuple[str, Any]] = ()) -> list[Event]:
+    """Run one workflow on a fresh in-memory deployment (sending ``signals`` once it waits)."""
+
+    async def scenario() -> list[Event]:
+        harness = Harness(app)
+        harness.start()
+        run_id = harness.client.submit(workflow, request)
+        for name, payload in signals:
+            # the agent has had its answer and is waiting: nothing else happens until the signal
+            await until(lambda: "ModelCallCompleted" in harness.types(run_id), 5, "the first answer")
+            await asyncio.sleep(0.2)
+            assert harness.status(run_id).status == "running"
+            assert harness.types(run_id)[-1] == "ModelCallCompleted", harness.types(run_id)
+            harness.client.signal(run_id, name, payload)
+        await harness.ended(run_id, timeout=20)
+        await harness.stop_all()
+        return harness.events(run_id)
+
+    return asyncio.run(scenario())
+
+
+def _end(events: list[Event]) -> Event:
+    return events[-1]
+
+
+def refund_app(
+    instructions: str = "Refund politely.", seen: list[int] | None = None
+) -> tuple[App, list[str]]:
+    app = App("pydantic-ai-unit")
+    effects: list[str] = []
+    model = scripted(
+        [ToolCallPart("lookup", {"order": "A-1"}, tool_call_id="c1")],
+        [ToolCallPart("refund", {"order": "A-1", "amount": 41.6, "reason": "late"}, tool_call_id="c2")],
+        [TextPart("refunded")],
+        seen=seen,
+    )
+    agent = Agent(
+        model,
+        name="support",
+        instructions=instructions,
+        capabilities=[AgentlogDurability(app, effects={"refund": ("order", "amount")})],
+    )
+
+    @agent.tool_plain
+    def lookup(order: str) -> dict[str, str]:
+        return {"order": order, "status": "late"}
+
+    @agent.tool_plain
+    def refund(order: str, amount: float, reason: str) -> str:
+        effects.append(idempotency_key())
+        return f"refunded {amount} on {order}"
+
+    @app.workflow("refund")
+    async def workflow(ctx: Context, request: dict[str, Any]) -> Any:
+        result = await run_agent(ctx, agent, request["prompt"])
+        return {"output": result.output, "requests": result.usage.requests}
+
+    return app, effects
+
+
+def test_each_model_request_and_tool_call_is_one_recorded_call_and_an_effect_gets_the_runs_key() -> None:
+    seen: list[int] = []
+    app, effects = refund_app(seen=seen)
+    events = serve(app, "refund", {"prompt": "order A-1 came late"})
+    assert _end(events).type == "RunCompleted"
+    calls = [
+        (e.type, getattr(e, "model", "") or getattr(e, "tool", "")) for e in events if "Scheduled" in e.type
+    ]
+    assert calls == [
+        ("ModelCallScheduled", "support.model"),
+        ("ToolCallScheduled", "support.lookup"),
+        ("ModelCallScheduled", "support.model"),
+        ("ToolCallScheduled", "support.refund"),
+        ("ModelCallScheduled", "support.model"),
+    ]
+    refund = next(e for e in events if isinstance(e, ToolCallScheduled) and e.tool == "support.refund")
+    assert refund.effect and refund.idempotency_key == effects[0] and len(effects) == 1
+    assert seen == [0, 1, 2]
+    completed = [e for e in events if isinstance(e, ModelCallCompleted)]
+    assert all(c.input_tokens and c.output_tokens for c in completed)  # FunctionModel's usage
+
+
+def test_replay_serves_every_recorded_call_without_asking_the_model_or_running_a_tool() -> None:
+    app, first_effects = refund_app()
+    events = serve(app, "refund", {"prompt": "order A-1 came late"})
+    seen: list[int] = []
+    fresh, fresh_effects = refund_app(seen=seen)
+    result = Replayer(app=fresh).replay(events)
+    assert result.ok and result.drift == () and result.status == "completed"
+    assert result.result == {"output": "refunded", "requests": 3}
+    assert seen == [] and fresh_effects == [] and len(first_effects) == 1  # served from the log
+
+
+def test_changed_instructions_are_drift_for_upgrade_check_not_a_park() -> None:
+    app, _ = refund_app()
+    events = serve(app, "refund", {"prompt": "order A-1 came late"})
+    changed, _ = refund_app(instructions="Refund politely, and apologise.")
+    (verdict,) = shadow_replay(changed, [events])
+    assert verdict.verdict == "drift", verdict.detail
+    assert [d.position for d in verdict.drift] == [1, 3, 5]  # the three model requests
+
+
+class Refund(BaseModel):
+    order: str
+    amount: float
+
+
+def test_structured_output_and_model_retry_are_recorded_and_replayed() -> None:
+    app = App("pydantic-ai-structured")
+    tries: list[str] = []
+    agent = Agent(
+        TestModel(custom_output_args={"order": "A-1", "amount": 41.6}),
+        name="typed",
+        output_type=Refund,
+        capabilities=[AgentlogDurability(app)],
+    )
+
+    @agent.tool_plain
+    def lookup(order: str) -> str:
+        tries.append(order)
+        if len(tries) == 1:
+            raise ModelRetry("the order service was warming up; ask again")
+        return "late"
+
+    @app.workflow("typed")
+    async def workflow(ctx: Context, request: dict[str, Any]) -> Any:
+        result = await run_agent(ctx, agent, "refund A-1")
+        return result.output.model_dump()
+
+    events = serve(app, "typed", {})
+    assert _end(events).type == "RunCompleted"
+    assert getattr(_end(events), "result", None) == '{"amount":41.6,"order":"A-1"}'
+    lookups = [e for e in events if isinstance(e, ToolCallScheduled) and e.tool == "typed.lookup"]
+    assert len(lookups) == 2 and len(tries) == 2  # the ModelRetry was a recorded value, then a retry
+    result = Replayer(app=app).replay(events)
+    assert result.ok and len(tries) == 2  # the replay served both, the tool was not run again
+
+
+def test_a_tool_that_needs_approval_waits_for_a_signal_and_runs_once_approved() -> None:
+    app = App("pydantic-ai-approval")
+    applied: list[str] = []
+    agent = Agent(
+        scripted(
+            [ToolCallPart("refund", {"order": "A-1"}, tool_call_id="refund-1")],
+            [TextPart("done")],
+        ),
+        name="approving",
+        output_type=[str, DeferredToolRequests],
+        capabilities=[AgentlogDurability(app, effects={"refund": None})],
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    def refund(order: str) -> str:
+        applied.append(idempotency_key())
+        return f"refunded {order}"
+
+    @app.workflow("approve")
+    async def workflow(ctx: Context, request: dict[str, Any]) -> Any:
+        result = await run_agent(ctx, agent, "refund A-1", deferred_signal="approval")
+        return result.output
+
+    events = serve(app, "approve", {}, signals=[("approval", {"approvals": {"refund-1": True}})])
+    assert _end(events).type == "RunCompleted", _end(events)
+    assert [e.type for e in events if e.type in ("SignalReceived", "ToolCallScheduled")] == [
+        "SignalReceived",
+        "ToolCallScheduled",
+    ]
+    assert len(applied) == 1
+    assert Replayer(app=app).replay(events).ok and len(applied) == 1
+
+
+def test_a_result_that_cannot_be_recorded_fails_the_call_naming_the_tool_and_the_value() -> None:
+    app = App("pydantic-ai-unrecordable")
+
+    class Handle:
+        def __repr__(self) -> str:
+            return "<Handle 7>"
+
+    agent = Agent(TestModel(), name="leaky", capabilities=[AgentlogDurability(app)])
+
+    @agent.tool_plain
+    def open_handle() -> Any:
+        return Handle()
+
+    @app.workflow("leak")
+    async def workflow(ctx: Context, request: dict[str, Any]) -> Any:
+        return (await run_agent(ctx, agent, "go")).output
+
+    events = serve(app, "leak", {})
+    failures = [e for e in events if e.type == "ToolCallFailed"]
+    assert len(failures) == 1 and failures[0].final  # terminal: not retried
+    message = getattr(failures[0], "error", "")
+    assert "leaky.open_handle" in message and "Handle" in message, message
+    assert _end(events).type == "RunFailed"
+
+
+@pytest.mark.parametrize(("status", "attempts"), [(429, 3), (503, 3), (400, 1), (401, 1)])
+def test_model_http_errors_are_retried_by_status(status: int, attempts: int) -> None:
+    app = App(f"pydantic-ai-http-{status}")
+
+    def refuse(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise ModelHTTPError(status, "m", {"error": "no"})
+
+    agent = Agent(
+        FunctionModel(refuse),
+        name="refused",
+        capabilities=[AgentlogDurability(app, model_retry=RetryPolicy(attempts=3, initial_backoff=0.01))],
+    )
+
+    @app.workflow("ask")
+    async def workflow(ctx: Context, request: dict[str, Any]) -> Any:
+        return (await run_agent(ctx, agent, "hi")).output
+
+    events = serve(app, "ask", {})
+    failed = [e.attempt for e in events if isinstance(e, ModelCallFailed)]
+    assert failed == list(range(1, attempts + 1))
+    assert _end(events).type == "RunFailed"
+
+
+def test_outside_a_workflow_the_capability_is_transparent() -> None:
+    plain = Agent(TestModel(), name="plain", capabilities=[AgentlogDurability(App("unused"))])
+    assert asyncio.run(plain.run("hi")).output == "success (no tool calls)"
+
+
+def test_run_agent_refuses_an_agent_without_the_capability() -> None:
+    app = App("pydantic-ai-missing")
+    bare = Agent(TestModel(), name="bare")
+
+    @app.workflow("bare")
+    async def workflow(ctx: Context, request: dict[str, Any]) -> Any:
+        return (await run_agent(ctx, bare, "hi")).output
+
+    events = serve(app, "bare", {})
+    assert _end(events).type == "RunFailed"
+    assert "AgentlogDurability" in getattr(_end(events), "error", "")
