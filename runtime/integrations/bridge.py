@@ -14,11 +14,14 @@ drives it in lock step:
 3. the workflow awaits that future (live: the worker carries out the call; replay: history serves
    it), then gives its outcome to the agent thread, and so on until the agent's coroutine ends.
 
-Only one command is outstanding at a time, so the order of commands is the agent's program order:
-the same on every replay. Frameworks that would run tool calls concurrently are switched to
-sequential execution by their integration. The agent thread runs only while the workflow side
-waits for it; the bodies of calls (the model request, the tool) run where the worker carries out
-calls, never on the agent thread.
+Commands are handed over when the agent loop has nothing left to run (every task of it waits for a
+call): those issued concurrently (parallel tool calls) go as one batch, in the order the agent's
+tasks issued them, which is the program's own order -- between calls the loop only computes, on a
+loop of its own with no I/O, so the same code issues them in the same order on every replay (and
+a replay that met another order would stop at the first differing command, not carry on). The
+batch's calls run side by side in the worker; their outcomes go back together, in issue order.
+The agent thread runs only while the workflow side waits for it; the bodies of calls (the model
+request, the tool) run where the worker carries out calls, never on the agent thread.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ class AgentBridgeError(AgentlogError):
 
 @dataclass(frozen=True)
 class _Await:
-    future: DurableFuture
+    futures: list[DurableFuture]
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,10 @@ class AgentRun(Generic[T]):
         self._start = start
         self._to_workflow: queue.SimpleQueue[_Await | _Done] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiting: asyncio.Future[Any] | None = None
+        # Calls issued since the last hand-over: (durable future, what its caller awaits).
+        self._pending: list[tuple[DurableFuture, asyncio.Future[Any]]] = []
+        self._idle_check_scheduled = False
+        self._in_flight: list[asyncio.Future[Any]] = []
         self._main: asyncio.Task[T] | None = None
         self._thread: threading.Thread | None = None
         self._counters: dict[str, int] = {}
@@ -92,22 +98,34 @@ class AgentRun(Generic[T]):
     # ------------------------------------------------------------------ agent-thread side
     async def wait_for(self, future: DurableFuture) -> Any:
         """On the agent thread: hand ``future`` to the workflow and wait for its outcome."""
-        if self._loop is None or asyncio.get_running_loop() is not self._loop:
+        loop = self._loop
+        if loop is None or asyncio.get_running_loop() is not loop:
             raise AgentBridgeError(f"agent run {self.name!r}: a durable call was awaited off its agent loop")
-        if self._waiting is not None:
-            raise AgentBridgeError(
-                f"agent run {self.name!r} issued a second call (position {future.position}) while one "
-                "is outstanding; durable agent runs call tools one at a time"
-            )
-        self._waiting = self._loop.create_future()
-        self._to_workflow.put(_Await(future))
-        try:
-            return await self._waiting
-        finally:
-            self._waiting = None
+        waiting: asyncio.Future[Any] = loop.create_future()
+        self._pending.append((future, waiting))
+        if not self._idle_check_scheduled:
+            self._idle_check_scheduled = True
+            loop.call_soon(self._hand_over_when_idle)
+        return await waiting
+
+    def _hand_over_when_idle(self) -> None:
+        """Hand the pending calls over once nothing else of the agent can run: the callbacks
+        queued behind this one are the agent's tasks still making progress (they may issue more
+        calls of the same batch). ``_ready`` is asyncio's run queue (BaseEventLoop; the loop is
+        made a SelectorEventLoop for it) -- the only way to ask a loop whether it is idle."""
+        loop = self._loop
+        assert loop is not None
+        if loop._ready:  # type: ignore[attr-defined]  # BaseEventLoop's run queue
+            loop.call_soon(self._hand_over_when_idle)
+            return
+        self._idle_check_scheduled = False
+        batch, self._pending = self._pending, []
+        self._in_flight = [waiting for _, waiting in batch]
+        self._to_workflow.put(_Await([future for future, _ in batch]))
 
     def _serve(self, ready: threading.Event) -> None:
-        loop = asyncio.new_event_loop()
+        # A plain asyncio loop whatever the worker's policy (uvloop): _hand_over_when_idle reads its queue.
+        loop = asyncio.SelectorEventLoop()
         self._loop = loop
         asyncio.set_event_loop(loop)
 
@@ -132,14 +150,18 @@ class AgentRun(Generic[T]):
         else:
             self._to_workflow.put(_Done(value=task.result()))
 
-    def _resume(self, value: Any = None, error: BaseException | None = None) -> None:
+    def _resume(self, outcomes: list[tuple[Any, BaseException | None]]) -> None:
+        """Give the batch's outcomes (value, error) to the agent tasks awaiting them, in issue order."""
+        waiting, self._in_flight = self._in_flight, []
+
         def deliver() -> None:
-            waiting = self._waiting
-            assert waiting is not None, "resumed with no call outstanding"
-            if error is not None:
-                waiting.set_exception(error)
-            else:
-                waiting.set_result(value)
+            for future, (value, error) in zip(waiting, outcomes, strict=True):
+                if future.cancelled():
+                    continue
+                if error is not None:
+                    future.set_exception(error)
+                else:
+                    future.set_result(value)
 
         assert self._loop is not None
         self._loop.call_soon_threadsafe(deliver)
@@ -177,12 +199,13 @@ class AgentRun(Generic[T]):
                     if message.error is not None:
                         raise message.error
                     return message.value  # type: ignore[no-any-return]  # the agent coroutine's T
-                try:
-                    outcome = yield from message.future.__await__()
-                except Exception as error:  # a failed call (CallFailed, TimeoutError): the agent decides
-                    self._resume(error=error)
-                else:
-                    self._resume(value=outcome)
+                outcomes: list[tuple[Any, BaseException | None]] = []
+                for future in message.futures:  # they run side by side; collected in issue order
+                    try:
+                        outcomes.append(((yield from future.__await__()), None))
+                    except Exception as error:  # a failed call (CallFailed, TimeoutError): the agent decides
+                        outcomes.append((None, error))
+                self._resume(outcomes)
         except GeneratorExit:
             self._stop()
             raise

@@ -20,7 +20,7 @@ Outside a workflow the capability does nothing and the agent runs as usual. Need
 ``pydantic-ai`` extra. Built on PydanticAI's public ``pydantic_ai.durable_exec`` surface.
 """
 
+from runtime.integrations.calls import UnrecordableValue, idempotency_key
 from runtime.integrations.pydantic_ai.capability import AgentlogDurability, run_agent
-from runtime.integrations.pydantic_ai.units import UnrecordableValue, idempotency_key
 
 __all__ = ["AgentlogDurability", "UnrecordableValue", "idempotency_key", "run_agent"]

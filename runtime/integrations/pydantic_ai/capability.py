@@ -56,15 +56,20 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 
 from runtime.errors import TerminalError
 from runtime.integrations.bridge import AgentRun, current_run
-from runtime.integrations.pydantic_ai.units import (
-    UNIT_ARG,
+from runtime.integrations.calls import (
     UnitRef,
     UnrecordableValue,
     as_json,
-    recorded_messages,
-    recorded_parameters,
     register_model,
     register_tool,
+    tool_args,
+)
+from runtime.integrations.pydantic_ai.units import (
+    UNIT_ARG,
+    mapped_errors,
+    recorded_messages,
+    recorded_parameters,
+    recorded_response,
 )
 from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.context import Context
@@ -177,6 +182,17 @@ class AgentlogDurability(BaseDurabilityCapability[AgentDepsT]):
     def operation_tool(self) -> str:
         return f"{self.name}.operation"
 
+    def register_operation_tool(self) -> None:
+        register_tool(
+            self.app,
+            self.operation_tool,
+            unit_arg=UNIT_ARG,
+            effect=False,
+            key_args=None,
+            retry=self.tool_retry,
+            errors=mapped_errors,
+        )
+
 
 _NO_CONFIG = RoleBasedOperationConfig[None](model=None, event=None, capability=None, tool=None)
 
@@ -223,7 +239,14 @@ class _Backend(CallableOperationBackend[None]):
     ) -> object:
         durability = self._durability
         model = durability.model_name(operation_id.model_id)
-        register_model(durability.app, model, durability.model_retry)
+        register_model(
+            durability.app,
+            model,
+            unit_arg=UNIT_ARG,
+            retry=durability.model_retry,
+            recorded=recorded_response,
+            errors=mapped_errors,
+        )
         _model_id, messages, settings, parameters, _run_context = cache_key
         params: dict[str, Any] = {
             UNIT_ARG: UnitRef(name, body),
@@ -242,22 +265,19 @@ class _Backend(CallableOperationBackend[None]):
         cache_key: tuple[object, ...],
     ) -> object:
         durability = self._durability
-        tool, tool_args = str(cache_key[0]), cache_key[1]
+        tool, arguments = str(cache_key[0]), cache_key[1]
         agentlog_tool = durability.tool_name(operation_id, tool)
         effect = tool in durability.effects
         register_tool(
             durability.app,
             agentlog_tool,
+            unit_arg=UNIT_ARG,
             effect=effect,
             key_args=durability.effects.get(tool),
             retry=durability.tool_retry,
+            errors=mapped_errors,
         )
-        args = as_json(tool_args, f"tool {tool!r} arguments")
-        if not isinstance(args, dict):
-            raise UnrecordableValue(f"tool {tool!r}: arguments {tool_args!r} are not a JSON object")
-        reserved = {UNIT_ARG, "idempotency_key"} & set(args)
-        if reserved:
-            raise TerminalError(f"tool {tool!r}: argument names {sorted(reserved)} are reserved by agentlog")
+        args = tool_args(arguments, tool, UNIT_ARG)
         args[UNIT_ARG] = UnitRef(name, body)
         return await run.wait_for(run.ctx.tool(agentlog_tool, **args))
 
@@ -265,9 +285,7 @@ class _Backend(CallableOperationBackend[None]):
         self, run: AgentRun[Any], name: str, body: Callable[[], Awaitable[object]]
     ) -> object:
         tool = self._durability.operation_tool
-        register_tool(
-            self._durability.app, tool, effect=False, key_args=None, retry=self._durability.tool_retry
-        )
+        self._durability.register_operation_tool()
         return await run.wait_for(run.ctx.tool(tool, **{UNIT_ARG: UnitRef(name, body)}))
 
 
@@ -290,9 +308,7 @@ class _SignalWaiter(ExternalEventWaiter):
             return as_json(await ask(token), f"the answer to external event {name!r}")
 
         tool = self._durability.operation_tool
-        register_tool(
-            self._durability.app, tool, effect=False, key_args=None, retry=self._durability.tool_retry
-        )
+        self._durability.register_operation_tool()
         answered = await run.wait_for(
             run.ctx.tool(tool, event=signal, **{UNIT_ARG: UnitRef(f"{self._durability.name}__ask", ask_once)})
         )

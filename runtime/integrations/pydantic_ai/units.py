@@ -1,71 +1,25 @@
-"""PydanticAI's durable units as agentlog calls: what is recorded, and what the worker runs.
+"""What a PydanticAI unit records, and how its failures read as agentlog's.
 
-PydanticAI hands its durable backend each unit as an async ``body`` (the model request, the tool
-call) plus the unit's inputs. The workflow side records the inputs as an agentlog command; the
-worker later runs the registered agentlog model or tool, which must find that same ``body``. It
-travels in the command's arguments as a ``UnitRef``: a ``str`` (the unit's stable PydanticAI
-operation name, which is what gets recorded and hashed) that also holds the body. A replayed
-command gets a fresh ``UnitRef`` from the replayed agent, so an in-doubt call re-executed after a
-crash runs the body of the agent loop that exists now.
+The units themselves travel as ``runtime.integrations.calls.UnitRef``s; this module shapes their
+inputs (messages, request parameters) and results (the ``ModelResponse`` with its usage) and maps
+PydanticAI's exceptions.
 """
 
 from __future__ import annotations
 
-import contextvars
-import inspect
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from pydantic_ai import exceptions as pai_errors
-from pydantic_core import PydanticSerializationError, to_jsonable_python
+from pydantic_core import PydanticSerializationError
 
 from runtime.errors import TerminalError
+from runtime.integrations.calls import UnrecordableValue, as_json
 from runtime.models.errors import status_error
-from runtime.workflow.app import App, RetryPolicy
 
 # The argument (tool calls) or parameter (model calls) that carries the unit's body.
 UNIT_ARG = "pydantic_ai_unit"
-
-_idempotency_key: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "agentlog_pydantic_ai_idempotency_key", default=None
-)
-
-
-class UnrecordableValue(TerminalError):
-    """A model or tool call whose input or result cannot be recorded as JSON: replaying it could
-    not give the agent the same value, so the call fails instead of replaying differently."""
-
-
-class UnitRef(str):
-    """A unit's recorded name that also carries its body to the worker (never recorded itself)."""
-
-    body: Callable[[], Awaitable[object]] | None
-
-    def __new__(cls, name: str, body: Callable[[], Awaitable[object]] | None = None) -> UnitRef:
-        ref = super().__new__(cls, name)
-        ref.body = body
-        return ref
-
-
-def idempotency_key() -> str:
-    """The idempotency key of the effecting tool call running now (derived from the run and the
-    call's ``key_args``, recorded before the call): pass it to the service the tool changes."""
-    key = _idempotency_key.get()
-    if key is None:
-        raise TerminalError(
-            "idempotency_key() is only known inside a tool named in AgentlogDurability(effects=...), "
-            "run from an agentlog workflow"
-        )
-    return key
-
-
-def as_json(value: Any, what: str) -> Any:
-    """``value`` as JSON-compatible data, or an UnrecordableValue naming ``what`` and the value."""
-    try:
-        return to_jsonable_python(value)
-    except (PydanticSerializationError, TypeError, ValueError) as error:
-        raise UnrecordableValue(f"{what}: {value!r} cannot be recorded as JSON ({error})") from error
 
 
 def recorded_messages(messages: Any) -> list[dict[str, Any]]:
@@ -96,18 +50,8 @@ def _without_request_timestamps(message: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def _unit_body(ref: object, kind: str, name: str) -> Callable[[], Awaitable[object]]:
-    body = getattr(ref, "body", None)
-    if body is None:
-        raise TerminalError(
-            f"{kind} {name!r} was asked to run without its PydanticAI agent loop: run the agent with "
-            "runtime.integrations.pydantic_ai.run_agent inside an agentlog workflow"
-        )
-    return body  # type: ignore[no-any-return]  # a UnitRef's body, set by the workflow side
-
-
 @contextmanager
-def _mapped_errors(kind: str, name: str) -> Iterator[None]:
+def mapped_errors(kind: str, name: str) -> Iterator[None]:
     """PydanticAI's failures as agentlog's: an HTTP status by the same rule as the SDK adapters;
     a value the codec cannot encode, a user error or unexpected model behaviour is terminal."""
     try:
@@ -124,10 +68,10 @@ def _mapped_errors(kind: str, name: str) -> Iterator[None]:
         raise TerminalError(f"{kind} {name!r}: {type(error).__name__}: {error}") from error
 
 
-def _model_usage(response: Any) -> tuple[dict[str, int], str | None]:
-    """The usage and model name of a recorded ``ModelResponse``, in the keys agentlog reads."""
+def recorded_response(response: Any) -> dict[str, Any]:
+    """A ``ModelResponse`` (as JSON) with its usage and model name in the keys agentlog reads."""
     if not isinstance(response, dict):
-        return {}, None
+        return {"response": response, "usage": {}, "model": None}
     usage = response.get("usage") or {}
     shown = {
         "input_tokens": usage.get("input_tokens"),
@@ -135,50 +79,8 @@ def _model_usage(response: Any) -> tuple[dict[str, int], str | None]:
         "cached_tokens": usage.get("cache_read_tokens"),
     }
     model = response.get("model_name")
-    return {k: v for k, v in shown.items() if isinstance(v, int)}, model if isinstance(model, str) else None
-
-
-def register_model(app: App, name: str, retry: RetryPolicy | None) -> None:
-    """The agentlog model that runs PydanticAI model requests of one agent (once per app)."""
-    if name in app.models:
-        return
-
-    async def model_request(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
-        body = _unit_body(params.get(UNIT_ARG), "model", name)
-        with _mapped_errors("model", name):
-            response = await body()
-        usage, model = _model_usage(response)
-        return {"response": response, "usage": usage, "model": model}
-
-    app.model(name, retry=retry)(model_request)
-
-
-def register_tool(
-    app: App, name: str, *, effect: bool, key_args: Sequence[str] | None, retry: RetryPolicy | None
-) -> None:
-    """The agentlog tool that runs one PydanticAI tool (or framework operation), once per app."""
-    if name in app.tools:
-        return
-
-    async def tool_call(**kwargs: Any) -> Any:
-        body = _unit_body(kwargs.get(UNIT_ARG), "tool", name)
-        token = _idempotency_key.set(kwargs.get("idempotency_key"))
-        try:
-            with _mapped_errors("tool", name):
-                return await body()
-        finally:
-            _idempotency_key.reset(token)
-
-    # App.tool checks an effect's parameters by signature: say which keywords the tool takes.
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    parameters = [inspect.Parameter(arg, keyword) for arg in key_args or ()]
-    if effect:
-        parameters.append(inspect.Parameter("idempotency_key", keyword))
-    parameters.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD))
-    tool_call.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]  # read by inspect
-    app.tool(
-        name,
-        effect=effect,
-        key_args=tuple(key_args) if effect and key_args is not None else None,
-        retry=retry,
-    )(tool_call)
+    return {
+        "response": response,
+        "usage": {k: v for k, v in shown.items() if isinstance(v, int)},
+        "model": model if isinstance(model, str) else None,
+    }
