@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 AGENTLOG := $(VENV)/bin/agentlog
 
-.PHONY: setup system-packages up down demo test lint unit bench bench-stages bench-sink bench-rebuild chaos fuzz compare clean
+.PHONY: setup system-packages up down demo demo-pydantic-ai test lint unit bench bench-stages bench-sink bench-rebuild chaos fuzz compare clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ down:
 
 demo: up
 	$(PY) -m examples.demo
+
+# The same refund agent written as a PydanticAI agent (examples/refund_pydantic_ai.py), same crash.
+demo-pydantic-ai: up
+	$(PY) -m examples.demo --pydantic-ai
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -6,10 +6,14 @@
    replays the recorded steps 1-30 without calling anything, re-executes step 31 (in doubt)
    and finishes;
 4. the outside world (a SQLite file) shows each effect applied once.
+
+``--pydantic-ai`` (``make demo-pydantic-ai``) runs the same agent written as a PydanticAI agent
+(examples/refund_pydantic_ai.py) through the same crash and recovery.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -22,13 +26,14 @@ from pathlib import Path
 from runtime import Client, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
+APPS = {"plain": "examples.refund_agent:app", "pydantic-ai": "examples.refund_pydantic_ai:app"}
 
 
 def say(text: str) -> None:
     print(f"[demo] {text}", flush=True)
 
 
-def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def start_worker(env: dict[str, str], log: Path, app: str = APPS["plain"]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -36,7 +41,7 @@ def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
             "runtime.cli",
             "worker",
             "--app",
-            "examples.refund_agent:app",
+            app,
             "--worker-id",
             "demo-worker",
         ],
@@ -63,7 +68,7 @@ def model_calls(db: Path, step: int) -> int:
         return 0
 
 
-def main() -> int:
+def main(app: str = APPS["plain"]) -> int:
     settings = load_settings()
     workdir = settings.state_dir / "demo" / time.strftime("%Y%m%d-%H%M%S")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -71,7 +76,7 @@ def main() -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "REFUND_WORLD_DB": str(world), "REFUND_HANG_AT_STEP": "31"}
     say(f"outside world: {world}; worker logs in {workdir}")
 
-    first = start_worker(env, workdir / "worker-1.log")
+    first = start_worker(env, workdir / "worker-1.log", app)
     wait_for(lambda: '"partition_taken"' in (workdir / "worker-1.log").read_text(), 60, "the worker to join")
     client = Client(settings)
     run_id = client.submit("refund", {"order": "48211"})
@@ -86,7 +91,7 @@ def main() -> int:
     )
 
     restarted = time.monotonic()
-    second = start_worker(env, workdir / "worker-2.log")
+    second = start_worker(env, workdir / "worker-2.log", app)
     try:
         result = client.result(run_id, timeout=120)
         say(f"a new worker finished the run {time.monotonic() - restarted:.2f}s after its start")
@@ -113,4 +118,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pydantic-ai", action="store_true", help="the refund agent as a PydanticAI agent")
+    sys.exit(main(APPS["pydantic-ai" if parser.parse_args().pydantic_ai else "plain"]))
