@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 from pydantic_ai import Agent, DeferredToolRequests, ModelRetry
+from pydantic_ai.capabilities import RequestInput
 from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -277,3 +278,49 @@ def test_run_agent_refuses_an_agent_without_the_capability() -> None:
     events = serve(app, "bare", {})
     assert _end(events).type == "RunFailed"
     assert "AgentlogDurability" in getattr(_end(events), "error", "")
+
+
+def test_request_input_waits_for_the_signal_its_token_names_and_asks_once() -> None:
+    app = App("pydantic-ai-request-input")
+    tokens: list[str] = []
+    applied: list[str] = []
+
+    def ask(ctx: Any, requests: DeferredToolRequests, token: str) -> None:
+        tokens.append(token)  # a real ask would post the token to Slack, email ...
+
+    agent = Agent(
+        scripted(
+            [ToolCallPart("refund", {"order": "A-1"}, tool_call_id="refund-1")],
+            [TextPart("done")],
+        ),
+        name="asking",
+        capabilities=[AgentlogDurability(app, effects={"refund": None}), RequestInput(ask=ask)],
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    def refund(order: str) -> str:
+        applied.append(order)
+        return f"refunded {order}"
+
+    @app.workflow("ask")
+    async def workflow(ctx: Context, request: dict[str, Any]) -> Any:
+        return (await run_agent(ctx, agent, "refund A-1")).output
+
+    async def scenario() -> tuple[list[Event], str]:
+        harness = Harness(app)
+        harness.start()
+        run_id = harness.client.submit("ask", {})
+        await until(lambda: tokens, 5, "the ask")
+        await asyncio.sleep(0.2)
+        assert harness.status(run_id).status == "running" and applied == []
+        token_run, signal = tokens[0].split("/", 1)
+        assert token_run == run_id
+        harness.client.signal(run_id, signal, {"approvals": {"refund-1": True}})
+        await harness.ended(run_id, timeout=20)
+        await harness.stop_all()
+        return harness.events(run_id), signal
+
+    events, signal = asyncio.run(scenario())
+    assert _end(events).type == "RunCompleted", _end(events)
+    assert signal.endswith("#0") and applied == ["A-1"] and len(tokens) == 1
+    assert Replayer(app=app).replay(events).ok and len(tokens) == 1 and applied == ["A-1"]

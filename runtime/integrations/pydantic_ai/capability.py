@@ -291,7 +291,7 @@ class _Backend(CallableOperationBackend[None]):
 
 class _SignalWaiter(ExternalEventWaiter):
     """An external event as a recorded ``ask`` and an agentlog signal wait: the signal's name is
-    the token's tail, so ``agentlog signal RUN <name> '<json>'`` resolves it, days later too."""
+    the token's tail, so ``agentlog signal RUN <name> --payload '<json>'`` resolves it, days later too."""
 
     def __init__(self, durability: AgentlogDurability[Any], run: AgentRun[Any]) -> None:
         self._durability = durability
