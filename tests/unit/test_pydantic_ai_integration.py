@@ -324,3 +324,37 @@ def test_request_input_waits_for_the_signal_its_token_names_and_asks_once() -> N
     assert _end(events).type == "RunCompleted", _end(events)
     assert signal.endswith("#0") and applied == ["A-1"] and len(tokens) == 1
     assert Replayer(app=app).replay(events).ok and len(tokens) == 1 and applied == ["A-1"]
+
+
+def test_an_event_stream_handler_sees_the_events_on_the_first_execution_only() -> None:
+    def make() -> tuple[App, list[str]]:
+        app = App("pydantic-ai-events")
+        seen: list[str] = []
+
+        async def handler(ctx: Any, events: Any) -> None:
+            async for event in events:
+                seen.append(type(event).__name__)
+
+        agent = Agent(
+            TestModel(),
+            name="streaming",
+            capabilities=[AgentlogDurability(app, event_stream_handler=handler)],
+        )
+
+        @agent.tool_plain
+        def lookup(order: str) -> str:
+            return "late"
+
+        @app.workflow("stream")
+        async def workflow(ctx: Context, request: dict[str, Any]) -> Any:
+            return (await run_agent(ctx, agent, "refund A-1")).output
+
+        return app, seen
+
+    app, seen = make()
+    events = serve(app, "stream", {})
+    assert _end(events).type == "RunCompleted", _end(events)
+    assert "PartStartEvent" in seen  # the model streamed inside its call
+    assert "FunctionToolCallEvent" in seen and "FunctionToolResultEvent" in seen
+    fresh, seen_again = make()
+    assert Replayer(app=fresh).replay(events).ok and seen_again == []

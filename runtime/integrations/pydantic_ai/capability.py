@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 from pydantic import JsonValue, TypeAdapter
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
-from pydantic_ai.agent import AgentRunResult
+from pydantic_ai.agent import AgentRunResult, EventStreamHandler
 from pydantic_ai.capabilities.abstract import WrapRunHandler
 from pydantic_ai.durable_exec import (
     JSON_CODEC,
@@ -93,6 +93,10 @@ class AgentlogDurability(BaseDurabilityCapability[AgentDepsT]):
     tools that change the world, each with the arguments that identify its effect (``None``: all of
     them); such a tool gets its idempotency key from ``idempotency_key()``. ``model_retry`` and
     ``tool_retry`` are the agentlog retry policies of the calls (default ``RetryPolicy()``).
+    ``event_stream_handler`` sees the run's events when they first happen: a model request then
+    streams (its events go to the handler inside the call, the final response is recorded), and
+    each other event is handed over in a recorded call -- a replay serves them, it does not call
+    the handler again.
     """
 
     engine_spec = DurabilityEngineSpec(
@@ -123,8 +127,9 @@ class AgentlogDurability(BaseDurabilityCapability[AgentDepsT]):
         name: str | None = None,
         model_retry: RetryPolicy | None = None,
         tool_retry: RetryPolicy | None = None,
+        event_stream_handler: EventStreamHandler[AgentDepsT] | None = None,
     ) -> None:
-        super().__init__(models=models, name=name)
+        super().__init__(models=models, name=name, event_stream_handler=event_stream_handler)
         self.app = app
         self.effects: dict[str, tuple[str, ...] | None] = {
             tool: None if args is None else tuple(args) for tool, args in (effects or {}).items()
