@@ -358,3 +358,42 @@ def test_an_event_stream_handler_sees_the_events_on_the_first_execution_only() -
     assert "FunctionToolCallEvent" in seen and "FunctionToolResultEvent" in seen
     fresh, seen_again = make()
     assert Replayer(app=fresh).replay(events).ok and seen_again == []
+
+
+def test_parallel_tool_calls_run_side_by_side_and_replay_in_the_recorded_order() -> None:
+    def make() -> tuple[App, list[str]]:
+        app = App("pydantic-ai-parallel")
+        ran: list[str] = []
+        agent = Agent(TestModel(), name="parallel", capabilities=[AgentlogDurability(app)])
+
+        @agent.tool_plain
+        async def slow(order: str) -> str:
+            await asyncio.sleep(0.05)
+            ran.append("slow")
+            return "slow answer"
+
+        @agent.tool_plain
+        async def quick(order: str) -> str:
+            ran.append("quick")
+            return "quick answer"
+
+        @app.workflow("parallel")
+        async def workflow(ctx: Context, request: dict[str, Any]) -> Any:
+            return (await run_agent(ctx, agent, "look both up")).output
+
+        return app, ran
+
+    app, ran = make()
+    events = serve(app, "parallel", {})
+    calls = [(e.type, getattr(e, "tool", "")) for e in events if e.type.startswith("ToolCall")]
+    assert calls == [
+        ("ToolCallScheduled", "parallel.slow"),
+        ("ToolCallScheduled", "parallel.quick"),
+        ("ToolCallCompleted", ""),
+        ("ToolCallCompleted", ""),
+    ]
+    assert ran == ["quick", "slow"]  # side by side: the quick one finished first
+    fresh, ran_again = make()
+    replayed = Replayer(app=fresh).replay(events)
+    assert replayed.ok and replayed.result == '{"slow":"slow answer","quick":"quick answer"}'
+    assert ran_again == []

@@ -3,7 +3,7 @@ agentlog workflow and whose durable units are agentlog model and tool calls.
 
 Built on ``pydantic_ai.durable_exec`` as its maintainers' guide asks (``durable_exec/AGENTS.md``):
 a ``BaseDurabilityCapability`` declaring the engine once (``DurabilityEngineSpec``: JSON journal,
-sequential tools, MCP sessions entered in the first unit that needs them), and a
+MCP sessions entered in the first unit that needs them), and a
 ``CallableOperationBackend`` that turns each unit into a recorded call:
 
 - a model request (streamed or not) -> ``ctx.model("<agent>.model", ...)``: the messages (request
@@ -113,8 +113,9 @@ class AgentlogDurability(BaseDurabilityCapability[AgentDepsT]):
             "dynamic": "enter-never",
         },
         journal_discovery=True,
-        # One command outstanding at a time (runtime.integrations.bridge): replay order is program order.
-        sequential_tools_in_durable_context=True,
+        # Parallel tool calls stay parallel: the bridge issues them as one batch in the order the
+        # agent's tasks reached them and gives the outcomes back together (runtime.integrations.bridge).
+        sequential_tools_in_durable_context=False,
         tool_config_key="agentlog",
     )
 
