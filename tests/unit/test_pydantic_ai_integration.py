@@ -9,13 +9,17 @@ requests it really received, so "nothing re-sent" is counted, not assumed.
 from __future__ import annotations
 
 import asyncio
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+from fastmcp.client.transports import StdioTransport
 from pydantic import BaseModel
 from pydantic_ai import Agent, DeferredToolRequests, ModelRetry
 from pydantic_ai.capabilities import RequestInput
 from pydantic_ai.exceptions import ModelHTTPError
+from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
@@ -397,3 +401,35 @@ def test_parallel_tool_calls_run_side_by_side_and_replay_in_the_recorded_order()
     replayed = Replayer(app=fresh).replay(events)
     assert replayed.ok and replayed.result == '{"slow":"slow answer","quick":"quick answer"}'
     assert ran_again == []
+
+
+def test_mcp_tool_listings_and_calls_are_recorded_and_replay_needs_no_server(tmp_path: Path) -> None:
+    calls_log = tmp_path / "mcp-calls"
+
+    def make(script: Path) -> App:
+        app = App("pydantic-ai-mcp")
+        transport = StdioTransport(sys.executable, [str(script)], env={"MCP_ORDERS_LOG": str(calls_log)})
+        agent = Agent(
+            TestModel(),
+            name="mcp",
+            toolsets=[MCPToolset(transport, id="orders")],
+            capabilities=[AgentlogDurability(app)],
+        )
+
+        @app.workflow("mcp")
+        async def workflow(ctx: Context, request: dict[str, Any]) -> Any:
+            return (await run_agent(ctx, agent, "status of A-1")).output
+
+        return app
+
+    events = serve(make(Path(__file__).parent.parent / "support" / "mcp_orders.py"), "mcp", {})
+    assert _end(events).type == "RunCompleted", _end(events)
+    scheduled = [e for e in events if isinstance(e, ToolCallScheduled)]
+    assert [e.tool for e in scheduled] == ["mcp.operation", "mcp.orders.order_status"]
+    assert "get_tools" in scheduled[0].args  # the listing is a recorded call
+    assert calls_log.read_text().splitlines() == ["a"]
+    # pydantic-ai#5875: a listing cached or changed since must not break replay -- here the server
+    # is gone altogether; the replay reads the listing and the call from the log.
+    replayed = Replayer(app=make(tmp_path / "no-such-server.py")).replay(events)
+    assert replayed.ok and replayed.result == '{"order_status":"order a is late"}'
+    assert calls_log.read_text().splitlines() == ["a"]

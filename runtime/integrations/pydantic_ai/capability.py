@@ -3,7 +3,7 @@ agentlog workflow and whose durable units are agentlog model and tool calls.
 
 Built on ``pydantic_ai.durable_exec`` as its maintainers' guide asks (``durable_exec/AGENTS.md``):
 a ``BaseDurabilityCapability`` declaring the engine once (``DurabilityEngineSpec``: JSON journal,
-MCP sessions entered in the first unit that needs them), and a
+an MCP toolset connected inside each call that uses it), and a
 ``CallableOperationBackend`` that turns each unit into a recorded call:
 
 - a model request (streamed or not) -> ``ctx.model("<agent>.model", ...)``: the messages (request
@@ -106,10 +106,12 @@ class AgentlogDurability(BaseDurabilityCapability[AgentDepsT]):
         codec=JSON_CODEC,  # agentlog journals JSON: the base reduces values before they are recorded
         serialization_failure=_unrecordable,
         wrapped_toolset_kinds=frozenset({"function", "mcp", "dynamic"}),
-        # Calls run in the workflow's own process, so an MCP toolset keeps one session per run.
+        # An MCP session is bound to the event loop that opened it, and calls run on the worker's
+        # loop while the run's container is the agent's (runtime.integrations.bridge): so each call
+        # that needs the server enters the toolset itself, as Temporal's activities do.
         toolset_lifecycles={
             "function": "enter-always",
-            "mcp": "enter-in-durable-unit",
+            "mcp": "enter-outside-durable",
             "dynamic": "enter-never",
         },
         journal_discovery=True,
