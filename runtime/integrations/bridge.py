@@ -75,9 +75,17 @@ def current_run() -> AgentRun[Any] | None:
 class AgentRun(Generic[T]):
     """One framework agent run inside one workflow run, on its own thread and event loop."""
 
-    def __init__(self, ctx: Context, start: Callable[[], Coroutine[Any, Any, T]], name: str) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        start: Callable[[], Coroutine[Any, Any, T]],
+        name: str,
+        *,
+        step_timeout_s: float = STEP_TIMEOUT_S,
+    ) -> None:
         self.ctx = ctx
         self.name = name
+        self.step_timeout_s = step_timeout_s
         self._start = start
         self._to_workflow: queue.SimpleQueue[_Await | _Done] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -85,6 +93,9 @@ class AgentRun(Generic[T]):
         self._pending: list[tuple[DurableFuture, asyncio.Future[Any]]] = []
         self._idle_check_scheduled = False
         self._in_flight: list[asyncio.Future[Any]] = []
+        # True while the workflow side waits for the agent thread (it may issue calls then); False
+        # from a hand-over until the outcomes are delivered.
+        self._has_control = True
         self._main: asyncio.Task[T] | None = None
         self._thread: threading.Thread | None = None
         self._counters: dict[str, int] = {}
@@ -101,6 +112,12 @@ class AgentRun(Generic[T]):
         loop = self._loop
         if loop is None or asyncio.get_running_loop() is not loop:
             raise AgentBridgeError(f"agent run {self.name!r}: a durable call was awaited off its agent loop")
+        if not self._has_control:
+            raise AgentBridgeError(
+                f"agent run {self.name!r} issued a call (position {future.position}) while its earlier calls "
+                "were outstanding: something outside agentlog (a timer, I/O) woke the agent loop; route waits "
+                "through the run (durable sleeps) and leave the framework's own retries off"
+            )
         waiting: asyncio.Future[Any] = loop.create_future()
         self._pending.append((future, waiting))
         if not self._idle_check_scheduled:
@@ -119,6 +136,7 @@ class AgentRun(Generic[T]):
             loop.call_soon(self._hand_over_when_idle)
             return
         self._idle_check_scheduled = False
+        self._has_control = False
         batch, self._pending = self._pending, []
         self._in_flight = [waiting for _, waiting in batch]
         self._to_workflow.put(_Await([future for future, _ in batch]))
@@ -155,6 +173,7 @@ class AgentRun(Generic[T]):
         waiting, self._in_flight = self._in_flight, []
 
         def deliver() -> None:
+            self._has_control = True
             for future, (value, error) in zip(waiting, outcomes, strict=True):
                 if future.cancelled():
                     continue
@@ -176,11 +195,11 @@ class AgentRun(Generic[T]):
     # ------------------------------------------------------------------ workflow side
     def _next(self) -> _Await | _Done:
         try:
-            return self._to_workflow.get(timeout=STEP_TIMEOUT_S)
+            return self._to_workflow.get(timeout=self.step_timeout_s)
         except queue.Empty:
             self._stop()
             raise AgentBridgeError(
-                f"agent run {self.name!r} neither issued a call nor ended within {STEP_TIMEOUT_S} s: it "
+                f"agent run {self.name!r} neither issued a call nor ended within {self.step_timeout_s} s: it "
                 "awaits something that is not an agentlog call (I/O outside a model or tool call?)"
             ) from None
 

@@ -1,0 +1,110 @@
+"""The bridge between a hand-driven workflow and an asyncio agent loop on its own thread
+(runtime.integrations.bridge), with no framework: lock step, batches of concurrent calls in issue
+order, replay, failures, and an agent loop that goes silent."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from runtime.integrations.bridge import AgentRun, current_run
+from runtime.log.events import Event
+from runtime.replay.replayer import Replayer
+from runtime.workflow.app import App, RetryPolicy
+from runtime.workflow.context import Context
+from support.memory_harness import Harness
+
+pytestmark = pytest.mark.unit
+
+
+def bridged_app(ran: list[str]) -> App:
+    app = App("bridge")
+
+    @app.tool("slow")
+    async def slow(name: str) -> str:
+        await asyncio.sleep(0.05)
+        ran.append(f"slow:{name}")
+        return f"slow {name}"
+
+    @app.tool("quick")
+    async def quick(name: str) -> str:
+        ran.append(f"quick:{name}")
+        return f"quick {name}"
+
+    @app.tool("broken", retry=RetryPolicy(attempts=1))
+    def broken() -> str:
+        raise ValueError("broken for good")
+
+    @app.workflow("agent")
+    async def workflow(ctx: Context, request: dict[str, Any]) -> Any:
+        async def agent_loop() -> dict[str, Any]:
+            run = current_run()
+            assert run is not None and threading.current_thread().name == "agent-loop"
+            first = await run.wait_for(ctx.tool("quick", name="first"))
+            together = await asyncio.gather(
+                run.wait_for(ctx.tool("slow", name="a")), run.wait_for(ctx.tool("quick", name="b"))
+            )
+            try:
+                await run.wait_for(ctx.tool("broken"))
+            except Exception as error:  # the agent sees a failed call as an exception
+                failed = type(error).__name__
+            return {"first": first, "together": together, "failed": failed}
+
+        return await AgentRun(ctx, agent_loop, name="loop")
+
+    @app.workflow("silent")
+    async def silent(ctx: Context, request: dict[str, Any]) -> Any:
+        async def agent_loop() -> None:
+            await asyncio.Event().wait()  # waits for something that is not an agentlog call
+
+        return await AgentRun(ctx, agent_loop, name="silent", step_timeout_s=0.3)
+
+    return app
+
+
+def serve(app: App, workflow: str) -> list[Event]:
+    async def scenario() -> list[Event]:
+        harness = Harness(app)
+        harness.start()
+        run_id = harness.client.submit(workflow, {})
+        await harness.ended(run_id, timeout=10)
+        await harness.stop_all()
+        return harness.events(run_id)
+
+    return asyncio.run(scenario())
+
+
+def test_concurrent_calls_go_as_one_batch_in_issue_order_and_come_back_in_it() -> None:
+    ran: list[str] = []
+    events = serve(bridged_app(ran), "agent")
+    assert events[-1].type == "RunCompleted", events[-1]
+    assert getattr(events[-1], "result", "") == (
+        '{"failed":"CallFailed","first":"quick first","together":["slow a","quick b"]}'
+    )
+    kinds = [(e.type, getattr(e, "args", None)) for e in events if e.type.startswith("ToolCall")]
+    assert [k for k, _ in kinds[:6]] == [
+        "ToolCallScheduled",
+        "ToolCallCompleted",
+        "ToolCallScheduled",  # a and b issued together ...
+        "ToolCallScheduled",
+        "ToolCallCompleted",  # ... and run side by side: b answers first
+        "ToolCallCompleted",
+    ]
+    assert ran == ["quick:first", "quick:b", "slow:a"]
+
+
+def test_replay_gives_the_agent_loop_the_recorded_outcomes_without_calling() -> None:
+    events = serve(bridged_app([]), "agent")
+    ran: list[str] = []
+    replayed = Replayer(app=bridged_app(ran)).replay(events)
+    assert replayed.ok and replayed.result["together"] == ["slow a", "quick b"]
+    assert ran == []
+
+
+def test_an_agent_loop_waiting_on_something_else_fails_the_run_naming_it() -> None:
+    events = serve(bridged_app([]), "silent")
+    assert events[-1].type == "RunFailed"
+    assert "neither issued a call nor ended within 0.3 s" in getattr(events[-1], "error", "")
