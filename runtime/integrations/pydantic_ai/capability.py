@@ -96,7 +96,8 @@ class AgentlogDurability(BaseDurabilityCapability[AgentDepsT]):
     ``event_stream_handler`` sees the run's events when they first happen: a model request then
     streams (its events go to the handler inside the call, the final response is recorded), and
     each other event is handed over in a recorded call -- a replay serves them, it does not call
-    the handler again.
+    the handler again. ``prompt_version`` is recorded with each model call (``agentlog upgrade
+    check`` and ``audit cost --by prompt_version`` show it): bump it when the instructions change.
     """
 
     engine_spec = DurabilityEngineSpec(
@@ -131,6 +132,7 @@ class AgentlogDurability(BaseDurabilityCapability[AgentDepsT]):
         model_retry: RetryPolicy | None = None,
         tool_retry: RetryPolicy | None = None,
         event_stream_handler: EventStreamHandler[AgentDepsT] | None = None,
+        prompt_version: str | None = None,
     ) -> None:
         super().__init__(models=models, name=name, event_stream_handler=event_stream_handler)
         self.app = app
@@ -139,6 +141,7 @@ class AgentlogDurability(BaseDurabilityCapability[AgentDepsT]):
         }
         self.model_retry = model_retry
         self.tool_retry = tool_retry
+        self.prompt_version = prompt_version
 
     # --- the durable container: an agent run inside an agentlog workflow -----------------------
     @property
@@ -261,7 +264,10 @@ class _Backend(CallableOperationBackend[None]):
             "settings": as_json(settings, f"model {model!r} settings"),
             "parameters": recorded_parameters(parameters, f"model {model!r} request parameters"),
         }
-        recorded = await run.wait_for(run.ctx.model(model, messages=recorded_messages(messages), **params))
+        asked = run.ctx.model(
+            model, messages=recorded_messages(messages), prompt_version=durability.prompt_version, **params
+        )
+        recorded = await run.wait_for(asked)
         return recorded["response"]
 
     async def _tool_call(
