@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +15,7 @@ from runtime.errors import RetryableError
 
 if TYPE_CHECKING:
     from runtime.log.registry_admin import SchemaAdmin, SubjectReport
-from runtime.log.catalog import DEFAULT_SCHEMA_DIR
+from runtime.log.catalog import DEFAULT_SCHEMA_DIR, load_catalog
 
 
 def _print_reports(reports: list[SubjectReport], as_json: bool) -> int:
@@ -59,9 +60,40 @@ def _registry(settings: Settings) -> Iterator[None]:
         raise RegistryUnavailable(f"schema registry {settings.schema_registry_url}: {exc}") from exc
 
 
+def _local_rows(settings: Settings, directory: Path) -> list[dict[str, object]]:
+    """The subjects the local catalog would register, for when the registry cannot say."""
+    return [
+        {
+            "subject": schema.subject(settings),
+            "versions": None,
+            "latest_id": None,
+            "compatibility": None,
+            "local": schema.path.name,
+            "registry": "unreachable",
+        }
+        for schema in sorted(load_catalog(directory).values(), key=lambda s: s.subject(settings))
+    ]
+
+
 def _list(args: argparse.Namespace, settings: Settings) -> int:
-    with _registry(settings):
-        rows = _admin(settings, args.dir).subjects()
+    try:
+        with _registry(settings):
+            rows = _admin(settings, args.dir).subjects()
+    except RegistryUnavailable as exc:
+        # Before `infra up` (or in an outage) the local catalog still answers what would be
+        # registered; the registry's own state is what cannot be shown.
+        local = _local_rows(settings, args.dir)
+        print(f"agentlog: {exc}", file=sys.stderr)
+        print(
+            f"agentlog: the registry is unreachable; the local catalog ({len(local)} schemas in {args.dir}):",
+            file=sys.stderr,
+        )
+        if args.json:
+            print(json.dumps(local, indent=2))
+        else:
+            for row in local:
+                print(f"{row['subject']:<70} local={row['local']} registry=unreachable")
+        return 0
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

@@ -92,6 +92,7 @@ def test_released_migrations_keep_their_text() -> None:
         9: "9af335b60a50ddbb",
         10: "ef3c7a101d4a7084",
         11: "75032f55a3b44b2b",
+        12: "9754e87d5d7a1183",
     }
 
 
