@@ -8,9 +8,10 @@ AGENTLOG := $(VENV)/bin/agentlog
 .PHONY: setup system-packages up down demo test lint unit bench bench-stages bench-sink bench-rebuild chaos fuzz compare clean
 
 $(VENV)/.installed: pyproject.toml
+	@echo "agentlog setup: creating the virtualenv $(VENV) and installing agentlog with its dev tools (pip; a minute or two when cold)"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	set -o pipefail; $(VENV)/bin/pip install --progress-bar off -e '.[dev]' 2>&1 | $(PYTHON) tools/pip_progress.py
 	touch $@
 
 # Debian packages the suite needs (infra/debian-packages.txt: Chromium for the UI's browser tests).
