@@ -40,15 +40,10 @@ lint: setup
 unit: setup
 	$(PY) -m pytest -m unit
 
-# Sets everything up, starts the services, runs lint, types and the whole suite, stops the services.
-test: setup
-	$(AGENTLOG) infra up
-	$(AGENTLOG) schemas register
-	status=0; \
-	$(MAKE) --no-print-directory lint || status=1; \
-	$(PY) -m pytest || status=1; \
-	$(AGENTLOG) infra down; \
-	exit $$status
+# Sets everything up, starts the services, runs lint beside the whole suite (pytest-xdist,
+# TEST_WORKERS=4), stops the services and prints where the time went (tools/test_suite.sh).
+test:
+	VENV=$(VENV) tools/test_suite.sh
 
 bench: up
 	$(PY) bench/refund40.py
