@@ -39,7 +39,7 @@ lint_start=$(now)
 ) &
 lint_pid=$!
 
-phase "suite (pytest -n $WORKERS)" "$VENV/bin/python" -m pytest -n "$WORKERS" --dist loadgroup --durations=20
+phase "suite (pytest -n $WORKERS)" "$VENV/bin/python" -m pytest -n "$WORKERS" --dist loadscope --durations=20
 wait "$lint_pid"
 lint_rc=$(cat "$lint_log.rc" 2>/dev/null || echo 1)
 lint_end=$(cat "$lint_log.end" 2>/dev/null || now)
