@@ -78,7 +78,7 @@ def _local_rows(settings: Settings, directory: Path) -> list[dict[str, object]]:
 def _list(args: argparse.Namespace, settings: Settings) -> int:
     try:
         with _registry(settings):
-            rows = _admin(settings, args.dir).subjects()
+            rows = _admin(settings, args.dir).subjects(every_deployment=args.all)
     except RegistryUnavailable as exc:
         # Before `infra up` (or in an outage) the local catalog still answers what would be
         # registered; the registry's own state is what cannot be shown.
@@ -124,7 +124,7 @@ def add_schema_commands(subparsers: argparse._SubParsersAction[argparse.Argument
     schemas = subparsers.add_parser("schemas", help="the event schemas and the registry")
     actions = schemas.add_subparsers(dest="action", required=True)
     for name, func, text in (
-        ("list", _list, "subjects the registry holds"),
+        ("list", _list, "this deployment's subjects in the registry (--all: every subject)"),
         ("register", _register, "register new versions; refuse incompatible ones"),
         ("check", _check, "test local schemas against the registry's compatibility level"),
         ("diff", _diff, "local schemas vs registered ones"),
@@ -137,4 +137,8 @@ def add_schema_commands(subparsers: argparse._SubParsersAction[argparse.Argument
             help="schema folder (default: the schemas shipped with agentlog)",
         )
         sub.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "list":
+            sub.add_argument(
+                "--all", action="store_true", help="every subject the registry holds, not only this deployment's"
+            )
         sub.set_defaults(func=func)

@@ -52,9 +52,16 @@ class SchemaAdmin:
         self.policy = load_policy(schema_dir)
         self.client = registry_client(settings)
 
-    def subjects(self) -> list[dict[str, Any]]:
+    def subjects(self, *, every_deployment: bool = False) -> list[dict[str, Any]]:
+        """The registry's subjects of this deployment's topics (all of them with
+        ``every_deployment``: one registry often serves many deployments, and each subject
+        costs three requests)."""
+        topics = (self.settings.commands_topic, self.settings.events_topic, self.settings.checkpoints_topic)
+        mine = tuple(f"{topic}-" for topic in topics)
         rows = []
         for subject in sorted(self.client.get_subjects() or []):
+            if not every_deployment and not subject.startswith(mine):
+                continue
             versions = self.client.get_versions(subject)
             try:
                 level = self.client.get_compatibility(subject)
