@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.events import ModelCallScheduled
-from runtime.log.memory import MemoryLog
+from runtime.log.port.memory import MemoryLog
 from runtime.log.prompts import PromptBook, rebuild_inputs
 from runtime.log.serde import Serde
 from runtime.worker.loop import Worker

@@ -71,7 +71,7 @@ def produce(events: int, workdir: Path, processes: int) -> tuple[Any, dict[int, 
 
     from runtime.client import Client
     from runtime.log.kafka import KafkaLog
-    from runtime.log.partitioning import name_in_partition
+    from runtime.log.port.partitioning import name_in_partition
     from runtime.log.serde import Serde
     from runtime.worker.rebuild import latest_checkpoint
 

@@ -27,9 +27,9 @@ from runtime.log.events import (
 )
 from runtime.log.fencing import FenceFilter
 from runtime.log.kafka import KafkaLog
-from runtime.log.partitioning import partition_for
 from runtime.log.payloads import PayloadMissing, inlined, read_back, read_blobs
-from runtime.log.port import EventLog
+from runtime.log.port.partitioning import partition_for
+from runtime.log.port.protocol import EventLog
 from runtime.log.prompts import PromptMissing, RecordedInput, checked_args, rebuild_inputs
 from runtime.log.run_index import RunLocation, parse_location, run_key
 from runtime.log.serde import DecodeError, Serde, record_to_dict

@@ -29,7 +29,7 @@ from concurrent.futures import Future
 from runtime import stagemarks
 from runtime.log.events import Event
 from runtime.log.fencing import FenceFilter
-from runtime.log.port import EventLog, LogRecord, Tail
+from runtime.log.port.protocol import EventLog, LogRecord, Tail
 from runtime.log.serde import DecodeError, Serde
 from runtime.log.status import ENDING_EVENTS
 from runtime.run_status import LoggedEvent

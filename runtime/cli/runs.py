@@ -18,7 +18,7 @@ from runtime.workflow.app import App
 if TYPE_CHECKING:
     from runtime.client import Client
     from runtime.log.kafka import KafkaLog
-    from runtime.log.port import CommandFeed
+    from runtime.log.port.protocol import CommandFeed
     from runtime.log.serde import Serde
 
 

@@ -19,11 +19,11 @@ from runtime.log.kafka_ownership import KafkaOwnershipCheck
 from runtime.log.kafka_reader import read_partition, read_partitions, watermarks
 from runtime.log.kafka_tail import KafkaTail
 from runtime.log.kafka_writer import EventWriter
-from runtime.log.port import LogRecord
+from runtime.log.port.protocol import LogRecord
 
 
 class KafkaLog:
-    """The Kafka backend of the log port (``runtime.log.port.EventLog``).
+    """The Kafka backend of the log port (``runtime.log.port.protocol.EventLog``).
 
     The producer and the reading consumer are made on first use; a worker calls ``connect``
     at start so both are connected by the time partitions arrive (rebuilds read with them)."""

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from runtime.config import Settings
 from runtime.log.kafka_config import know_topic, offset_of, reader_config
-from runtime.log.port import LogRecord
+from runtime.log.port.protocol import LogRecord
 
 
 class KafkaTail:

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 
 from runtime.errors import AgentlogError
 from runtime.log.events import Event, ModelCallCompleted, ToolCallCompleted
-from runtime.log.port import EventLog
+from runtime.log.port.protocol import EventLog
 from runtime.log.prompts import blob_refs
 
 Completed = ModelCallCompleted | ToolCallCompleted

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 
 from runtime.config import Settings
 from runtime.log.events import PartitionCheckpoint
-from runtime.log.port import Committer, EventLog
+from runtime.log.port.protocol import Committer, EventLog
 from runtime.log.run_index import run_key
 from runtime.log.serde import Serde
 from runtime.worker.batching import send_partition

@@ -41,8 +41,8 @@ from runtime.log.events import (
     SignalReceived,
     SignalSent,
 )
-from runtime.log.partitioning import name_in_partition, partition_of_key
-from runtime.log.port import Delivery, WriteError
+from runtime.log.port.partitioning import name_in_partition, partition_of_key
+from runtime.log.port.protocol import Delivery, WriteError
 from runtime.log.serde import DecodeError, Serde
 from runtime.replay.reset import SeedError, decode_seed
 from runtime.worker.batching import TurnBatcher

@@ -26,7 +26,7 @@ from concurrent.futures import Future
 
 from runtime.config import Settings
 from runtime.log.events import RunContinuedAsNew, RunSubmitted
-from runtime.log.port import EventLog
+from runtime.log.port.protocol import EventLog
 from runtime.log.serde import Serde
 from runtime.worker.partition import OwnedPartition
 

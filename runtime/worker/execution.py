@@ -20,7 +20,7 @@ from runtime import stagemarks
 from runtime.config import Settings
 from runtime.log.events import Event, ModelCallScheduled, RunContinuedAsNew, TimerFired
 from runtime.log.payloads import outlined
-from runtime.log.port import EventLog, OwnershipCheck, WriteError
+from runtime.log.port.protocol import EventLog, OwnershipCheck, WriteError
 from runtime.log.prompts import located
 from runtime.worker.batching import TurnBatcher
 from runtime.worker.call_pool import CallPool

@@ -39,7 +39,7 @@ from runtime.log.events import (
 )
 from runtime.log.fencing import FenceFilter
 from runtime.log.payloads import PayloadMissing, inlined, is_outlined, read_back
-from runtime.log.port import EventLog, LogRecord
+from runtime.log.port.protocol import EventLog, LogRecord
 from runtime.log.run_index import RUN_KEY_PREFIX
 from runtime.log.serde import DecodeError, Serde
 from runtime.worker.snapshots import (

@@ -27,7 +27,7 @@ from analytics.store import connect
 from runtime.config import Settings
 from runtime.log import events as ev
 from runtime.log.fencing import FenceFilter
-from runtime.log.partitioning import partition_for
+from runtime.log.port.partitioning import partition_for
 from runtime.log.serde import Serde
 from support.services import ROOT, agentlog, deployment_env, make_deployment
 from support.wait import stop_process, wait_until

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from runtime.log.events import PartitionCheckpoint, RunStarted
-from runtime.log.memory import MemoryLog
+from runtime.log.port.memory import MemoryLog
 from runtime.log.serde import Serde
 from runtime.worker.batching import TurnBatcher
 from runtime.worker.checkpoint import Checkpointer
