@@ -80,7 +80,7 @@ from runtime.log.events import (
     ToolCallScheduled,
 )
 from runtime.log.fencing import FenceFilter
-from runtime.log.kafka_config import reader_config
+from runtime.log.kafka.config import reader_config
 from runtime.log.serde import Serde
 from support import cluster as cluster_support
 from support import sink as sink_support

@@ -34,7 +34,7 @@ def measure(partition: int) -> None:
     """In a fresh process (the code on PYTHONPATH first): time one rebuild of ``partition``."""
     import runtime
     from runtime.config import load_settings
-    from runtime.log.kafka import KafkaLog
+    from runtime.log.kafka.backend import KafkaLog
     from runtime.log.serde import Serde
     from runtime.worker.rebuild import rebuild
 
@@ -70,7 +70,7 @@ def produce(events: int, workdir: Path, processes: int) -> tuple[Any, dict[int, 
     from _deploy import fresh_deployment, start_worker
 
     from runtime.client import Client
-    from runtime.log.kafka import KafkaLog
+    from runtime.log.kafka.backend import KafkaLog
     from runtime.log.port.partitioning import name_in_partition
     from runtime.log.serde import Serde
     from runtime.worker.rebuild import latest_checkpoint

@@ -1,7 +1,7 @@
 """agentlog: a durable runtime for AI-agent runs whose source of truth is a Kafka log.
 
 The public names are imported on first use (PEP 562): ``agentlog worker`` must join its
-consumer group before paying for the registry client's imports (see runtime.log.kafka_group).
+consumer group before paying for the registry client's imports (see runtime.log.kafka.group).
 """
 
 from __future__ import annotations

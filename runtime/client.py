@@ -26,7 +26,7 @@ from runtime.log.events import (
     SignalSent,
 )
 from runtime.log.fencing import FenceFilter
-from runtime.log.kafka import KafkaLog
+from runtime.log.kafka.backend import KafkaLog
 from runtime.log.payloads import PayloadMissing, inlined, read_back, read_blobs
 from runtime.log.port.partitioning import partition_for
 from runtime.log.port.protocol import EventLog

@@ -77,7 +77,7 @@ def _print(report: UpgradeReport) -> None:
 
 def _check(args: argparse.Namespace, settings: Settings) -> int:
     from runtime.cli.runs import load_app
-    from runtime.log.kafka import KafkaLog
+    from runtime.log.kafka.backend import KafkaLog
     from runtime.log.serde import Serde
     from runtime.replay.upgrade import check, store_in_flight
 

@@ -15,7 +15,7 @@ from concurrent.futures import Future
 import pytest
 
 from runtime.config import Settings
-from runtime.log.kafka import KafkaLog
+from runtime.log.kafka.backend import KafkaLog
 from runtime.log.port.memory import MemoryLog
 from runtime.log.port.partitioning import partition_for
 from runtime.log.port.protocol import Delivery, EventLog, MembershipFenced

@@ -31,7 +31,7 @@ from infra.deployment import scratch_deployment
 from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.frame import HEADER_SIZE, schema_id_of
-from runtime.log.kafka_reader import read_partition
+from runtime.log.kafka.reader import read_partition
 from runtime.log.registry import registry_client
 from runtime.log.registry_admin import SchemaAdmin
 from support.events import LogReader

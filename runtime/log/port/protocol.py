@@ -1,6 +1,6 @@
 """The log port: everything the worker needs from the log, in one protocol with two backends.
 
-``runtime.log.kafka.KafkaLog`` is the production backend (confluent-kafka); ``runtime.log.port.memory.
+``runtime.log.kafka.backend.KafkaLog`` is the production backend (confluent-kafka); ``runtime.log.port.memory.
 MemoryLog`` keeps the same records in process, so the worker's semantics -- commit order, fencing,
 in-doubt calls, checkpoints -- are unit-tested without a broker. One contract suite
 (tests/contract) runs against both, so what the worker relies on is what both provide.

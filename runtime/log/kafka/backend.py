@@ -12,13 +12,13 @@ from confluent_kafka import (
 )
 
 from runtime.config import Settings
-from runtime.log.kafka_auth import check_credentials
-from runtime.log.kafka_config import reader_config
-from runtime.log.kafka_group import KafkaCommandFeed, commands_owner
-from runtime.log.kafka_ownership import KafkaOwnershipCheck
-from runtime.log.kafka_reader import read_partition, read_partitions, watermarks
-from runtime.log.kafka_tail import KafkaTail
-from runtime.log.kafka_writer import EventWriter
+from runtime.log.kafka.auth import check_credentials
+from runtime.log.kafka.config import reader_config
+from runtime.log.kafka.group import KafkaCommandFeed, commands_owner
+from runtime.log.kafka.ownership import KafkaOwnershipCheck
+from runtime.log.kafka.reader import read_partition, read_partitions, watermarks
+from runtime.log.kafka.tail import KafkaTail
+from runtime.log.kafka.writer import EventWriter
 from runtime.log.port.protocol import LogRecord
 
 
