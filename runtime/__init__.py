@@ -25,7 +25,7 @@ _EXPORTS = {
     "RetryPolicy": "runtime.workflow.app",
     "RetryableError": "runtime.errors",
     "RunError": "runtime.client",
-    "RunState": "runtime.log.status",
+    "RunState": "runtime.log.records.status",
     "RunStatus": "runtime.run_status",
     "InDoubtCall": "runtime.run_status",
     "run_local": "runtime.local",
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
         TerminalError,
     )
     from runtime.local import run_local
-    from runtime.log.status import RunState
+    from runtime.log.records.status import RunState
     from runtime.replay.replayer import Replayer
     from runtime.run_status import InDoubtCall, RunStatus
     from runtime.workflow.app import App, RetryPolicy

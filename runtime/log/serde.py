@@ -45,9 +45,9 @@ from runtime.config import Settings
 from runtime.errors import AgentlogError, RetryableError
 from runtime.log.avro_encoder import Unencodable, compile_record
 from runtime.log.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
-from runtime.log.events import RECORD_TYPES, Record
 from runtime.log.frame import HEADER_SIZE, ID_SLICE, MAGIC, NotFramed, frame_header, is_framed
 from runtime.log.frame import schema_id_of as frame_schema_id
+from runtime.log.records.events import RECORD_TYPES, Record
 from runtime.log.registry import (
     LookupUnavailable,
     RegistryUnreachable,

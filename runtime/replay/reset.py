@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.errors import TerminalError
-from runtime.log.events import (
+from runtime.log.records.events import (
     Event,
     ModelCallCompleted,
     ModelCallFailed,

@@ -22,13 +22,13 @@ from typing import Literal
 from runtime.config import Settings
 from runtime.errors import AgentlogError
 from runtime.log.catalog import DEFAULT_SCHEMA_DIR
-from runtime.log.events import PARTITION_TYPES, Event, PatchRecorded, RunStarted
-from runtime.log.fencing import FenceFilter
-from runtime.log.payloads import PayloadMissing, inlined, read_back
 from runtime.log.port.partitioning import partition_for
 from runtime.log.port.protocol import EventLog
+from runtime.log.records.events import PARTITION_TYPES, Event, PatchRecorded, RunStarted
+from runtime.log.records.fencing import FenceFilter
+from runtime.log.records.payloads import PayloadMissing, inlined, read_back
+from runtime.log.records.status import RunState, status_after
 from runtime.log.serde import DecodeError, Serde
-from runtime.log.status import RunState, status_after
 from runtime.replay.replayer import Replayer
 from runtime.workflow.app import App
 from runtime.workflow.intents import Drift

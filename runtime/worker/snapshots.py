@@ -40,8 +40,8 @@ from dataclasses import dataclass
 
 from runtime.config import Settings
 from runtime.errors import AgentlogError
-from runtime.log.events import CheckpointSnapshots, Event, HistorySnapshot
 from runtime.log.port.protocol import EventLog
+from runtime.log.records.events import CheckpointSnapshots, Event, HistorySnapshot
 from runtime.log.serde import DecodeError, Serde
 from runtime.worker.partition import OwnedPartition
 

@@ -26,7 +26,7 @@ import orjson
 
 from runtime.config import Settings
 from runtime.errors import AgentlogError, CallFailed, DecisionOutOfBounds, NonDeterminismError
-from runtime.log.events import (
+from runtime.log.records.events import (
     Event,
     ModelCallCompleted,
     ModelCallFailed,
@@ -48,8 +48,8 @@ from runtime.log.events import (
     ToolCallFailed,
     ToolCallScheduled,
 )
-from runtime.log.prompts import PromptBook
-from runtime.log.status import RunState, status_after
+from runtime.log.records.prompts import PromptBook
+from runtime.log.records.status import RunState, status_after
 from runtime.workflow.app import App
 from runtime.workflow.canonical import args_hash, canonical_json, idempotency_key, sha256_hex
 from runtime.workflow.context import Context, ContinueAsNew
@@ -119,7 +119,7 @@ class RunMachine:
         self._blocked_on: DurableFuture | GatherFuture | None = None
         self._pending_terminal: Event | None = None
         self._history_records = {e.position: e for e in history if isinstance(e, SCHEDULED_TYPES)}
-        # The run's message sequence (runtime.log.prompts): a live call records only what is new.
+        # The run's message sequence (runtime.log.records.prompts): a live call records only what is new.
         self._prompts = PromptBook()
         # Messages a live call stores out of line (sha256 -> canonical JSON), taken by the worker
         # with ``drain_blobs`` before the records that point at them are appended.
@@ -192,7 +192,7 @@ class RunMachine:
     def record(self, event: E, result_text: str | None = None) -> E:
         """Live: stamp an inbound event (a result, a timer, a signal), apply it, queue it to append.
         ``result_text``: the result of a ``...Completed`` event that points at it stored out of
-        line (runtime.log.payloads) -- the log gets the pointer, the workflow the value."""
+        line (runtime.log.records.payloads) -- the log gets the pointer, the workflow the value."""
         stamped = self._stamp(event)
         self.outbox.append(stamped)
         applied: Event = stamped

@@ -14,7 +14,7 @@ import pytest
 from infra.deployment import environment
 from runtime.client import Client, new_run_id
 from runtime.config import Settings
-from runtime.log.events import RunSubmitted, SignalSent
+from runtime.log.records.events import RunSubmitted, SignalSent
 from support.services import ROOT
 
 pytestmark = pytest.mark.integration

@@ -62,7 +62,7 @@ def make_v2(root: Path) -> Path:
     schema["fields"].append(NOTE_FIELD)
     avsc.write_text(json.dumps(schema, indent=2) + "\n")
     patch(
-        root / "runtime" / "log" / "events.py",
+        root / "runtime" / "log" / "records" / "events.py",
         "    result_size: int = 0\n\n\n@record_type\nclass ToolCallFailed",
         "    result_size: int = 0\n    note: str | None = None\n\n\n"
         "@record_type\nclass ToolCallFailed",

@@ -18,8 +18,8 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from runtime.cli.main import main as cli_main
 from runtime.config import Settings
 from runtime.log.catalog import DEFAULT_SCHEMA_DIR, load_catalog
-from runtime.log.events import RECORD_TYPES, Record
 from runtime.log.kafka.config import reader_config
+from runtime.log.records.events import RECORD_TYPES, Record
 from runtime.log.registry_admin import SchemaAdmin
 from runtime.log.serde import Serde, record_to_dict, schema_id_of
 from support.services import ROOT

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, TopicPartition
 
 from runtime.config import Settings
-from runtime.log.events import EpochClaimed, Event, PartitionCheckpoint
 from runtime.log.kafka.config import reader_config
 from runtime.log.kafka.reader import read_partition
+from runtime.log.records.events import EpochClaimed, Event, PartitionCheckpoint
 from runtime.log.serde import Serde
 from runtime.worker.rebuild import checkpoint_key
 

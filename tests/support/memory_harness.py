@@ -11,8 +11,8 @@ from typing import Any
 
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.events import Event, PartitionCheckpoint
 from runtime.log.port.memory import MemoryLog
+from runtime.log.records.events import Event, PartitionCheckpoint
 from runtime.log.serde import Serde
 from runtime.run_status import RunStatus
 from runtime.worker.loop import Worker

@@ -25,9 +25,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, Topic
 from analytics.results import QueryResult
 from analytics.store import connect
 from runtime.config import Settings
-from runtime.log import events as ev
-from runtime.log.fencing import FenceFilter
 from runtime.log.port.partitioning import partition_for
+from runtime.log.records import events as ev
+from runtime.log.records.fencing import FenceFilter
 from runtime.log.serde import Serde
 from support.services import ROOT, agentlog, deployment_env, make_deployment
 from support.wait import stop_process, wait_until

@@ -45,7 +45,7 @@ def test_the_walk_finds_the_exceptions() -> None:
         "runtime.config.ConfigError",
         "runtime.errors.CallFailed",
         "runtime.log.catalog.SchemaFileError",
-        "runtime.log.payloads.PayloadMissing",
+        "runtime.log.records.payloads.PayloadMissing",
         "runtime.workflow.app.RegistrationError",
     } <= names
 

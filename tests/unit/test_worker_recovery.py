@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from runtime.errors import RetryableError
-from runtime.log.events import Record, RunRejected
+from runtime.log.records.events import Record, RunRejected
 from runtime.log.serde import Serde
 from runtime.worker.commands import WorkerError
 from runtime.workflow.app import App

@@ -7,7 +7,7 @@ in-doubt calls, checkpoints -- are unit-tested without a broker. One contract su
 
 The port speaks bytes: records are (key, value) pairs at offsets of a topic's partition, exactly
 as Kafka stores them. Serialization stays at its own seam (``runtime.log.serde``), and so does the
-fencing rule (``runtime.log.fencing``): a claim is an ``EpochClaimed`` record like any other.
+fencing rule (``runtime.log.records.fencing``): a claim is an ``EpochClaimed`` record like any other.
 
 What a backend promises (the contract suite checks each):
 - Appends to one partition are acknowledged in order, each with its offset; an acknowledged

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TypeVar, dataclass_transform
 
-from runtime.log.status import ENDING_EVENTS
+from runtime.log.records.status import ENDING_EVENTS
 
 R = TypeVar("R")
 
@@ -112,7 +112,7 @@ class ModelCallScheduled(Event):
     args_hash: str
     prompt_version: str | None = None
     args: str | None = None
-    # The prompt itself, each distinct message once per run (runtime.log.prompts).
+    # The prompt itself, each distinct message once per run (runtime.log.records.prompts).
     message_count: int = -1
     message_slots: list[int] = field(default_factory=list)
     new_roles: list[str] = field(default_factory=list)
@@ -379,7 +379,7 @@ RECORD_TYPES: dict[str, type[Record]] = {
     cls.__name__: cls for cls in (*COMMAND_TYPES, *EVENT_TYPES, *CHECKPOINT_TYPES)
 }
 
-# Records that end a run (runtime.log.status); after one of them the run accepts nothing but reads.
+# Records that end a run (runtime.log.records.status); after one of them the run accepts nothing but reads.
 TERMINAL_TYPES: tuple[type[Event], ...] = tuple(cls for cls in EVENT_TYPES if cls.__name__ in ENDING_EVENTS)
 # Records about the partition, not about one run.
 PARTITION_TYPES: tuple[type[Event], ...] = (EpochClaimed, PartitionCheckpoint)
