@@ -81,7 +81,7 @@ from runtime.log.records.events import (
     ToolCallScheduled,
 )
 from runtime.log.records.fencing import FenceFilter
-from runtime.log.serde import Serde
+from runtime.log.schemas.serde import Serde
 from support import cluster as cluster_support
 from support import sink as sink_support
 

@@ -8,7 +8,7 @@ every prompt stored in the record, which is what recording prompts naively costs
 
 A step is one model call: its ModelCallScheduled and ModelCallCompleted records, measured as Avro
 key+value with the Confluent frame (the bytes the events topic holds; the encoding is
-``runtime.log.serde`` with schema ids from the local catalog, the same width as the registry's).
+``runtime.log.schemas.serde`` with schema ids from the local catalog, the same width as the registry's).
 The run goes through the real worker, machine and client on the in-memory log (no services).
 
 Run: `python bench/conversation.py [STEPS]`. Prints JSON lines.
@@ -32,7 +32,7 @@ from runtime.config import Settings
 from runtime.log.port.memory import MemoryLog
 from runtime.log.records.events import ModelCallScheduled
 from runtime.log.records.prompts import PromptBook, rebuild_inputs
-from runtime.log.serde import Serde
+from runtime.log.schemas.serde import Serde
 from runtime.worker.loop import Worker
 from runtime.workflow.app import App
 from runtime.workflow.context import Context

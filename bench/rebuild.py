@@ -35,7 +35,7 @@ def measure(partition: int) -> None:
     import runtime
     from runtime.config import load_settings
     from runtime.log.kafka.backend import KafkaLog
-    from runtime.log.serde import Serde
+    from runtime.log.schemas.serde import Serde
     from runtime.worker.rebuild import rebuild
 
     settings = load_settings()
@@ -72,7 +72,7 @@ def produce(events: int, workdir: Path, processes: int) -> tuple[Any, dict[int, 
     from runtime.client import Client
     from runtime.log.kafka.backend import KafkaLog
     from runtime.log.port.partitioning import name_in_partition
-    from runtime.log.serde import Serde
+    from runtime.log.schemas.serde import Serde
     from runtime.worker.rebuild import latest_checkpoint
 
     settings = fresh_deployment(2, "rebuild")

@@ -48,7 +48,7 @@ from runtime.config import Settings
 from runtime.log.kafka.config import reader_config
 from runtime.log.kafka.reader import read_partition
 from runtime.log.records.events import RunCompleted, RunStarted
-from runtime.log.serde import Serde
+from runtime.log.schemas.serde import Serde
 
 STEPS = 40
 

@@ -48,8 +48,8 @@ from consumers.store_writer import StoreWriter  # noqa: E402
 from infra.deployment import scratch_deployment  # noqa: E402
 from runtime.config import Settings, load_settings  # noqa: E402
 from runtime.log.records import events as ev  # noqa: E402
-from runtime.log.registry import registry_client  # noqa: E402
-from runtime.log.serde import Serde  # noqa: E402
+from runtime.log.schemas.registry import registry_client  # noqa: E402
+from runtime.log.schemas.serde import Serde  # noqa: E402
 
 RUN_WIDTH = 8
 KEY_TEMPLATE = "00000000-0000-5000-8000-0000000000"  # + 2 digits: one key per tool call, fixed length

@@ -40,7 +40,7 @@ from clickhouse_connect.driver.client import Client
 
 from analytics.migrations import migrate, table_columns
 from analytics.tables import CLAIM_TYPE, DATABASE, EVENTS, WRITER_SCHEMAS, quote_identifier, quote_string
-from runtime.log.frame import HEADER_SIZE, ID_SIZE
+from runtime.log.schemas.frame import HEADER_SIZE, ID_SIZE
 
 from . import rowbinary
 from .avro_wire import container

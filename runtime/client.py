@@ -33,7 +33,7 @@ from runtime.log.records.payloads import PayloadMissing, inlined, read_back, rea
 from runtime.log.records.prompts import PromptMissing, RecordedInput, checked_args, rebuild_inputs
 from runtime.log.records.run_index import RunLocation, parse_location, run_key
 from runtime.log.records.status import has_ended
-from runtime.log.serde import DecodeError, Serde, record_to_dict
+from runtime.log.schemas.serde import DecodeError, Serde, record_to_dict
 from runtime.replay.reset import SeedError, UncleanSeam, cut, encode_seed
 from runtime.results import ResultTail
 from runtime.run_status import LoggedEvent, RunStatus, summarize

@@ -14,7 +14,7 @@ from typing import Any
 from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.port.memory import MemoryLog
-from runtime.log.serde import Serde
+from runtime.log.schemas.serde import Serde
 from runtime.worker.loop import Worker
 from runtime.workflow.app import App
 

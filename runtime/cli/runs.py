@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from runtime.client import Client
     from runtime.log.kafka.backend import KafkaLog
     from runtime.log.port.protocol import CommandFeed
-    from runtime.log.serde import Serde
+    from runtime.log.schemas.serde import Serde
 
 
 def _client(settings: Settings, identity: str = "client") -> Client:
@@ -92,7 +92,7 @@ def _serve(
     feed: CommandFeed,
     serde: Serde | None = None,
 ) -> None:
-    from runtime.log.serde import Serde
+    from runtime.log.schemas.serde import Serde
 
     if serde is None:
         # Resolve the schema ids in a thread (network waits) while the app is imported.
@@ -125,9 +125,9 @@ def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: 
     """Import everything once, then fork the worker -- again at once if it dies (see
     runtime.worker.supervisor): a respawned worker starts with its modules loaded and its schema ids
     resolved."""
-    from runtime.log import registry_client as _registry  # noqa: F401  -- imported before the fork, on purpose
     from runtime.log.kafka.backend import KafkaLog
-    from runtime.log.serde import Serde
+    from runtime.log.schemas import registry_client as _registry  # noqa: F401  -- imported before the fork, on purpose
+    from runtime.log.schemas.serde import Serde
     from runtime.worker import loop as _worker_module  # noqa: F401
     from runtime.worker.supervisor import supervise
 

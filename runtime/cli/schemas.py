@@ -13,8 +13,8 @@ from runtime.config import Settings
 from runtime.errors import RetryableError
 
 if TYPE_CHECKING:
-    from runtime.log.registry_admin import SchemaAdmin, SubjectReport
-from runtime.log.catalog import DEFAULT_SCHEMA_DIR
+    from runtime.log.schemas.registry_admin import SchemaAdmin, SubjectReport
+from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR
 
 
 def _print_reports(reports: list[SubjectReport], as_json: bool) -> int:
@@ -36,7 +36,9 @@ def _print_reports(reports: list[SubjectReport], as_json: bool) -> int:
 
 
 def _admin(settings: Settings, directory: Path) -> SchemaAdmin:
-    from runtime.log.registry_admin import SchemaAdmin  # the registry client is slow to import; only here
+    from runtime.log.schemas.registry_admin import (
+        SchemaAdmin,  # the registry client is slow to import; only here
+    )
 
     return SchemaAdmin(settings, directory)
 

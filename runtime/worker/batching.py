@@ -17,7 +17,7 @@ from runtime.config import Settings
 from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import TERMINAL_TYPES, Event, RunRejected, RunStarted
 from runtime.log.records.run_index import SEEN, run_key
-from runtime.log.serde import Serde
+from runtime.log.schemas.serde import Serde
 from runtime.worker.partition import OwnedPartition
 
 

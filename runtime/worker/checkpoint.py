@@ -30,7 +30,7 @@ from runtime.config import Settings
 from runtime.log.port.protocol import Committer, EventLog
 from runtime.log.records.events import PartitionCheckpoint
 from runtime.log.records.run_index import run_key
-from runtime.log.serde import Serde
+from runtime.log.schemas.serde import Serde
 from runtime.worker.batching import send_partition
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.rebuild import checkpoint_key

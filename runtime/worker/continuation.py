@@ -27,7 +27,7 @@ from concurrent.futures import Future
 from runtime.config import Settings
 from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import RunContinuedAsNew, RunSubmitted
-from runtime.log.serde import Serde
+from runtime.log.schemas.serde import Serde
 from runtime.worker.partition import OwnedPartition
 
 log = logging.getLogger("agentlog.worker")

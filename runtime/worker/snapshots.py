@@ -42,7 +42,7 @@ from runtime.config import Settings
 from runtime.errors import AgentlogError
 from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import CheckpointSnapshots, Event, HistorySnapshot
-from runtime.log.serde import DecodeError, Serde
+from runtime.log.schemas.serde import DecodeError, Serde
 from runtime.worker.partition import OwnedPartition
 
 logger = logging.getLogger("agentlog.snapshots")

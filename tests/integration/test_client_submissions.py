@@ -47,7 +47,7 @@ from runtime.client import Client
 client = Client()
 run_id = client.submit("sleepy", {"sleep": 0})
 client.flush()
-print(json.dumps({"run_id": run_id, "registry_client_imported": "runtime.log.registry_client" in sys.modules,
+print(json.dumps({"run_id": run_id, "registry_client_imported": "runtime.log.schemas.registry_client" in sys.modules,
                   "submissions_idempotent": client._submissions.idempotent}))
 client.close()
 """

@@ -30,10 +30,10 @@ from fastavro import parse_schema, schemaless_reader
 from infra.deployment import scratch_deployment
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.frame import HEADER_SIZE, schema_id_of
 from runtime.log.kafka.reader import read_partition
-from runtime.log.registry import registry_client
-from runtime.log.registry_admin import SchemaAdmin
+from runtime.log.schemas.frame import HEADER_SIZE, schema_id_of
+from runtime.log.schemas.registry import registry_client
+from runtime.log.schemas.registry_admin import SchemaAdmin
 from support.events import LogReader
 from support.po_apps import placed_orders
 from support.services import ROOT

@@ -19,8 +19,8 @@ from consumers.store_writer import StoreWriter
 from runtime.config import Settings
 from runtime.log.records import events as ev
 from runtime.log.records.fencing import FenceFilter
-from runtime.log.registry import registry_client
-from runtime.log.serde import Serde
+from runtime.log.schemas.registry import registry_client
+from runtime.log.schemas.serde import Serde
 from support.sink import EventLog, make_deployment, read_partition
 
 pytestmark = pytest.mark.integration

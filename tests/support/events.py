@@ -14,7 +14,7 @@ from runtime.config import Settings
 from runtime.log.kafka.config import reader_config
 from runtime.log.kafka.reader import read_partition
 from runtime.log.records.events import EpochClaimed, Event, PartitionCheckpoint
-from runtime.log.serde import Serde
+from runtime.log.schemas.serde import Serde
 from runtime.worker.rebuild import checkpoint_key
 
 

@@ -9,10 +9,10 @@ import uuid
 import pytest
 
 from runtime.config import ConfigError, load_settings
-from runtime.log.catalog import DEFAULT_SCHEMA_DIR, load_catalog
 from runtime.log.port.partitioning import murmur2, partition_for
 from runtime.log.records.events import CHECKPOINT_TYPES, COMMAND_TYPES, EVENT_TYPES, RECORD_TYPES
-from runtime.log.schema_diff import breaking_fields, field_changes
+from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR, load_catalog
+from runtime.log.schemas.diff import breaking_fields, field_changes
 from runtime.workflow.canonical import args_hash, canonical_json, idempotency_key
 from runtime.workflow.input_shape import shape_error
 

@@ -44,7 +44,7 @@ def test_the_walk_finds_the_exceptions() -> None:
     assert {
         "runtime.config.ConfigError",
         "runtime.errors.CallFailed",
-        "runtime.log.catalog.SchemaFileError",
+        "runtime.log.schemas.catalog.SchemaFileError",
         "runtime.log.records.payloads.PayloadMissing",
         "runtime.workflow.app.RegistrationError",
     } <= names

@@ -21,7 +21,7 @@ from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.port.memory import MemoryLog
 from runtime.log.records.events import RunStarted
-from runtime.log.serde import Serde
+from runtime.log.schemas.serde import Serde
 from runtime.worker.loop import Worker
 from runtime.worker.tracing import trace_id_for
 from runtime.workflow.app import App, RetryPolicy

@@ -6,7 +6,7 @@ in-doubt calls, checkpoints -- are unit-tested without a broker. One contract su
 (tests/contract) runs against both, so what the worker relies on is what both provide.
 
 The port speaks bytes: records are (key, value) pairs at offsets of a topic's partition, exactly
-as Kafka stores them. Serialization stays at its own seam (``runtime.log.serde``), and so does the
+as Kafka stores them. Serialization stays at its own seam (``runtime.log.schemas.serde``), and so does the
 fencing rule (``runtime.log.records.fencing``): a claim is an ``EpochClaimed`` record like any other.
 
 What a backend promises (the contract suite checks each):

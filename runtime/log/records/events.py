@@ -1,7 +1,7 @@
 """Typed records of the log: one immutable dataclass per schema in ``schemas/``.
 
 The classes mirror the ``.avsc`` files field for field (a unit test keeps them in step);
-conversion to and from Avro happens only in :mod:`runtime.log.serde`. The envelope fields
+conversion to and from Avro happens only in :mod:`runtime.log.schemas.serde`. The envelope fields
 (``seq``, ``occurred_at``, ``worker``, ``epoch``) are filled in by the writer when a
 record is appended, so code that builds a record names only what it means.
 """
@@ -35,7 +35,7 @@ class Record:
     run_id: str
     seq: int = 0
     # Not in the Avro value: filled on decode with the registry version (per subject) of the
-    # schema that wrote the record, from the id in its frame (runtime.log.serde); 0 on a record
+    # schema that wrote the record, from the id in its frame (runtime.log.schemas.serde); 0 on a record
     # not read from the log.
     schema_version: int = 0
     occurred_at: int = 0  # milliseconds since the epoch (Avro timestamp-millis)

@@ -18,7 +18,7 @@ with the second registered ToolCallCompleted schema reads as 2, whichever code r
 encoder ignores it: the frame's schema id already says which schema wrote the record.
 
 Every id the registry gives (this code's schemas under their subjects, writer schemas read by
-id) is also kept in the state folder (runtime.log.schema_cache). When the registry cannot be
+id) is also kept in the state folder (runtime.log.schemas.cache). When the registry cannot be
 reached, those kept answers serve instead -- a reader, a fresh ``agentlog submit`` and a cold
 worker go on with the schemas the project already knows -- and what is not kept fails with
 ``RegistryUnreachable``: "schema registry at URL unreachable (...)", never a transport traceback.
@@ -43,12 +43,13 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from runtime.config import Settings
 from runtime.errors import AgentlogError, RetryableError
-from runtime.log.avro_encoder import Unencodable, compile_record
-from runtime.log.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
-from runtime.log.frame import HEADER_SIZE, ID_SLICE, MAGIC, NotFramed, frame_header, is_framed
-from runtime.log.frame import schema_id_of as frame_schema_id
 from runtime.log.records.events import RECORD_TYPES, Record
-from runtime.log.registry import (
+from runtime.log.schemas.avro_encoder import Unencodable, compile_record
+from runtime.log.schemas.cache import SchemaCache, cache_path
+from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
+from runtime.log.schemas.frame import HEADER_SIZE, ID_SLICE, MAGIC, NotFramed, frame_header, is_framed
+from runtime.log.schemas.frame import schema_id_of as frame_schema_id
+from runtime.log.schemas.registry import (
     LookupUnavailable,
     RegistryUnreachable,
     is_not_found,
@@ -59,12 +60,11 @@ from runtime.log.registry import (
     schema_ids,
     version_under,
 )
-from runtime.log.schema_cache import SchemaCache, cache_path
 
 # The registry client is imported where it is first used, not here: its import is heavy
-# (see runtime.log.registry), and a recovering worker does not need it to start.
+# (see runtime.log.schemas.registry), and a recovering worker does not need it to start.
 if TYPE_CHECKING:
-    from runtime.log.registry_client import AvroSerializer, SchemaRegistryClient
+    from runtime.log.schemas.registry_client import AvroSerializer, SchemaRegistryClient
 
 
 logger = logging.getLogger("agentlog.schemas")
@@ -219,7 +219,7 @@ class Serde:
         which finds the schema id in the registry (and refuses an unregistered schema); after
         that the same bytes are written by fastavro directly with the cached id -- the
         serializer's per-call machinery (subject strategy, rule engine) is skipped per record --
-        and by the type's compiled encoder (runtime.log.avro_encoder, the same bytes) where the
+        and by the type's compiled encoder (runtime.log.schemas.avro_encoder, the same bytes) where the
         schema allows one."""
         name = record.type
         fast = self._writers.get(name)
@@ -256,7 +256,7 @@ class Serde:
         except RegistryUnreachable as error:
             self._unreachable(error)
             return self._encode_cached(record, subject, error)
-        from runtime.log.registry_client import SchemaRegistryError
+        from runtime.log.schemas.registry_client import SchemaRegistryError
 
         try:
             serializer = self._serializers.get(name) or self._serializer(name)
@@ -323,7 +323,7 @@ class Serde:
     def _remember_writer(self, name: str, subject: str, schema_id: int) -> None:
         """Keep the id (and version) of this code's schema of ``name``; the serializer does not
         tell the version, the client's cache of its own lookup does."""
-        from runtime.log.registry_client import Schema
+        from runtime.log.schemas.registry_client import Schema
 
         try:
             registered = self.client.lookup_schema(
@@ -344,7 +344,7 @@ class Serde:
         self._writers.setdefault(name, (frame_header(schema_id), parsed))
 
     def _serializer(self, name: str) -> AvroSerializer:
-        from runtime.log.registry_client import AvroSerializer, topic_record_subject_name_strategy
+        from runtime.log.schemas.registry_client import AvroSerializer, topic_record_subject_name_strategy
 
         with self._lock:
             if name not in self._serializers:
@@ -381,7 +381,7 @@ class Serde:
         on the recovery's critical path. Schemas the registry does not know are left alone -- the
         first encode then refuses them with the registry's own error. Returns how many resolved.
 
-        The lookups go over plain HTTP (runtime.log.registry.schema_ids), so a worker starts without
+        The lookups go over plain HTTP (runtime.log.schemas.registry.schema_ids), so a worker starts without
         importing the registry client; where that cannot ask (a registry answering an error, say),
         a throwaway client does. Either connection is closed before this returns (a supervisor
         warms a Serde up before forking workers, and no child may inherit an open connection)."""
