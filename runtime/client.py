@@ -33,7 +33,8 @@ from runtime.log.records.payloads import PayloadMissing, inlined, read_back, rea
 from runtime.log.records.prompts import PromptMissing, RecordedInput, checked_args, rebuild_inputs
 from runtime.log.records.run_index import RunLocation, parse_location, run_key
 from runtime.log.records.status import has_ended
-from runtime.log.schemas.serde import DecodeError, Serde, record_to_dict
+from runtime.log.schemas.datum import DecodeError, record_to_dict
+from runtime.log.schemas.serde import Serde
 from runtime.replay.reset import SeedError, UncleanSeam, cut, encode_seed
 from runtime.results import ResultTail
 from runtime.run_status import LoggedEvent, RunStatus, summarize

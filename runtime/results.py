@@ -31,7 +31,8 @@ from runtime.log.port.protocol import EventLog, LogRecord, Tail
 from runtime.log.records.events import Event
 from runtime.log.records.fencing import FenceFilter
 from runtime.log.records.status import ENDING_EVENTS
-from runtime.log.schemas.serde import DecodeError, Serde
+from runtime.log.schemas.datum import DecodeError
+from runtime.log.schemas.serde import Serde
 from runtime.run_status import LoggedEvent
 
 logger = logging.getLogger("agentlog.results")

@@ -32,7 +32,7 @@ from runtime.log.records.events import (
     ToolCallFailed,
     ToolCallScheduled,
 )
-from runtime.log.schemas.serde import field_names
+from runtime.log.schemas.datum import field_names
 
 # What a reset copies: the run's recorded commands, their outcomes, the signals it received.
 COPIED: dict[str, type[Event]] = {

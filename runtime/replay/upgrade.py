@@ -28,7 +28,8 @@ from runtime.log.records.fencing import FenceFilter
 from runtime.log.records.payloads import PayloadMissing, inlined, read_back
 from runtime.log.records.status import RunState, status_after
 from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR
-from runtime.log.schemas.serde import DecodeError, Serde
+from runtime.log.schemas.datum import DecodeError
+from runtime.log.schemas.serde import Serde
 from runtime.replay.replayer import Replayer
 from runtime.workflow.app import App
 from runtime.workflow.intents import Drift

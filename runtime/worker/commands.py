@@ -43,7 +43,8 @@ from runtime.log.records.events import (
     SignalReceived,
     SignalSent,
 )
-from runtime.log.schemas.serde import DecodeError, Serde
+from runtime.log.schemas.datum import DecodeError
+from runtime.log.schemas.serde import Serde
 from runtime.replay.reset import SeedError, decode_seed
 from runtime.worker.batching import TurnBatcher
 from runtime.worker.execution import Executor

@@ -20,7 +20,8 @@ import socket
 from runtime.config import Settings
 from runtime.log.port.protocol import CommandFeed, Delivery, EventLog
 from runtime.log.records.events import EpochClaimed
-from runtime.log.schemas.serde import DecodeError, Serde
+from runtime.log.schemas.datum import DecodeError
+from runtime.log.schemas.serde import Serde
 from runtime.worker.batching import TurnBatcher
 from runtime.worker.call_pool import CallPool
 from runtime.worker.checkpoint import Checkpointer

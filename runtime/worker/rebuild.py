@@ -41,7 +41,8 @@ from runtime.log.records.events import (
 from runtime.log.records.fencing import FenceFilter
 from runtime.log.records.payloads import PayloadMissing, inlined, is_outlined, read_back
 from runtime.log.records.run_index import RUN_KEY_PREFIX
-from runtime.log.schemas.serde import DecodeError, Serde
+from runtime.log.schemas.datum import DecodeError
+from runtime.log.schemas.serde import Serde
 from runtime.worker.snapshots import (
     SNAPSHOT_KEY_PREFIX,
     newer,

@@ -42,7 +42,8 @@ from runtime.config import Settings
 from runtime.errors import AgentlogError
 from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import CheckpointSnapshots, Event, HistorySnapshot
-from runtime.log.schemas.serde import DecodeError, Serde
+from runtime.log.schemas.datum import DecodeError
+from runtime.log.schemas.serde import Serde
 from runtime.worker.partition import OwnedPartition
 
 logger = logging.getLogger("agentlog.snapshots")

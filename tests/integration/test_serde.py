@@ -20,8 +20,9 @@ from runtime.config import Settings
 from runtime.log.kafka.config import reader_config
 from runtime.log.records.events import RECORD_TYPES, Record
 from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR, load_catalog
+from runtime.log.schemas.datum import record_to_dict, schema_id_of
 from runtime.log.schemas.registry_admin import SchemaAdmin
-from runtime.log.schemas.serde import Serde, record_to_dict, schema_id_of
+from runtime.log.schemas.serde import Serde
 from support.services import ROOT
 
 pytestmark = pytest.mark.integration

@@ -16,9 +16,9 @@ from analytics.store import connect
 from runtime.config import Settings
 from runtime.log.records import events as ev
 from runtime.log.schemas.catalog import load_catalog
+from runtime.log.schemas.datum import record_to_dict
 from runtime.log.schemas.frame import frame_header
 from runtime.log.schemas.registry import registry_client
-from runtime.log.schemas.serde import record_to_dict
 from support.sink import EventLog, InProcessSink, RunWriter, make_deployment, query, wait_for_rows
 
 pytestmark = pytest.mark.integration

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from runtime.log.schemas.datum import DecodeError
+from runtime.log.schemas.datum import schema_id_of as serde_schema_id_of
 from runtime.log.schemas.frame import (
     HEADER_SIZE,
     ID_SLICE,
@@ -13,8 +15,6 @@ from runtime.log.schemas.frame import (
     is_framed,
     schema_id_of,
 )
-from runtime.log.schemas.serde import DecodeError
-from runtime.log.schemas.serde import schema_id_of as serde_schema_id_of
 
 pytestmark = pytest.mark.unit
 
