@@ -22,7 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka.serialization import MessageField, SerializationContext
 from fastavro import parse_schema, schemaless_writer
 
 from runtime.config import Settings
@@ -131,7 +130,11 @@ class Serde:
         except RegistryUnreachable as error:
             resolver.unreachable(error)
             return self._encode_cached(record, subject, error)
-        from runtime.log.schemas.registry_client import SchemaRegistryError
+        from runtime.log.schemas.registry_client import (
+            MessageField,
+            SchemaRegistryError,
+            SerializationContext,
+        )
 
         try:
             serializer = self._serializers.get(name) or self._serializer(name)
