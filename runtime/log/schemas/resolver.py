@@ -75,7 +75,9 @@ class SchemaResolver:
         return True
 
     def _unreachable_error(self, error: BaseException, what: str) -> RegistryUnreachable:
-        return RegistryUnreachable(self.settings.schema_registry_url, f"{type(error).__name__}: {error}", what)
+        return RegistryUnreachable(
+            self.settings.schema_registry_url, f"{type(error).__name__}: {error}", what
+        )
 
     # -- this code's schemas: the ids to write them with ---------------------------------------------
     def lookup(self, subject: str, text: str) -> tuple[int, int] | None:
@@ -95,7 +97,8 @@ class SchemaResolver:
         found = self.cache.writer(subject, text)
         if found is None:
             raise self._unreachable_error(
-                error, f"the id of {name} under subject {subject!r} is not in the schema cache {self.cache.path}"
+                error,
+                f"the id of {name} under subject {subject!r} is not in the schema cache {self.cache.path}",
             ) from error
         logger.warning(
             "schema registry at %s unreachable: %s written with cached schema id %s",
@@ -136,14 +139,18 @@ class SchemaResolver:
                 "%s: %d of %d schema ids from the schema cache %s",
                 error
                 if isinstance(error, RegistryUnreachable)
-                else RegistryUnreachable(self.settings.schema_registry_url, f"{type(error).__name__}: {error}"),
+                else RegistryUnreachable(
+                    self.settings.schema_registry_url, f"{type(error).__name__}: {error}"
+                ),
                 len(ids),
                 len(schemas),
                 self.cache.path,
             )
         else:
             self.cache.remember(
-                writers=[(subject, text, *ids[subject]) for subject, text in schemas.items() if subject in ids]
+                writers=[
+                    (subject, text, *ids[subject]) for subject, text in schemas.items() if subject in ids
+                ]
             )
         return ids
 
