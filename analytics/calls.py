@@ -1,7 +1,7 @@
 """What one call saw and answered, and what the calls cost: ``audit call`` and ``audit cost``.
 
 The prompt comes from the ``model_calls`` view, which rebuilds it from the run's message sequence
-(runtime.log.prompts); ``call`` then checks the rebuilt input against the call's recorded args
+(runtime.log.records.prompts); ``call`` then checks the rebuilt input against the call's recorded args
 hash, so a missing or altered record shows as ``verified: false`` with the reason, never as
 another prompt. Cost is the view's: the usage each completed attempt reported, priced by the
 ``model_prices`` row in force when the call was scheduled (analytics.prices).
@@ -13,7 +13,7 @@ import datetime as dt
 import json
 from typing import Any
 
-from runtime.log.prompts import PromptMissing, RecordedInput, checked_args
+from runtime.log.records.prompts import PromptMissing, RecordedInput, checked_args
 
 from .audit import AuditError, Rows, _ch_time
 from .results import JsonValue

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from runtime.errors import TerminalError
-from runtime.log.status import ENDING_EVENTS, STATUS_BY_EVENT
+from runtime.log.records.status import ENDING_EVENTS, STATUS_BY_EVENT
 
 if TYPE_CHECKING:
     from clickhouse_connect.driver.client import Client
@@ -164,7 +164,7 @@ GROUP BY run_id"""
 
 
 def _status_of(column: str) -> str:
-    """SQL: the run status set by the event type in ``column`` (runtime.log.status's vocabulary)."""
+    """SQL: the run status set by the event type in ``column`` (runtime.log.records.status's vocabulary)."""
     arms = "".join(
         f"\n        {column} = {quote_string(event)}, {quote_string(state)},"
         for event, state in STATUS_BY_EVENT.items()
@@ -172,7 +172,7 @@ def _status_of(column: str) -> str:
     return f"multiIf({arms}\n        'unknown')"
 
 
-# Statuses generated from runtime.log.status, so the store and the client cannot disagree: a run
+# Statuses generated from runtime.log.records.status, so the store and the client cannot disagree: a run
 # with no status event is "unknown", and a parked run has ended (ended_at is when it was parked).
 # Changing that vocabulary changes this text, which migration 7 has released: the migration
 # checksum test then fails, and the change belongs in a new migration.
@@ -352,7 +352,7 @@ FROM {EVENTS}
 WHERE fenced = 0 AND type = 'PromptDrifted'"""
 
 # Migration 10: the audit record answers "why". Fields of ModelCallScheduled (the prompt: the
-# run's message sequence, runtime.log.prompts), ModelCallCompleted (usage) and RunStarted (the
+# run's message sequence, runtime.log.records.prompts), ModelCallCompleted (usage) and RunStarted (the
 # OpenTelemetry trace id, a fork's overrides).
 _V10_FIELD_COLUMNS: tuple[tuple[str, str], ...] = (
     ("message_count", "Nullable(Int32)"),
@@ -384,7 +384,7 @@ _PRICES_TABLE = f"""CREATE TABLE IF NOT EXISTS {PRICES} (
 ENGINE = MergeTree
 ORDER BY (model, from_date)"""
 
-# A message's canonical JSON from its stored form (runtime.log.prompts.message_json): the
+# A message's canonical JSON from its stored form (runtime.log.records.prompts.message_json): the
 # {"content", "role"} wrapper is rebuilt; any other shape is stored whole.
 _MESSAGE_JSON = (
     "if(r = '', b, concat('{{\"content\":', toJSONString(b), ',\"role\":', toJSONString(r), '}}'))"
@@ -468,7 +468,7 @@ _TOOL_CALLS_VIEW_V10 = _call_view(
 )
 
 # The payloads topic copied by the sink (consumers.payloads): out-of-line results and the model
-# messages too large for their record (runtime.log.prompts). sha256 is computed by the sink from
+# messages too large for their record (runtime.log.records.prompts). sha256 is computed by the sink from
 # the bytes it read, so an altered record never matches the pointer that names it.
 _PAYLOADS_TABLE = f"""CREATE TABLE IF NOT EXISTS {PAYLOADS} (
     partition UInt32,

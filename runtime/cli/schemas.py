@@ -14,8 +14,8 @@ from runtime.config import Settings
 from runtime.errors import RetryableError
 
 if TYPE_CHECKING:
-    from runtime.log.registry_admin import SchemaAdmin, SubjectReport
-from runtime.log.catalog import DEFAULT_SCHEMA_DIR, load_catalog
+    from runtime.log.schemas.registry_admin import SchemaAdmin, SubjectReport
+from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR, load_catalog
 
 
 def _print_reports(reports: list[SubjectReport], as_json: bool) -> int:
@@ -37,7 +37,9 @@ def _print_reports(reports: list[SubjectReport], as_json: bool) -> int:
 
 
 def _admin(settings: Settings, directory: Path) -> SchemaAdmin:
-    from runtime.log.registry_admin import SchemaAdmin  # the registry client is slow to import; only here
+    from runtime.log.schemas.registry_admin import (
+        SchemaAdmin,  # the registry client is slow to import; only here
+    )
 
     return SchemaAdmin(settings, directory)
 

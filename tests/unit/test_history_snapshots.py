@@ -9,7 +9,12 @@ import dataclasses
 import pytest
 
 from runtime.config import Settings
-from runtime.log.events import CheckpointSnapshots, HistorySnapshot, PartitionCheckpoint, SignalReceived
+from runtime.log.records.events import (
+    CheckpointSnapshots,
+    HistorySnapshot,
+    PartitionCheckpoint,
+    SignalReceived,
+)
 from runtime.worker.rebuild import RebuiltPartition, rebuild
 from runtime.worker.snapshots import records_digest, snapshot_key, vouched_key
 from runtime.workflow.app import App

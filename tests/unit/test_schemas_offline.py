@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.log.catalog import DEFAULT_SCHEMA_DIR
+from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR
 
 pytestmark = pytest.mark.unit
 

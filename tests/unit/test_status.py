@@ -9,7 +9,7 @@ from typing import get_args
 import pytest
 
 from analytics import migrations
-from runtime.log.events import (
+from runtime.log.records.events import (
     EVENT_TYPES,
     TERMINAL_TYPES,
     Event,
@@ -27,7 +27,7 @@ from runtime.log.events import (
     ToolCallCompleted,
     ToolCallScheduled,
 )
-from runtime.log.status import ENDED, ENDING_EVENTS, RUN_STATES, STATUS_BY_EVENT, RunState, has_ended
+from runtime.log.records.status import ENDED, ENDING_EVENTS, RUN_STATES, STATUS_BY_EVENT, RunState, has_ended
 from runtime.run_status import (
     ForkOrigin,
     InDoubtCall,
