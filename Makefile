@@ -8,9 +8,10 @@ AGENTLOG := $(VENV)/bin/agentlog
 .PHONY: setup system-packages up down demo demo-pydantic-ai test lint unit bench bench-stages bench-sink bench-rebuild chaos fuzz compare clean
 
 $(VENV)/.installed: pyproject.toml
+	@echo "agentlog setup: creating the virtualenv $(VENV) and installing agentlog with its dev tools (pip; a minute or two when cold)"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	set -o pipefail; $(VENV)/bin/pip install --progress-bar off -e '.[dev]' 2>&1 | $(PYTHON) tools/pip_progress.py
 	touch $@
 
 # Debian packages the suite needs (infra/debian-packages.txt: Chromium for the UI's browser tests).
@@ -43,15 +44,10 @@ lint: setup
 unit: setup
 	$(PY) -m pytest -m unit
 
-# Sets everything up, starts the services, runs lint, types and the whole suite, stops the services.
-test: setup
-	$(AGENTLOG) infra up
-	$(AGENTLOG) schemas register
-	status=0; \
-	$(MAKE) --no-print-directory lint || status=1; \
-	$(PY) -m pytest || status=1; \
-	$(AGENTLOG) infra down; \
-	exit $$status
+# Sets everything up, starts the services, runs lint beside the whole suite (pytest-xdist,
+# TEST_WORKERS=4), stops the services and prints where the time went (tools/test_suite.sh).
+test:
+	VENV=$(VENV) tools/test_suite.sh
 
 bench: up
 	$(PY) bench/refund40.py

@@ -14,7 +14,7 @@ from typing import Any
 
 from runtime.config import Settings
 from runtime.errors import TerminalError
-from runtime.log.status import RUN_STATES
+from runtime.log.records.status import RUN_STATES
 
 from .results import JsonValue, QueryResult
 from .sqlguard import check_read_only
@@ -248,7 +248,7 @@ def history_size(store: QueryStore, settings: Settings, over: str | None = None,
 
 
 def runs(store: QueryStore, status: str | None = None, limit: int = 50) -> Rows:
-    """Runs, most recently active first; ``status``: only runs in that status (runtime.log.status)."""
+    """Runs, most recently active first; ``status``: only runs in that status (runtime.log.records.status)."""
     if status and status not in RUN_STATES:
         raise AuditError(f"--status {status!r}: expected one of {', '.join(RUN_STATES)}")
     where = "WHERE status = {status:String}" if status else ""

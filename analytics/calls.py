@@ -1,7 +1,7 @@
 """What one call saw and answered, and what the calls cost: ``audit call`` and ``audit cost``.
 
 The prompt comes from the ``model_calls`` view, which rebuilds it from the run's message sequence
-(runtime.log.prompts); ``call`` then checks the rebuilt input against the call's recorded args
+(runtime.log.records.prompts); ``call`` then checks the rebuilt input against the call's recorded args
 hash, so a missing or altered record shows as ``verified: false`` with the reason, never as
 another prompt. Cost is the view's: the usage each completed attempt reported, priced by the
 ``model_prices`` row in force when the call was scheduled (analytics.prices).
@@ -13,7 +13,7 @@ import datetime as dt
 import json
 from typing import Any
 
-from runtime.log.prompts import PromptMissing, RecordedInput, checked_args
+from runtime.log.records.prompts import PromptMissing, RecordedInput, checked_args
 
 from .audit import AuditError, Rows, _ch_time
 from .results import JsonValue
@@ -121,7 +121,8 @@ def cost(store: QueryStore, by: str = "run", since: dt.datetime | None = None, l
     """Tokens and cost of model calls grouped ``by`` run, workflow, model or prompt_version, highest first.
 
     ``unpriced_calls`` counts calls that reported usage but have no price for their model: their
-    cost is missing from ``cost_usd``, not zero. Calls a reset or fork copied from its original
+    cost is missing from ``cost_usd``, not zero. ``priced_by`` names which of a call's names found
+    its price (``response_model``, ``model_param``, ``registered_name``; analytics.prices). Calls a reset or fork copied from its original
     (``model_calls.copied``) are the original's cost and are left out."""
     key = COST_KEYS.get(by)
     if key is None:
@@ -139,7 +140,8 @@ def cost(store: QueryStore, by: str = "run", since: dt.datetime | None = None, l
             sum(ifNull(c.output_tokens, 0)) AS output_tokens,
             sum(ifNull(c.cached_tokens, 0)) AS cached_tokens,
             round(sum(ifNull(c.cost_usd, 0)), 6) AS cost_usd,
-            countIf(NOT c.priced AND (c.input_tokens IS NOT NULL OR c.output_tokens IS NOT NULL)) AS unpriced_calls
+            countIf(NOT c.priced AND (c.input_tokens IS NOT NULL OR c.output_tokens IS NOT NULL)) AS unpriced_calls,
+            arrayStringConcat(arraySort(groupUniqArrayIf(c.priced_by, c.priced)), ',') AS priced_by
         FROM {DATABASE}.model_calls AS c
         LEFT JOIN {DATABASE}.runs AS r ON r.run_id = c.run_id
         {where}

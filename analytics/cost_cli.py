@@ -70,9 +70,7 @@ def _audit_cost(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _prices_load(args: argparse.Namespace, settings: Settings) -> int:
-    rows = prices.read_prices(args.file)
-    with prices.writable(_dsn(args, settings)) as client:
-        count = prices.load_prices(client, rows)
+    count = prices.load(_dsn(args, settings), prices.read_prices(args.file))
     if args.json:
         json.dump({"loaded": count, "file": str(args.file)}, sys.stdout)
         sys.stdout.write("\n")

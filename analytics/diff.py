@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from runtime.log.status import SKIPPED_IN_FORK
+from runtime.log.records.status import SKIPPED_IN_FORK
 
 from . import render
 from .audit import AuditError, run_events

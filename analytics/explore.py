@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.config import Settings
-from runtime.log.status import RUN_STATES
+from runtime.log.records.status import RUN_STATES
 
 from .audit import AuditError, Rows
 from .results import JsonValue

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from runtime.errors import TerminalError
-from runtime.log.status import ENDING_EVENTS, STATUS_BY_EVENT
+from runtime.log.records.status import ENDING_EVENTS, STATUS_BY_EVENT
 
 if TYPE_CHECKING:
     from clickhouse_connect.driver.client import Client
@@ -164,7 +164,7 @@ GROUP BY run_id"""
 
 
 def _status_of(column: str) -> str:
-    """SQL: the run status set by the event type in ``column`` (runtime.log.status's vocabulary)."""
+    """SQL: the run status set by the event type in ``column`` (runtime.log.records.status's vocabulary)."""
     arms = "".join(
         f"\n        {column} = {quote_string(event)}, {quote_string(state)},"
         for event, state in STATUS_BY_EVENT.items()
@@ -172,7 +172,7 @@ def _status_of(column: str) -> str:
     return f"multiIf({arms}\n        'unknown')"
 
 
-# Statuses generated from runtime.log.status, so the store and the client cannot disagree: a run
+# Statuses generated from runtime.log.records.status, so the store and the client cannot disagree: a run
 # with no status event is "unknown", and a parked run has ended (ended_at is when it was parked).
 # Changing that vocabulary changes this text, which migration 7 has released: the migration
 # checksum test then fails, and the change belongs in a new migration.
@@ -352,7 +352,7 @@ FROM {EVENTS}
 WHERE fenced = 0 AND type = 'PromptDrifted'"""
 
 # Migration 10: the audit record answers "why". Fields of ModelCallScheduled (the prompt: the
-# run's message sequence, runtime.log.prompts), ModelCallCompleted (usage) and RunStarted (the
+# run's message sequence, runtime.log.records.prompts), ModelCallCompleted (usage) and RunStarted (the
 # OpenTelemetry trace id, a fork's overrides).
 _V10_FIELD_COLUMNS: tuple[tuple[str, str], ...] = (
     ("message_count", "Nullable(Int32)"),
@@ -384,7 +384,7 @@ _PRICES_TABLE = f"""CREATE TABLE IF NOT EXISTS {PRICES} (
 ENGINE = MergeTree
 ORDER BY (model, from_date)"""
 
-# A message's canonical JSON from its stored form (runtime.log.prompts.message_json): the
+# A message's canonical JSON from its stored form (runtime.log.records.prompts.message_json): the
 # {"content", "role"} wrapper is rebuilt; any other shape is stored whole.
 _MESSAGE_JSON = (
     "if(r = '', b, concat('{{\"content\":', toJSONString(b), ',\"role\":', toJSONString(r), '}}'))"
@@ -468,7 +468,7 @@ _TOOL_CALLS_VIEW_V10 = _call_view(
 )
 
 # The payloads topic copied by the sink (consumers.payloads): out-of-line results and the model
-# messages too large for their record (runtime.log.prompts). sha256 is computed by the sink from
+# messages too large for their record (runtime.log.records.prompts). sha256 is computed by the sink from
 # the bytes it read, so an altered record never matches the pointer that names it.
 _PAYLOADS_TABLE = f"""CREATE TABLE IF NOT EXISTS {PAYLOADS} (
     partition UInt32,
@@ -514,6 +514,78 @@ _SEQUENCES_V11 = f"""
 
 _MODEL_CALLS_VIEW_V11 = _MODEL_CALLS_VIEW_V10.replace(_SEQUENCES, _SEQUENCES_V11)
 
+# Migration 12: a call is priced by the first of three names that has a price -- the model the
+# provider reported, the call's own ``model`` parameter (every OpenAI-style call passes one), the
+# registered model name -- and ``priced_by`` says which one matched.
+_PRICE_NAMES = (
+    ("response_model", "pr", "ifNull(response_model, '')"),
+    ("model_param", "pp", "JSONExtractString(ifNull(anyIf(params, type = 'ModelCallScheduled'), ''), 'model')"),
+    ("registered_name", "pn", "ifNull(model, '')"),
+)
+_MODEL_EXTRA_V12 = _MODEL_EXTRA_V10.replace(
+    "ifNull(response_model, ifNull(model, '')) AS priced_model",
+    ",\n    ".join(f"{expr} AS {name}_key" for name, _, expr in _PRICE_NAMES),
+)
+
+
+def _first_priced(column: str, fallback: str) -> str:
+    """``column`` of the first price row that matched, in the order of _PRICE_NAMES."""
+    arms = ", ".join(f"{alias}.model != '', {alias}.{column}" for _, alias, _ in _PRICE_NAMES)
+    return f"multiIf({arms}, {fallback})"
+
+
+_PRICED_V12 = (
+    "    multiIf("
+    + ", ".join(f"{alias}.model != '', '{name}'" for name, alias, _ in _PRICE_NAMES)
+    + ", '') AS priced_by,\n"
+    + "    "
+    + _first_priced(
+        "model",
+        "multiIf(" + ", ".join(f"calls.{name}_key != '', calls.{name}_key" for name, _, _ in _PRICE_NAMES) + ", '')",
+    )
+    + " AS priced_model,\n"
+    + "    if(priced_by = '' OR (calls.input_tokens IS NULL AND calls.output_tokens IS NULL), NULL,\n"
+    + "       (ifNull(calls.input_tokens, 0) - ifNull(calls.cached_tokens, 0)) * "
+    + _first_priced("input_per_token", "0")
+    + "\n       + ifNull(calls.cached_tokens, 0) * "
+    + _first_priced("cached_per_token", "0")
+    + "\n       + ifNull(calls.output_tokens, 0) * "
+    + _first_priced("output_per_token", "0")
+    + ") AS cost_usd,\n"
+    + "    priced_by != '' AS priced,"
+)
+_PRICED_V10 = """    if(p.model = '' OR (calls.input_tokens IS NULL AND calls.output_tokens IS NULL), NULL,
+       (ifNull(calls.input_tokens, 0) - ifNull(calls.cached_tokens, 0)) * p.input_per_token
+       + ifNull(calls.cached_tokens, 0) * p.cached_per_token
+       + ifNull(calls.output_tokens, 0) * p.output_per_token) AS cost_usd,
+    p.model != '' AS priced,"""
+_PRICE_JOIN_V10 = f"""ASOF LEFT JOIN {PRICES} AS p
+    ON p.model = calls.priced_model AND ifNull(calls.scheduled_at, toDateTime64(0, 3, 'UTC')) >= p.from_date"""
+_PRICE_JOINS_V12 = "\n".join(
+    f"""ASOF LEFT JOIN {PRICES} AS {alias}
+    ON {alias}.model = calls.{name}_key AND ifNull(calls.scheduled_at, toDateTime64(0, 3, 'UTC')) >= {alias}.from_date"""
+    for name, alias, _ in _PRICE_NAMES
+)
+
+
+def _replaced(text: str, old: str, new: str) -> str:
+    """``text`` with the one occurrence of ``old`` replaced: a view built from an older one must
+    fail loudly, not silently keep the old text, if that text ever moves."""
+    if text.count(old) != 1:
+        raise AssertionError(f"expected one occurrence of {old[:60]!r} in the view being rebuilt")
+    return text.replace(old, new)
+
+
+_MODEL_CALLS_VIEW_V12 = _replaced(
+    _replaced(
+        _replaced(_MODEL_CALLS_VIEW_V11, _MODEL_EXTRA_V10, _MODEL_EXTRA_V12),
+        _PRICED_V10,
+        _PRICED_V12,
+    ),
+    _PRICE_JOIN_V10,
+    _PRICE_JOINS_V12,
+)
+
 MIGRATIONS_LIST: tuple[Migration, ...] = (
     Migration(1, "events table", (f"CREATE DATABASE IF NOT EXISTS {DATABASE}", _EVENTS_TABLE)),
     Migration(2, "writer schemas table", (_WRITER_SCHEMAS_TABLE,)),
@@ -537,6 +609,11 @@ MIGRATIONS_LIST: tuple[Migration, ...] = (
         11,
         "payloads table; model_calls resolves messages stored out of line",
         (_PAYLOADS_TABLE, _MODEL_CALLS_VIEW_V11),
+    ),
+    Migration(
+        12,
+        "model_calls priced by the reported model, the call's model parameter or the registered name",
+        (_MODEL_CALLS_VIEW_V12,),
     ),
 )
 

@@ -9,8 +9,10 @@ The file: a header, then one row per model and start date::
     model,from_date,input_per_million,output_per_million,cached_per_million
     gpt-4o-2024-08-06,2024-08-06,2.50,10.00,1.25
 
-``model`` is the name the provider reports (``ModelCallCompleted.response_model``), or the
-registered model name for calls that report none. A row holds from ``from_date`` (ISO date or
+``model`` is matched against a call's names in order, the first with a price wins: the name the
+provider reported (``ModelCallCompleted.response_model``), the call's own ``model`` parameter
+(``ctx.model("chat", model="acme-small", ...)``), the registered model name. ``audit cost``
+says which one matched (``priced_by``). A row holds from ``from_date`` (ISO date or
 time, UTC) until the same model's next row. Prices are USD per million tokens
 (``*_per_million``) or per token (``*_per_token``); cached tokens are the part of the input
 served from the provider's cache, priced instead of the input price.
@@ -18,20 +20,20 @@ served from the provider's cache, priced instead of the input price.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import datetime as dt
 import math
-from collections.abc import Iterator
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runtime.errors import TerminalError
 
 from .errors import StoreBusyError
 from .migrations import migrate
-from .store import StoreLock, open_client, parse_dsn
+from .proxy import Endpoint, ProxyStore
+from .store import StoreLocation, StoreLock, open_client, parse_dsn
 from .tables import PRICES
 
 if TYPE_CHECKING:
@@ -52,6 +54,28 @@ class Price:
     input_per_token: float
     output_per_token: float
     cached_per_token: float
+
+    def to_json(self) -> list[Any]:
+        """The row as the sink's query port takes it (``analytics.server``)."""
+        return [
+            self.model,
+            self.from_date.isoformat(),
+            self.input_per_token,
+            self.output_per_token,
+            self.cached_per_token,
+        ]
+
+    @classmethod
+    def from_json(cls, row: list[Any]) -> Price:
+        """A row sent by ``to_json``; PriceFileError naming what is wrong with it."""
+        if not isinstance(row, list) or len(row) != 2 + len(KINDS):
+            raise PriceFileError(f"a price row must be [model, from_date, input, output, cached], got {row!r}")
+        model, start = row[0], row[1]
+        if not isinstance(model, str) or not model or not isinstance(start, str):
+            raise PriceFileError(f"a price row needs a model name and an ISO from_date, got {row!r}")
+        where = f"price row {model!r}"
+        amounts = [_amount(str(value), where, kind, 1.0) for value, kind in zip(row[2:], KINDS, strict=True)]
+        return cls(model, _date(start, where), *amounts)
 
 
 def _unit(header: list[str], path: Path) -> float:
@@ -126,29 +150,39 @@ def load_prices(client: Client, prices: list[Price]) -> int:
     return len(prices)
 
 
-@contextlib.contextmanager
-def writable(dsn: str) -> Iterator[Client]:
-    """A client that may write to the store. An embedded store must not be held by a sink: its
-    query port is read-only, and a second process opening the path would corrupt it."""
+def load(dsn: str, rows: list[Price], *, wait: float = 15.0) -> int:
+    """Replace the prices of the store at ``dsn`` with ``rows``; how many it now holds.
+
+    A server store and an embedded store no process holds are written directly. An embedded store
+    a sink holds is written by the sink itself, through its query port: a second process opening
+    the path would corrupt it, and stopping the audit copy to change a price is no answer."""
     location = parse_dsn(dsn)
     if not location.embedded:
-        client = open_client(location)
-        try:
-            yield client
-        finally:
-            client.close()
-        return
+        return _load_direct(location, rows)
     lock = StoreLock(location)
-    if not lock.try_acquire():
-        raise StoreBusyError(
-            f"the analytics store {location.path} is held by pid {lock.holder() or '?'} (a sink); loading "
-            "prices writes to it: stop the sink, load, start it again (or use a ClickHouse server DSN)"
-        )
+    deadline = time.monotonic() + wait
+    while True:
+        if lock.try_acquire():
+            try:
+                return _load_direct(location, rows)
+            finally:
+                lock.release()
+        endpoint = Endpoint.read(location.endpoint_path)
+        if endpoint is not None:
+            proxy = ProxyStore(endpoint)
+            if proxy.ping():
+                return proxy.load_prices([p.to_json() for p in rows])
+        if time.monotonic() >= deadline:
+            raise StoreBusyError(
+                f"the analytics store {location.path} is held by pid {lock.holder() or '?'}, which does "
+                "not answer on a query port (a sink still starting, or another audit command): try again"
+            )
+        time.sleep(0.1)
+
+
+def _load_direct(location: StoreLocation, rows: list[Price]) -> int:
+    client = open_client(location)
     try:
-        client = open_client(location)
-        try:
-            yield client
-        finally:
-            client.close()
+        return load_prices(client, rows)
     finally:
-        lock.release()
+        client.close()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import StoreError
-from .results import QueryResult
+from .results import JsonValue, QueryResult
 from .sqlguard import ReadOnlyViolation
 
 
@@ -80,6 +80,16 @@ class ProxyStore:
         except (OSError, ValueError):
             return False
         return status == 200 and body.get("pid") == self.endpoint.pid
+
+    def load_prices(self, rows: list[list[JsonValue]]) -> int:
+        """Ask the sink to replace the store's prices; how many rows it now holds."""
+        try:
+            status, body = self._request("/prices", {"prices": rows}, self.timeout)
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"the sink's query port ({self._base}) did not answer: {exc}") from exc
+        if status != 200:
+            raise StoreError(f"the sink refused the prices: {body.get('error')}")
+        return int(body["loaded"])
 
     def query(
         self, sql: str, parameters: Mapping[str, Any] | None = None, *, readonly: bool = False

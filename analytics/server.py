@@ -6,6 +6,10 @@ token, both published in ``<path>.sink.json`` (mode 0600, so only the sink's use
 token). Requests are JSON ``{"sql": ..., "parameters": {...}}``; answers carry the same
 JSON-safe ``QueryResult`` a direct query gives. Every statement passes the read-only check and
 runs with ``readonly = 2`` on a client of its own, never the writer's.
+
+One write is taken besides: ``POST /prices`` replaces the model prices (``audit prices load``).
+Prices are the user's data, not the log's copy, so a running sink must not stand between a user
+and a corrected price; the rows arrive already checked by the CLI and are checked again here.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from . import prices
 from .errors import StoreError
 from .proxy import Endpoint
 from .results import QueryResult
@@ -67,6 +72,12 @@ class QueryServer:
         with self._lock:
             return self._store.query(statement, parameters, readonly=True)
 
+    def load_prices(self, rows: list[Any]) -> int:
+        """Replace the store's prices with ``rows`` (``prices.Price.to_json`` lists)."""
+        parsed = [prices.Price.from_json(row) for row in rows]
+        with self._lock:
+            return prices.load_prices(self._store.client, parsed)
+
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
@@ -98,7 +109,7 @@ class QueryServer:
                 if not self._authorized():
                     self._reply(401, {"error": "bad token"})
                     return
-                if self.path != "/query":
+                if self.path not in ("/query", "/prices"):
                     self._reply(404, {"error": "not found"})
                     return
                 length = int(self.headers.get("Content-Length") or 0)
@@ -107,12 +118,16 @@ class QueryServer:
                     return
                 try:
                     request = json.loads(self.rfile.read(length))
-                    result = server.answer(str(request["sql"]), dict(request.get("parameters") or {}))
+                    if self.path == "/prices":
+                        body: dict[str, Any] = {"loaded": server.load_prices(list(request["prices"]))}
+                    else:
+                        sql, parameters = str(request["sql"]), dict(request.get("parameters") or {})
+                        body = {"result": server.answer(sql, parameters).to_json()}
                 except ReadOnlyViolation as exc:
                     self._reply(403, {"error": str(exc)})
-                except (StoreError, ValueError, KeyError, TypeError) as exc:
+                except (StoreError, prices.PriceFileError, ValueError, KeyError, TypeError) as exc:
                     self._reply(400, {"error": str(exc)})
                 else:
-                    self._reply(200, {"result": result.to_json()})
+                    self._reply(200, body)
 
         return Handler

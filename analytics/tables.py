@@ -31,7 +31,7 @@ SINK_COLUMNS: tuple[tuple[str, str], ...] = (
     ("ingested_at", "DateTime64(3, 'UTC') DEFAULT now64(3)"),
 )
 
-# The envelope of every record (runtime.log.events.Record); same names as the Avro fields, but for
+# The envelope of every record (runtime.log.records.events.Record); same names as the Avro fields, but for
 # run_id (the Kafka key) and schema_version (the registry version of the frame's writer schema id
 # under the record's subject): the sink fills those two from the Kafka record, not the Avro value.
 ENVELOPE_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -47,7 +47,7 @@ SINK_COLUMN_NAMES = frozenset(name for name, _ in SINK_COLUMNS)
 ENVELOPE_NAMES = tuple(name for name, _ in ENVELOPE_COLUMNS)
 
 # The event types the views and queries name; kept here so a rename shows up in one place (the
-# run statuses and the events that set them are runtime.log.status's).
+# run statuses and the events that set them are runtime.log.records.status's).
 CLAIM_TYPE = "EpochClaimed"
 
 

@@ -66,7 +66,8 @@ from infra import kafka
 from infra.deployment import scratch_deployment
 from runtime.client import Client
 from runtime.config import Settings, load_settings
-from runtime.log.events import (
+from runtime.log.kafka.config import reader_config
+from runtime.log.records.events import (
     EpochClaimed,
     Event,
     ModelCallCompleted,
@@ -79,9 +80,8 @@ from runtime.log.events import (
     ToolCallFailed,
     ToolCallScheduled,
 )
-from runtime.log.fencing import FenceFilter
-from runtime.log.kafka_config import reader_config
-from runtime.log.serde import Serde
+from runtime.log.records.fencing import FenceFilter
+from runtime.log.schemas.serde import Serde
 from support import cluster as cluster_support
 from support import sink as sink_support
 

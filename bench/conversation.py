@@ -2,13 +2,13 @@
 
 The agent resends its whole transcript every step (each prompt = a system prompt, all previous
 turns, one new user turn), as chat agents do. Recorded with each distinct message once per run
-(runtime.log.prompts), its log must grow linearly in steps: bytes per step flat from step 10 to
+(runtime.log.records.prompts), its log must grow linearly in steps: bytes per step flat from step 10 to
 step 200. "Without dedup" re-encodes the same ModelCallScheduled records with every message of
 every prompt stored in the record, which is what recording prompts naively costs.
 
 A step is one model call: its ModelCallScheduled and ModelCallCompleted records, measured as Avro
 key+value with the Confluent frame (the bytes the events topic holds; the encoding is
-``runtime.log.serde`` with schema ids from the local catalog, the same width as the registry's).
+``runtime.log.schemas.serde`` with schema ids from the local catalog, the same width as the registry's).
 The run goes through the real worker, machine and client on the in-memory log (no services).
 
 Run: `python bench/conversation.py [STEPS]`. Prints JSON lines.
@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.events import ModelCallScheduled
-from runtime.log.memory import MemoryLog
-from runtime.log.prompts import PromptBook, rebuild_inputs
-from runtime.log.serde import Serde
+from runtime.log.port.memory import MemoryLog
+from runtime.log.records.events import ModelCallScheduled
+from runtime.log.records.prompts import PromptBook, rebuild_inputs
+from runtime.log.schemas.serde import Serde
 from runtime.worker.loop import Worker
 from runtime.workflow.app import App
 from runtime.workflow.context import Context

@@ -34,8 +34,8 @@ def measure(partition: int) -> None:
     """In a fresh process (the code on PYTHONPATH first): time one rebuild of ``partition``."""
     import runtime
     from runtime.config import load_settings
-    from runtime.log.kafka import KafkaLog
-    from runtime.log.serde import Serde
+    from runtime.log.kafka.backend import KafkaLog
+    from runtime.log.schemas.serde import Serde
     from runtime.worker.rebuild import rebuild
 
     settings = load_settings()
@@ -70,9 +70,9 @@ def produce(events: int, workdir: Path, processes: int) -> tuple[Any, dict[int, 
     from _deploy import fresh_deployment, start_worker
 
     from runtime.client import Client
-    from runtime.log.kafka import KafkaLog
-    from runtime.log.partitioning import name_in_partition
-    from runtime.log.serde import Serde
+    from runtime.log.kafka.backend import KafkaLog
+    from runtime.log.port.partitioning import name_in_partition
+    from runtime.log.schemas.serde import Serde
     from runtime.worker.rebuild import latest_checkpoint
 
     settings = fresh_deployment(2, "rebuild")

@@ -45,10 +45,10 @@ from kafka_floor import (
 from infra.kafka import data_dir
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.events import RunCompleted, RunStarted
-from runtime.log.kafka_config import reader_config
-from runtime.log.kafka_reader import read_partition
-from runtime.log.serde import Serde
+from runtime.log.kafka.config import reader_config
+from runtime.log.kafka.reader import read_partition
+from runtime.log.records.events import RunCompleted, RunStarted
+from runtime.log.schemas.serde import Serde
 
 STEPS = 40
 

@@ -36,7 +36,7 @@ def measure(run_id: str, repeats: int) -> None:
     import runtime
     from runtime.client import Client
     from runtime.config import load_settings
-    from runtime.log.serde import Serde
+    from runtime.log.schemas.serde import Serde
 
     settings = load_settings()
     serde = Serde(settings)

@@ -47,9 +47,9 @@ from consumers.registry import WriterSchemas  # noqa: E402
 from consumers.store_writer import StoreWriter  # noqa: E402
 from infra.deployment import scratch_deployment  # noqa: E402
 from runtime.config import Settings, load_settings  # noqa: E402
-from runtime.log import events as ev  # noqa: E402
-from runtime.log.registry import registry_client  # noqa: E402
-from runtime.log.serde import Serde  # noqa: E402
+from runtime.log.records import events as ev  # noqa: E402
+from runtime.log.schemas.registry import registry_client  # noqa: E402
+from runtime.log.schemas.serde import Serde  # noqa: E402
 
 RUN_WIDTH = 8
 KEY_TEMPLATE = "00000000-0000-5000-8000-0000000000"  # + 2 digits: one key per tool call, fixed length
@@ -76,7 +76,7 @@ def run_template(run_id: str, steps: int = 4, with_prompts: bool = True) -> list
 
     out = [nxt(ev.RunStarted, workflow="refund", input='{"order": 4242, "amount": 40}', command_offset=0)]
     for step in range(steps):
-        # The prompt as the runtime records it (runtime.log.prompts): the transcript so far as one
+        # The prompt as the runtime records it (runtime.log.records.prompts): the transcript so far as one
         # range of the run's message sequence, plus the new messages (the system prompt and the
         # first question at step 0; the last answer and the next question after).
         new = (

@@ -38,7 +38,7 @@ from sink import prefill, run_template  # noqa: E402  (bench/sink.py)
 from analytics.store import connect  # noqa: E402
 from infra.deployment import environment, scratch_deployment  # noqa: E402
 from runtime.config import Settings, load_settings  # noqa: E402
-from runtime.log.serde import Serde  # noqa: E402
+from runtime.log.schemas.serde import Serde  # noqa: E402
 from ui.server import UiServer  # noqa: E402
 
 LONG_RUN = "bench-long-run"

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from runtime.log.frame import HEADER_SIZE, ID_SLICE, MAGIC
+from runtime.log.schemas.frame import HEADER_SIZE, ID_SLICE, MAGIC
 
 from .avro_wire import read_zigzag, zigzag
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analytics.tables import ENVELOPE_COLUMNS, ENVELOPE_NAMES, SINK_COLUMN_NAMES
-from runtime.log.frame import HEADER_SIZE
+from runtime.log.schemas.frame import HEADER_SIZE
 
 # Metadata prepended to each datum, in this order (see consumers.batch.staged_head): a fixed
 # header (partition, offset and value size, little-endian -- ``consumers.batch.META``), read

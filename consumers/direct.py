@@ -15,7 +15,7 @@ import threading
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from runtime.config import Settings
-from runtime.log.kafka_auth import check_credentials
+from runtime.log.kafka.auth import check_credentials
 
 from .core import SinkCore
 from .gctune import bulk_collection

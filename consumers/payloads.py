@@ -1,7 +1,7 @@
 """The sink's second copy: the payloads topic into ``agentlog.payloads``.
 
 Results and model messages too large for their event are stored out of line, in the payloads
-topic (runtime.log.payloads, runtime.log.prompts); the events the sink copies carry only their
+topic (runtime.log.records.payloads, runtime.log.records.prompts); the events the sink copies carry only their
 offset and sha256. So that the store answers with the whole prompt (the ``model_calls`` view
 resolves blob pointers by run and sha256), the sink copies that topic too, on a thread of its own
 beside the events driver, with its own consumer and store client.

@@ -1,7 +1,7 @@
 """Writer schemas by id, from the schema registry, fetched once per id.
 
 The sink stores what the writer wrote, so it reads every record with the writer's own schema
-(the id in the frame, runtime.log.frame), never a local reader schema: a field added in a later
+(the id in the frame, runtime.log.schemas.frame), never a local reader schema: a field added in a later
 version lands even if this code has never heard of it.
 """
 
@@ -12,8 +12,8 @@ import threading
 from typing import Any
 
 from runtime.errors import RetryableError
-from runtime.log.registry import schema_by_id, version_under
-from runtime.log.registry_client import SchemaRegistryClient, SchemaRegistryError
+from runtime.log.schemas.registry import schema_by_id, version_under
+from runtime.log.schemas.registry_client import SchemaRegistryClient, SchemaRegistryError
 
 
 class RegistryUnavailable(RetryableError):

@@ -20,8 +20,8 @@ from analytics.migrations import migrate
 from analytics.server import QueryServer
 from analytics.store import Endpoint, StoreLocation, StoreLock, open_client, parse_dsn
 from runtime.config import Settings
-from runtime.log.kafka_auth import check_credentials
-from runtime.log.registry import registry_client
+from runtime.log.kafka.auth import check_credentials
+from runtime.log.schemas.registry import registry_client
 
 from .core import SinkConfig, SinkCore, SinkStats
 from .direct import run_direct

@@ -18,7 +18,7 @@ Order of a write (each step safe to repeat, so a failed write is simply retried)
 Resume state is read back from the events table itself (highest offset and watermark per
 partition), because the position lives in the same rows as the data.
 
-Fencing is the rule of ``runtime.log.fencing.FenceFilter`` in SQL: the watermark before a record is
+Fencing is the rule of ``runtime.log.records.fencing.FenceFilter`` in SQL: the watermark before a record is
 the maximum, over earlier records of the partition, of (a claim's offset, else the epoch); a
 non-claim whose epoch is below it is fenced. Folding fenced records into that maximum changes
 nothing -- their epoch is already below it -- which is what lets a window function compute it
@@ -40,7 +40,7 @@ from clickhouse_connect.driver.client import Client
 
 from analytics.migrations import migrate, table_columns
 from analytics.tables import CLAIM_TYPE, DATABASE, EVENTS, WRITER_SCHEMAS, quote_identifier, quote_string
-from runtime.log.frame import HEADER_SIZE, ID_SIZE
+from runtime.log.schemas.frame import HEADER_SIZE, ID_SIZE
 
 from . import rowbinary
 from .avro_wire import container

@@ -12,7 +12,7 @@ import uuid
 
 from infra.topics import ensure_topics
 from runtime.config import ENV_PREFIX, Settings
-from runtime.log.registry_admin import SchemaAdmin
+from runtime.log.schemas.registry_admin import SchemaAdmin
 
 
 def scratch_deployment(

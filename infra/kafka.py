@@ -39,10 +39,12 @@ from confluent_kafka.admin import AdminClient
 from infra import kafka_auth, process
 from infra.errors import ServiceError
 from infra.paths import cache_root, file_lock, state_dir
+from infra.progress import files_under, run_step
 from runtime.config import Settings
 
 SERVICE = "kafka"
 POM = Path(__file__).with_name("pom.xml")
+EXPECTED_JARS = 90  # what infra/pom.xml resolves to, for the progress line only
 HOST = "127.0.0.1"
 HEAP = "-Xmx768m"
 CLUSTER_HEAP = "-Xmx512m"  # per node of a cluster: three JVMs share a small machine
@@ -101,7 +103,7 @@ def ensure_jars(progress: Callable[[str], None]) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         mvn_log = home / "mvn.log"
         with mvn_log.open("wb") as log:
-            done = subprocess.run(
+            code = run_step(
                 [
                     mvn,
                     "-q",
@@ -111,21 +113,26 @@ def ensure_jars(progress: Callable[[str], None]) -> Path:
                     "dependency:copy-dependencies",
                     f"-DoutputDirectory={staging}",
                 ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                check=False,
+                what="mvn fetching the Kafka jars",
+                progress=progress,
+                log=log,
+                measure=lambda: _jars_so_far(staging),
             )
-        if done.returncode != 0:
-            raise ServiceError(
-                SERVICE, f"mvn could not fetch the Kafka jars (exit {done.returncode})", mvn_log
-            )
+        if code != 0:
+            raise ServiceError(SERVICE, f"mvn could not fetch the Kafka jars (exit {code})", mvn_log)
         if not list(staging.glob("kafka_2.13-*.jar")):
             raise ServiceError(SERVICE, f"mvn finished but left no kafka_2.13 jar in {staging}", mvn_log)
         shutil.rmtree(libs, ignore_errors=True)
         staging.rename(libs)
         marker.write_text(_pom_digest() + "\n")
     return libs
+
+
+def _jars_so_far(staging: Path) -> str:
+    # mvn resolves into ~/.m2 first, then copies; both show how far it is.
+    resolved, resolved_bytes = files_under(Path.home() / ".m2" / "repository", "*.jar")
+    copied, _ = files_under(staging, "*.jar")
+    return f"{resolved} jars in ~/.m2 ({resolved_bytes >> 20} MB), {copied} of about {EXPECTED_JARS} copied"
 
 
 def cluster_home(settings: Settings) -> Path:
@@ -249,7 +256,8 @@ def nodes(settings: Settings) -> list[Node]:
     clash = set(brokers) & set(controllers)
     first_controller = settings.kafka_port + CONTROLLER_OFFSET if clash else settings.kafka_controller_port
     return [
-        Node(i + 1, settings.kafka_port + i, first_controller + i, home / f"node-{i + 1}") for i in range(count)
+        Node(i + 1, settings.kafka_port + i, first_controller + i, home / f"node-{i + 1}")
+        for i in range(count)
     ]
 
 
@@ -318,7 +326,9 @@ def server_properties(settings: Settings, node: Node | None = None) -> str:
     if len(cluster) > 1:
         props.update(FAST_FENCING)
     if is_secure(settings):
-        props.update(kafka_auth.listener_properties(cluster_home(settings), node.port, node.controller_port, HOST))
+        props.update(
+            kafka_auth.listener_properties(cluster_home(settings), node.port, node.controller_port, HOST)
+        )
         props["advertised.listeners"] = f"{kafka_auth.PROTOCOL}://{HOST}:{advertised_port(settings, node)}"
     lines = ["# Written by agentlog (infra/kafka.py) at every start; edits are overwritten."]
     lines += [f"{key}={value}" for key, value in props.items()]
@@ -393,7 +403,9 @@ def _cluster_id(settings: Settings) -> str:
         return cid
     cid = new_cluster_id()
     cluster_home(settings).mkdir(parents=True, exist_ok=True)
-    layout_path(settings).write_text(json.dumps({**layout, "nodes": node_count(settings), "cluster_id": cid}) + "\n")
+    layout_path(settings).write_text(
+        json.dumps({**layout, "nodes": node_count(settings), "cluster_id": cid}) + "\n"
+    )
     return cid
 
 
@@ -446,7 +458,9 @@ def metadata_ready(settings: Settings, timeout: float = 2.0, node: Node | None =
     return len(meta.brokers) >= node_count(settings)
 
 
-def wait_ready(settings: Settings, pid: int | None, timeout: float = START_TIMEOUT, node: Node | None = None) -> None:
+def wait_ready(
+    settings: Settings, pid: int | None, timeout: float = START_TIMEOUT, node: Node | None = None
+) -> None:
     """Wait until the node's port is open and it answers metadata requests listing every node."""
     node = node or nodes(settings)[0]
     process.wait_for_port(SERVICE, HOST, node.port, timeout, log_path=node.log_path, pid=pid)
@@ -470,7 +484,9 @@ def start_node(settings: Settings, node: Node, progress: Callable[[str], None]) 
     process.ensure_port_free(SERVICE, HOST, node.controller_port, node.log_path)
     props, log4j = _write_configs(settings, node)
     _format_once(settings, node, libs, props, log4j, progress)
-    progress(f"starting Kafka node {node.node_id} on {node.address} (controller {HOST}:{node.controller_port})")
+    progress(
+        f"starting Kafka node {node.node_id} on {node.address} (controller {HOST}:{node.controller_port})"
+    )
     heap = HEAP if node_count(settings) == 1 else CLUSTER_HEAP
     argv = [*_java(libs, log4j, node, heap=heap), "kafka.Kafka", str(props)]
     return process.start_detached(argv, log_path=node.log_path, pid_path=node.pid_path, cwd=node.home)

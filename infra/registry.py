@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import tempfile
 import urllib.error
 import urllib.request
@@ -19,6 +18,7 @@ from pathlib import Path
 from infra import postgres, process
 from infra.errors import ServiceError
 from infra.paths import cache_root, file_lock, state_dir
+from infra.progress import StepTimeout, files_under, run_step
 from runtime.config import Settings
 
 SERVICE = "schema-registry"
@@ -55,46 +55,61 @@ def ensure_binary(progress: Callable[[str], None]) -> Path:
         build_log = binary.parent / "build.log"
         partial = binary.with_name(binary.name + ".partial")
         steps = [
-            [go, "mod", "init", "agentlog-registry-build"],
-            [go, "get", f"{PACKAGE}@{VERSION}"],
-            [
-                go,
-                "build",
-                "-trimpath",
-                "-ldflags",
-                f"-s -w -X main.version={VERSION}",
-                "-o",
-                str(partial),
-                PACKAGE,
-            ],
+            ("go mod init", [go, "mod", "init", "agentlog-registry-build"]),
+            (f"go fetching {MODULE}@{VERSION} and its modules", [go, "get", f"{PACKAGE}@{VERSION}"]),
+            (
+                "go compiling the registry",
+                [
+                    go,
+                    "build",
+                    "-trimpath",
+                    "-ldflags",
+                    f"-s -w -X main.version={VERSION}",
+                    "-o",
+                    str(partial),
+                    PACKAGE,
+                ],
+            ),
         ]
         with (
             tempfile.TemporaryDirectory(prefix="agentlog-registry-build-") as scratch,
             build_log.open("wb") as log,
         ):
-            for argv in steps:
+            for what, argv in steps:
                 log.write(f"$ {' '.join(argv)}\n".encode())
                 log.flush()
                 try:
-                    done = subprocess.run(
+                    code = run_step(
                         argv,
+                        what=what,
+                        progress=progress,
+                        log=log,
+                        measure=_modules_so_far,
                         cwd=scratch,
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
                         timeout=BUILD_TIMEOUT,
-                        check=False,
                     )
-                except subprocess.TimeoutExpired as exc:
+                except StepTimeout as exc:
                     raise ServiceError(SERVICE, f"`{' '.join(argv[:3])}` timed out", build_log) from exc
-                if done.returncode != 0:
+                if code != 0:
                     raise ServiceError(
                         SERVICE,
-                        f"building the registry failed at `{' '.join(argv[:3])}` (exit {done.returncode})",
+                        f"building the registry failed at `{' '.join(argv[:3])}` (exit {code})",
                         build_log,
                     )
         partial.replace(binary)
     return binary
+
+
+def _modules_so_far() -> str:
+    count, size = files_under(_go_mod_cache() / "cache" / "download", "*.zip")
+    return f"{count} Go modules in the module cache ({size >> 20} MB)"
+
+
+def _go_mod_cache() -> Path:
+    configured = os.environ.get("GOMODCACHE")
+    if configured:
+        return Path(configured)
+    return Path(os.environ.get("GOPATH") or Path.home() / "go").joinpath("pkg", "mod")
 
 
 def home_dir(settings: Settings) -> Path:

@@ -1,7 +1,7 @@
 """agentlog: a durable runtime for AI-agent runs whose source of truth is a Kafka log.
 
 The public names are imported on first use (PEP 562): ``agentlog worker`` must join its
-consumer group before paying for the registry client's imports (see runtime.log.kafka_group).
+consumer group before paying for the registry client's imports (see runtime.log.kafka.group).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ _EXPORTS = {
     "RetryPolicy": "runtime.workflow.app",
     "RetryableError": "runtime.errors",
     "RunError": "runtime.client",
-    "RunState": "runtime.log.status",
+    "RunState": "runtime.log.records.status",
     "RunStatus": "runtime.run_status",
     "InDoubtCall": "runtime.run_status",
     "run_local": "runtime.local",
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
         TerminalError,
     )
     from runtime.local import run_local
-    from runtime.log.status import RunState
+    from runtime.log.records.status import RunState
     from runtime.replay.replayer import Replayer
     from runtime.run_status import InDoubtCall, RunStatus
     from runtime.workflow.app import App, RetryPolicy

@@ -16,7 +16,10 @@ from confluent_kafka import KafkaException
 
 from runtime.config import Settings, load_settings
 from runtime.errors import AgentlogError
-from runtime.log.events import (
+from runtime.log.kafka.backend import KafkaLog
+from runtime.log.port.partitioning import partition_for
+from runtime.log.port.protocol import EventLog
+from runtime.log.records.events import (
     CancelRequested,
     Command,
     Event,
@@ -25,15 +28,13 @@ from runtime.log.events import (
     RunSubmitted,
     SignalSent,
 )
-from runtime.log.fencing import FenceFilter
-from runtime.log.kafka import KafkaLog
-from runtime.log.partitioning import partition_for
-from runtime.log.payloads import PayloadMissing, inlined, read_back, read_blobs
-from runtime.log.port import EventLog
-from runtime.log.prompts import PromptMissing, RecordedInput, checked_args, rebuild_inputs
-from runtime.log.run_index import RunLocation, parse_location, run_key
-from runtime.log.serde import DecodeError, Serde, record_to_dict
-from runtime.log.status import has_ended
+from runtime.log.records.fencing import FenceFilter
+from runtime.log.records.payloads import PayloadMissing, inlined, read_back, read_blobs
+from runtime.log.records.prompts import PromptMissing, RecordedInput, checked_args, rebuild_inputs
+from runtime.log.records.run_index import RunLocation, parse_location, run_key
+from runtime.log.records.status import has_ended
+from runtime.log.schemas.datum import DecodeError, record_to_dict
+from runtime.log.schemas.serde import Serde
 from runtime.replay.reset import SeedError, UncleanSeam, cut, encode_seed
 from runtime.results import ResultTail
 from runtime.run_status import LoggedEvent, RunStatus, summarize
@@ -301,7 +302,7 @@ class Client:
 
     def prompts(self, run_id: str) -> dict[int, RecordedInput]:
         """Every model call's input, by position, rebuilt from the run's message sequence with the
-        messages stored out of line read back (runtime.log.prompts). Raises AgentlogError if a
+        messages stored out of line read back (runtime.log.records.prompts). Raises AgentlogError if a
         stored message is missing or altered, or the sequence lacks a message a prompt names."""
         return self._inputs(run_id, [e.event for e in self._logged(run_id, self.location(run_id))])
 
@@ -332,7 +333,7 @@ class Client:
             raise AgentlogError(f"run {run_id}: {error}") from error
 
     def location(self, run_id: str) -> RunLocation | None:
-        """Where the run index (runtime.log.run_index) says the run's records lie, or None if it
+        """Where the run index (runtime.log.records.run_index) says the run's records lie, or None if it
         does not locate the run: its entries on the run's partition of the compacted checkpoints
         topic, far smaller than the events partition. An entry with the ending's offset wins."""
         key = run_key(run_id)

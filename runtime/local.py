@@ -1,7 +1,7 @@
 """Running a workflow in this process on the in-memory log: no Kafka, no registry.
 
 For trying an agent out, for tests of workflow code, and for checking an installation: the same
-worker, machine and client as in production, on ``runtime.log.memory.MemoryLog`` with schema ids
+worker, machine and client as in production, on ``runtime.log.port.memory.MemoryLog`` with schema ids
 taken from the local catalog (``Serde.offline``). Nothing survives the process.
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.memory import MemoryLog
-from runtime.log.serde import Serde
+from runtime.log.port.memory import MemoryLog
+from runtime.log.schemas.serde import Serde
 from runtime.worker.loop import Worker
 from runtime.workflow.app import App
 

@@ -7,7 +7,7 @@ records of watched runs only; other runs' records are skipped undecoded -- and a
 run's ending event resolves the run's waiters: thousands of waiters, one reader, and a waiter
 answered within a poll of the ending event's ack.
 
-Fencing is the client's usual rule (``runtime.log.fencing``): one ``FenceFilter`` per partition,
+Fencing is the client's usual rule (``runtime.log.records.fencing``): one ``FenceFilter`` per partition,
 fed in offset order with the claims and the watched runs' events, from the partition's start
 offset. Sharing one filter among the watched runs changes nothing a per-run filter would
 decide: an owner's events carry its claim's offset, which is at least every earlier owner's,
@@ -27,11 +27,12 @@ from collections import OrderedDict
 from concurrent.futures import Future
 
 from runtime import stagemarks
-from runtime.log.events import Event
-from runtime.log.fencing import FenceFilter
-from runtime.log.port import EventLog, LogRecord, Tail
-from runtime.log.serde import DecodeError, Serde
-from runtime.log.status import ENDING_EVENTS
+from runtime.log.port.protocol import EventLog, LogRecord, Tail
+from runtime.log.records.events import Event
+from runtime.log.records.fencing import FenceFilter
+from runtime.log.records.status import ENDING_EVENTS
+from runtime.log.schemas.datum import DecodeError
+from runtime.log.schemas.serde import Serde
 from runtime.run_status import LoggedEvent
 
 logger = logging.getLogger("agentlog.results")

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from runtime.log.events import (
+from runtime.log.records.events import (
     Event,
     ModelCallCompleted,
     ModelCallFailed,
@@ -25,7 +25,7 @@ from runtime.log.events import (
     ToolCallFailed,
     ToolCallScheduled,
 )
-from runtime.log.status import RunState, status_after
+from runtime.log.records.status import RunState, status_after
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,27 @@ from support.workers import WorkerProcess
 
 SERVICE_FIXTURES = {"services", "deployment", "workers"}
 FOLDER_MARKERS = {"unit": "unit", "integration": "integration", "chaos": "chaos"}
+
+
+# The modules that take a minute or more, started first under pytest-xdist so the suite does not
+# end waiting on one of them (longest first; the rest follow in collection order, unit tests last).
+SLOW_FIRST = (
+    "tests/chaos/test_cluster_failover.py",
+    "tests/integration/test_wheel_install.py",
+    "tests/chaos/test_sink_chaos.py",
+    "tests/chaos/test_ui_browser.py",
+    "tests/integration/test_kafka_sasl.py",
+    "tests/chaos/test_audit_runtime.py",
+    "tests/chaos/test_audit_store_handoff.py",
+    "tests/chaos/test_registry_outage.py",
+)
+# Modules whose private services take the same fixed ports (support.stack): one xdist group, so
+# they run on one worker, one after another. The collection refuses a module that brings up a
+# private stack without being listed here.
+SAME_PORTS = {
+    "tests/integration/test_infra.py": "private-stack-ports",
+    "tests/chaos/test_infra_restarts.py": "private-stack-ports",
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -43,8 +65,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             wrong.append(f"{item.nodeid}: a unit test that uses {sorted(needs)}")
         if "chaos" in marks and folder != "chaos":
             wrong.append(f"{item.nodeid}: marked chaos but not in tests/chaos")
+        module = item.nodeid.split("::", 1)[0]
+        if "private_stack" in vars(getattr(item, "module", None) or object) and module not in SAME_PORTS:
+            wrong.append(f"{item.nodeid}: brings up a private stack but is not in SAME_PORTS")
     if wrong:
         raise pytest.UsageError("tests in the wrong folder:\n" + "\n".join(wrong))
+    rank = {module: n for n, module in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: _slowness(item.nodeid, rank))  # stable: collection order within each
+
+
+def _slowness(nodeid: str, rank: dict[str, int]) -> int:
+    module = nodeid.split("::", 1)[0]
+    if module in rank:
+        return rank[module]
+    return len(rank) + (1 if module.startswith("tests/unit/") else 0)
+
+
+def _scope(nodeid: str) -> str:
+    """The xdist work unit of a test: its module, or the group of modules sharing fixed ports."""
+    module = nodeid.split("::", 1)[0]
+    return SAME_PORTS.get(module, module)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist (``make test``), a module's tests stay on one worker, in order, so its
+    module-scoped fixture (a recorded run, a private stack) is built once; work units go out in
+    the collection order above (no reordering by test count)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    config.option.loadscopereorder = False
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from analytics.audit import AuditError, parse_since, run_events
 from analytics.results import JsonValue
 from analytics.store import QueryStore
 from runtime.config import Settings
-from runtime.log.status import RUN_STATES
+from runtime.log.records.status import RUN_STATES
 
 from . import svg, timeline
 

@@ -2,7 +2,7 @@ package main
 
 import "testing"
 
-// Values from runtime/log/partitioning.py (Kafka's Utils.murmur2): Go and Python must agree, or
+// Values from runtime/log/port/partitioning.py (Kafka's Utils.murmur2): Go and Python must agree, or
 // a Go producer's runs would live in partitions the workers never read them from.
 func TestMurmur2MatchesKafka(t *testing.T) {
 	cases := map[string]uint32{

@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Record names (short) that end a run, and the status each gives it (runtime/log/status.py).
+// Record names (short) that end a run, and the status each gives it (runtime/log/records/status.py).
 var ending = map[string]string{
 	"RunCompleted":      "completed",
 	"RunFailed":         "failed",

@@ -17,9 +17,9 @@ from runtime.workflow.app import App
 
 if TYPE_CHECKING:
     from runtime.client import Client
-    from runtime.log.kafka import KafkaLog
-    from runtime.log.port import CommandFeed
-    from runtime.log.serde import Serde
+    from runtime.log.kafka.backend import KafkaLog
+    from runtime.log.port.protocol import CommandFeed
+    from runtime.log.schemas.serde import Serde
 
 
 def _client(settings: Settings, identity: str = "client") -> Client:
@@ -72,7 +72,7 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     # collector would walk it ~30 times on the way (~7 ms of a restarted worker's recovery).
     # Worker.run(tune_gc=True) freezes it and turns collection back on.
     gc.disable()
-    from runtime.log.kafka import KafkaLog
+    from runtime.log.kafka.backend import KafkaLog
 
     _app_module(args.app)
     # Join the group first: the join runs in librdkafka's threads while the rest is imported.
@@ -92,7 +92,7 @@ def _serve(
     feed: CommandFeed,
     serde: Serde | None = None,
 ) -> None:
-    from runtime.log.serde import Serde
+    from runtime.log.schemas.serde import Serde
 
     if serde is None:
         # Resolve the schema ids in a thread (network waits) while the app is imported.
@@ -125,15 +125,15 @@ def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: 
     """Import everything once, then fork the worker -- again at once if it dies (see
     runtime.worker.supervisor): a respawned worker starts with its modules loaded and its schema ids
     resolved."""
-    from runtime.log import registry_client as _registry  # noqa: F401  -- imported before the fork, on purpose
-    from runtime.log.kafka import KafkaLog
-    from runtime.log.serde import Serde
+    from runtime.log.kafka.backend import KafkaLog
+    from runtime.log.schemas import registry_client as _registry  # noqa: F401  -- imported before the fork, on purpose
+    from runtime.log.schemas.serde import Serde
     from runtime.worker import loop as _worker_module  # noqa: F401
     from runtime.worker.supervisor import supervise
 
     load_app(args.app)
     # Refused credentials end the supervisor here, instead of every fork failing the same way.
-    from runtime.log.kafka_auth import check_credentials
+    from runtime.log.kafka.auth import check_credentials
 
     check_credentials(settings)  # its connection is closed before any fork
     # The ids are resolved over a connection closed before any fork (Serde.warm_up).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,8 +14,8 @@ from runtime.config import Settings
 from runtime.errors import RetryableError
 
 if TYPE_CHECKING:
-    from runtime.log.registry_admin import SchemaAdmin, SubjectReport
-from runtime.log.catalog import DEFAULT_SCHEMA_DIR
+    from runtime.log.schemas.registry_admin import SchemaAdmin, SubjectReport
+from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR, load_catalog
 
 
 def _print_reports(reports: list[SubjectReport], as_json: bool) -> int:
@@ -36,7 +37,9 @@ def _print_reports(reports: list[SubjectReport], as_json: bool) -> int:
 
 
 def _admin(settings: Settings, directory: Path) -> SchemaAdmin:
-    from runtime.log.registry_admin import SchemaAdmin  # the registry client is slow to import; only here
+    from runtime.log.schemas.registry_admin import (
+        SchemaAdmin,  # the registry client is slow to import; only here
+    )
 
     return SchemaAdmin(settings, directory)
 
@@ -59,9 +62,40 @@ def _registry(settings: Settings) -> Iterator[None]:
         raise RegistryUnavailable(f"schema registry {settings.schema_registry_url}: {exc}") from exc
 
 
+def _local_rows(settings: Settings, directory: Path) -> list[dict[str, object]]:
+    """The subjects the local catalog would register, for when the registry cannot say."""
+    return [
+        {
+            "subject": schema.subject(settings),
+            "versions": None,
+            "latest_id": None,
+            "compatibility": None,
+            "local": schema.path.name,
+            "registry": "unreachable",
+        }
+        for schema in sorted(load_catalog(directory).values(), key=lambda s: s.subject(settings))
+    ]
+
+
 def _list(args: argparse.Namespace, settings: Settings) -> int:
-    with _registry(settings):
-        rows = _admin(settings, args.dir).subjects()
+    try:
+        with _registry(settings):
+            rows = _admin(settings, args.dir).subjects(every_deployment=args.all)
+    except RegistryUnavailable as exc:
+        # Before `infra up` (or in an outage) the local catalog still answers what would be
+        # registered; the registry's own state is what cannot be shown.
+        local = _local_rows(settings, args.dir)
+        print(f"agentlog: {exc}", file=sys.stderr)
+        print(
+            f"agentlog: the registry is unreachable; the local catalog ({len(local)} schemas in {args.dir}):",
+            file=sys.stderr,
+        )
+        if args.json:
+            print(json.dumps(local, indent=2))
+        else:
+            for row in local:
+                print(f"{row['subject']:<70} local={row['local']} registry=unreachable")
+        return 0
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -92,7 +126,7 @@ def add_schema_commands(subparsers: argparse._SubParsersAction[argparse.Argument
     schemas = subparsers.add_parser("schemas", help="the event schemas and the registry")
     actions = schemas.add_subparsers(dest="action", required=True)
     for name, func, text in (
-        ("list", _list, "subjects the registry holds"),
+        ("list", _list, "this deployment's subjects in the registry (--all: every subject)"),
         ("register", _register, "register new versions; refuse incompatible ones"),
         ("check", _check, "test local schemas against the registry's compatibility level"),
         ("diff", _diff, "local schemas vs registered ones"),
@@ -105,4 +139,8 @@ def add_schema_commands(subparsers: argparse._SubParsersAction[argparse.Argument
             help="schema folder (default: the schemas shipped with agentlog)",
         )
         sub.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "list":
+            sub.add_argument(
+                "--all", action="store_true", help="every subject the registry holds, not only this deployment's"
+            )
         sub.set_defaults(func=func)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runtime.config import Settings
-from runtime.log.catalog import DEFAULT_SCHEMA_DIR
+from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR
 
 if TYPE_CHECKING:
     from runtime.replay.upgrade import UpgradeReport
@@ -77,8 +77,8 @@ def _print(report: UpgradeReport) -> None:
 
 def _check(args: argparse.Namespace, settings: Settings) -> int:
     from runtime.cli.runs import load_app
-    from runtime.log.kafka import KafkaLog
-    from runtime.log.serde import Serde
+    from runtime.log.kafka.backend import KafkaLog
+    from runtime.log.schemas.serde import Serde
     from runtime.replay.upgrade import check, store_in_flight
 
     app = load_app(args.app)

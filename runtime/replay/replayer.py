@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from runtime.errors import AgentlogError, NonDeterminismError
-from runtime.log.events import RECORD_TYPES, Event, RunStarted
-from runtime.log.status import RunState
+from runtime.log.records.events import RECORD_TYPES, Event, RunStarted
+from runtime.log.records.status import RunState
 from runtime.workflow.app import App
 from runtime.workflow.intents import Drift, Stamp
 from runtime.workflow.machine import RunMachine

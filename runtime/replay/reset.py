@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.errors import TerminalError
-from runtime.log.events import (
+from runtime.log.records.events import (
     Event,
     ModelCallCompleted,
     ModelCallFailed,
@@ -32,7 +32,7 @@ from runtime.log.events import (
     ToolCallFailed,
     ToolCallScheduled,
 )
-from runtime.log.serde import field_names
+from runtime.log.schemas.datum import field_names
 
 # What a reset copies: the run's recorded commands, their outcomes, the signals it received.
 COPIED: dict[str, type[Event]] = {

@@ -21,14 +21,15 @@ from typing import Literal
 
 from runtime.config import Settings
 from runtime.errors import AgentlogError
-from runtime.log.catalog import DEFAULT_SCHEMA_DIR
-from runtime.log.events import PARTITION_TYPES, Event, PatchRecorded, RunStarted
-from runtime.log.fencing import FenceFilter
-from runtime.log.partitioning import partition_for
-from runtime.log.payloads import PayloadMissing, inlined, read_back
-from runtime.log.port import EventLog
-from runtime.log.serde import DecodeError, Serde
-from runtime.log.status import RunState, status_after
+from runtime.log.port.partitioning import partition_for
+from runtime.log.port.protocol import EventLog
+from runtime.log.records.events import PARTITION_TYPES, Event, PatchRecorded, RunStarted
+from runtime.log.records.fencing import FenceFilter
+from runtime.log.records.payloads import PayloadMissing, inlined, read_back
+from runtime.log.records.status import RunState, status_after
+from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR
+from runtime.log.schemas.datum import DecodeError
+from runtime.log.schemas.serde import Serde
 from runtime.replay.replayer import Replayer
 from runtime.workflow.app import App
 from runtime.workflow.intents import Drift
@@ -100,7 +101,7 @@ class UpgradeReport:
 
 def check_schemas(settings: Settings, schema_dir: Path = DEFAULT_SCHEMA_DIR) -> tuple[SchemaVerdict, ...]:
     """(a) The local schemas against the registry (``SchemaAdmin.check``)."""
-    from runtime.log.registry_admin import SchemaAdmin  # the registry client is slow to import
+    from runtime.log.schemas.registry_admin import SchemaAdmin  # the registry client is slow to import
 
     return tuple(
         SchemaVerdict(r.subject, r.status, tuple(r.detail)) for r in SchemaAdmin(settings, schema_dir).check()

@@ -14,10 +14,10 @@ import functools
 
 from runtime import stagemarks
 from runtime.config import Settings
-from runtime.log.events import TERMINAL_TYPES, Event, RunRejected, RunStarted
-from runtime.log.port import EventLog
-from runtime.log.run_index import SEEN, run_key
-from runtime.log.serde import Serde
+from runtime.log.port.protocol import EventLog
+from runtime.log.records.events import TERMINAL_TYPES, Event, RunRejected, RunStarted
+from runtime.log.records.run_index import SEEN, run_key
+from runtime.log.schemas.serde import Serde
 from runtime.worker.partition import OwnedPartition
 
 

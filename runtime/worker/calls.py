@@ -8,8 +8,14 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime.errors import TerminalError
-from runtime.log.events import Event, ModelCallCompleted, ModelCallFailed, ToolCallCompleted, ToolCallFailed
-from runtime.log.status import SKIPPED_IN_FORK
+from runtime.log.records.events import (
+    Event,
+    ModelCallCompleted,
+    ModelCallFailed,
+    ToolCallCompleted,
+    ToolCallFailed,
+)
+from runtime.log.records.status import SKIPPED_IN_FORK
 from runtime.worker.call_pool import CallPool
 from runtime.worker.usage import usage_of
 from runtime.workflow.app import App, RetryPolicy

@@ -8,7 +8,7 @@ tests/unit/test_history_snapshots.py:
 2. wait for the ack of that last record: every record step 1 describes lies below it, and
    everything below it is durable;
 3. prove no newer claim precedes it (a fenced worker publishes nothing); then write the run
-   index's locations of records at or below it (runtime.log.run_index);
+   index's locations of records at or below it (runtime.log.records.run_index);
 4. append the history snapshots due (runtime.worker.snapshots), each holding a run's records
    counted in step 1, all below that offset + 1; then the ``CheckpointSnapshots`` naming the
    snapshots of runs that appended nothing after them, which the checkpoint vouches for;
@@ -27,10 +27,10 @@ import time
 from collections.abc import Awaitable, Callable
 
 from runtime.config import Settings
-from runtime.log.events import PartitionCheckpoint
-from runtime.log.port import Committer, EventLog
-from runtime.log.run_index import run_key
-from runtime.log.serde import Serde
+from runtime.log.port.protocol import Committer, EventLog
+from runtime.log.records.events import PartitionCheckpoint
+from runtime.log.records.run_index import run_key
+from runtime.log.schemas.serde import Serde
 from runtime.worker.batching import send_partition
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.rebuild import checkpoint_key

@@ -32,7 +32,9 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 from runtime import stagemarks
 from runtime.errors import AgentlogError, RetryableError
-from runtime.log.events import (
+from runtime.log.port.partitioning import name_in_partition, partition_of_key
+from runtime.log.port.protocol import Delivery, WriteError
+from runtime.log.records.events import (
     CancelRequested,
     Event,
     RunRejected,
@@ -41,9 +43,8 @@ from runtime.log.events import (
     SignalReceived,
     SignalSent,
 )
-from runtime.log.partitioning import name_in_partition, partition_of_key
-from runtime.log.port import Delivery, WriteError
-from runtime.log.serde import DecodeError, Serde
+from runtime.log.schemas.datum import DecodeError
+from runtime.log.schemas.serde import Serde
 from runtime.replay.reset import SeedError, decode_seed
 from runtime.worker.batching import TurnBatcher
 from runtime.worker.execution import Executor

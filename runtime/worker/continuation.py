@@ -25,9 +25,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from runtime.config import Settings
-from runtime.log.events import RunContinuedAsNew, RunSubmitted
-from runtime.log.port import EventLog
-from runtime.log.serde import Serde
+from runtime.log.port.protocol import EventLog
+from runtime.log.records.events import RunContinuedAsNew, RunSubmitted
+from runtime.log.schemas.serde import Serde
 from runtime.worker.partition import OwnedPartition
 
 log = logging.getLogger("agentlog.worker")

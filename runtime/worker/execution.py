@@ -5,7 +5,7 @@ Per step the commit path is:
     (acked means durable, and so is everything before it in the partition)
     -> [effecting tool only: check no newer epoch claim precedes it] -> call
     -> append ...Completed / ...Failed without waiting -> resume the workflow.
-One ack per call and no transaction per result; fencing is by epoch (runtime.log.fencing).
+One ack per call and no transaction per result; fencing is by epoch (runtime.log.records.fencing).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from collections.abc import Callable
 
 from runtime import stagemarks
 from runtime.config import Settings
-from runtime.log.events import Event, ModelCallScheduled, RunContinuedAsNew, TimerFired
-from runtime.log.payloads import outlined
-from runtime.log.port import EventLog, OwnershipCheck, WriteError
-from runtime.log.prompts import located
+from runtime.log.port.protocol import EventLog, OwnershipCheck, WriteError
+from runtime.log.records.events import Event, ModelCallScheduled, RunContinuedAsNew, TimerFired
+from runtime.log.records.payloads import outlined
+from runtime.log.records.prompts import located
 from runtime.worker.batching import TurnBatcher
 from runtime.worker.call_pool import CallPool
 from runtime.worker.calls import attempt_once, completed, failed, is_retryable, retry_policy, skipped_in_fork

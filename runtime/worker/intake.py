@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from runtime import stagemarks
-from runtime.log.port import AssignCallback, CommandFeed, Delivery, MembershipFenced, RevokeCallback
+from runtime.log.port.protocol import AssignCallback, CommandFeed, Delivery, MembershipFenced, RevokeCallback
 
 log = logging.getLogger("agentlog.worker")
 

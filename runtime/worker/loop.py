@@ -3,7 +3,7 @@
 The parts, each in its own module: ``takeover`` claims a partition and resumes its runs,
 ``commands`` turns submissions, signals and cancellations into events, ``execution`` carries out
 calls and timers, ``batching`` sends one loop turn's appends together, ``checkpoint`` publishes
-where a rebuild may start. This module wires them to one log (``runtime.log.port.EventLog``) and
+where a rebuild may start. This module wires them to one log (``runtime.log.port.protocol.EventLog``) and
 runs the loop.
 """
 
@@ -18,9 +18,10 @@ import signal
 import socket
 
 from runtime.config import Settings
-from runtime.log.events import EpochClaimed
-from runtime.log.port import CommandFeed, Delivery, EventLog
-from runtime.log.serde import DecodeError, Serde
+from runtime.log.port.protocol import CommandFeed, Delivery, EventLog
+from runtime.log.records.events import EpochClaimed
+from runtime.log.schemas.datum import DecodeError
+from runtime.log.schemas.serde import Serde
 from runtime.worker.batching import TurnBatcher
 from runtime.worker.call_pool import CallPool
 from runtime.worker.checkpoint import Checkpointer

@@ -7,7 +7,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.log.run_index import RunLocation
+from runtime.log.records.run_index import RunLocation
 from runtime.workflow.intents import Stamp
 from runtime.workflow.machine import RunMachine
 

@@ -2,7 +2,7 @@
 
 Order (tested in tests/unit/test_worker_recovery.py):
 1. Append ``EpochClaimed`` to events partition p and wait for its offset C: from here on any
-   record of an earlier owner is fenced (see runtime.log.fencing).
+   record of an earlier owner is fenced (see runtime.log.records.fencing).
 2. Read the partition's latest ``PartitionCheckpoint`` from the compacted checkpoints topic.
    It lists the first offset of every run that was active at its ``covered_offset``; the same
    read finds the runs' ``HistorySnapshot`` records (runtime.worker.snapshots).
@@ -26,7 +26,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from runtime.config import Settings
-from runtime.log.events import (
+from runtime.log.port.protocol import EventLog, LogRecord
+from runtime.log.records.events import (
     TERMINAL_TYPES,
     CheckpointSnapshots,
     EpochClaimed,
@@ -37,11 +38,11 @@ from runtime.log.events import (
     RunRejected,
     RunStarted,
 )
-from runtime.log.fencing import FenceFilter
-from runtime.log.payloads import PayloadMissing, inlined, is_outlined, read_back
-from runtime.log.port import EventLog, LogRecord
-from runtime.log.run_index import RUN_KEY_PREFIX
-from runtime.log.serde import DecodeError, Serde
+from runtime.log.records.fencing import FenceFilter
+from runtime.log.records.payloads import PayloadMissing, inlined, is_outlined, read_back
+from runtime.log.records.run_index import RUN_KEY_PREFIX
+from runtime.log.schemas.datum import DecodeError
+from runtime.log.schemas.serde import Serde
 from runtime.worker.snapshots import (
     SNAPSHOT_KEY_PREFIX,
     newer,

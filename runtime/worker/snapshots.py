@@ -40,9 +40,10 @@ from dataclasses import dataclass
 
 from runtime.config import Settings
 from runtime.errors import AgentlogError
-from runtime.log.events import CheckpointSnapshots, Event, HistorySnapshot
-from runtime.log.port import EventLog
-from runtime.log.serde import DecodeError, Serde
+from runtime.log.port.protocol import EventLog
+from runtime.log.records.events import CheckpointSnapshots, Event, HistorySnapshot
+from runtime.log.schemas.datum import DecodeError
+from runtime.log.schemas.serde import Serde
 from runtime.worker.partition import OwnedPartition
 
 logger = logging.getLogger("agentlog.snapshots")

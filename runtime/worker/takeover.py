@@ -9,9 +9,9 @@ from typing import Any
 
 from runtime.config import Settings
 from runtime.errors import AgentlogError
-from runtime.log.events import Event, RunParked, RunStarted
-from runtime.log.port import EventLog
-from runtime.log.serde import Serde
+from runtime.log.port.protocol import EventLog
+from runtime.log.records.events import Event, RunParked, RunStarted
+from runtime.log.schemas.serde import Serde
 from runtime.worker.commands import now_ms
 from runtime.worker.execution import Executor
 from runtime.worker.partition import OwnedPartition

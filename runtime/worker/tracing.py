@@ -27,7 +27,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from runtime.log.events import ModelCallCompleted, ToolCallCompleted
+from runtime.log.records.events import ModelCallCompleted, ToolCallCompleted
 
 if TYPE_CHECKING:
     from runtime.workflow.intents import Intent

@@ -6,14 +6,44 @@ import datetime as dt
 import random as _random
 import uuid as _uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from runtime.errors import AgentlogError, DecisionOutOfBounds
+from runtime.workflow.app import App
 from runtime.workflow.canonical import NAMESPACE, canonical_json, sha256_hex
 from runtime.workflow.futures import DurableFuture, GatherFuture
 
-if TYPE_CHECKING:
-    from runtime.workflow.machine import RunMachine
+
+class RunHost(Protocol):
+    """What a Context needs of the run behind it: the run machine
+    (:class:`runtime.workflow.machine.RunMachine`) provides it, and imports this module -- never the
+    other way round, so the context is read and tested without the machine."""
+
+    run_id: str
+    workflow: str
+    app: App
+    dry_run: bool  # a fork: effecting tools are recorded as skipped
+    now_ms: int  # occurred_at of the event that last resumed the workflow
+    resumed_seq: int  # seq of that event
+    history_warn_events: int
+
+    def issue_model(
+        self, name: str, messages: list[dict[str, Any]], params: dict[str, Any], prompt_version: str | None
+    ) -> DurableFuture: ...
+
+    def issue_tool(self, name: str, args: dict[str, Any]) -> DurableFuture: ...
+
+    def issue_timer(self, duration_ms: int) -> DurableFuture: ...
+
+    def issue_signal_wait(self, name: str, timeout_ms: int | None) -> DurableFuture: ...
+
+    def overrides_now(self) -> dict[str, Any]: ...
+
+    def patched(self, change_id: str) -> bool: ...
+
+    def note_redecided(
+        self, position: int, original: Any, check: Any, replacement: Any, reason: str
+    ) -> None: ...
 
 
 class ContinueAsNew(BaseException):
@@ -27,7 +57,7 @@ class ContinueAsNew(BaseException):
 class Context:
     """Per-run API for workflow code. Every method is deterministic under replay."""
 
-    def __init__(self, machine: RunMachine) -> None:
+    def __init__(self, machine: RunHost) -> None:
         self._machine = machine
         # Seeded from the run: replay draws the same numbers in the same order.
         self._random = _random.Random(sha256_hex(machine.run_id))

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from runtime.log.events import (
+from runtime.log.records.events import (
     Event,
     ModelCallScheduled,
     PatchRecorded,

@@ -12,6 +12,11 @@ flight at the crash -- is re-executed and marked in doubt.
 The machine never does I/O. It emits stamped events into ``outbox`` and the commands the
 worker must carry out into ``ready``; the worker appends the events in order and executes a
 command only once its record is durable.
+
+Two pure helpers keep it to that one job: :mod:`runtime.workflow.scheduling` says what each ctx call
+issues and which record schedules it, :mod:`runtime.workflow.stepping` resumes the coroutine once
+and says what its ending means as a record. The context the workflow sees
+(:mod:`runtime.workflow.context`) knows the machine only as the ``RunHost`` protocol it defines.
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ from typing import Any, TypeVar
 import orjson
 
 from runtime.config import Settings
-from runtime.errors import AgentlogError, CallFailed, DecisionOutOfBounds, NonDeterminismError
-from runtime.log.events import (
+from runtime.errors import AgentlogError, CallFailed, NonDeterminismError
+from runtime.log.records.events import (
     Event,
     ModelCallCompleted,
     ModelCallFailed,
@@ -48,11 +53,11 @@ from runtime.log.events import (
     ToolCallFailed,
     ToolCallScheduled,
 )
-from runtime.log.prompts import PromptBook
-from runtime.log.status import RunState, status_after
+from runtime.log.records.prompts import PromptBook
+from runtime.log.records.status import RunState, status_after
 from runtime.workflow.app import App
-from runtime.workflow.canonical import args_hash, canonical_json, idempotency_key, sha256_hex
-from runtime.workflow.context import Context, ContinueAsNew
+from runtime.workflow.canonical import canonical_json
+from runtime.workflow.context import Context
 from runtime.workflow.futures import DurableFuture, GatherFuture
 from runtime.workflow.input_shape import coerce_input
 from runtime.workflow.intents import (
@@ -62,10 +67,19 @@ from runtime.workflow.intents import (
     Stamp,
     describe_record,
     record_signature,
-    timer_hash,
     with_envelope,
 )
-from runtime.workflow.redact import redact
+from runtime.workflow.scheduling import (
+    drift_record,
+    model_intent,
+    patch_intent,
+    prompt_drift,
+    scheduled_record,
+    signal_intent,
+    timer_intent,
+    tool_intent,
+)
+from runtime.workflow.stepping import Ended, step
 
 E = TypeVar("E", bound=Event)
 SCHEDULED_TYPES = (ModelCallScheduled, ToolCallScheduled, TimerScheduled, PatchRecorded)
@@ -119,7 +133,7 @@ class RunMachine:
         self._blocked_on: DurableFuture | GatherFuture | None = None
         self._pending_terminal: Event | None = None
         self._history_records = {e.position: e for e in history if isinstance(e, SCHEDULED_TYPES)}
-        # The run's message sequence (runtime.log.prompts): a live call records only what is new.
+        # The run's message sequence (runtime.log.records.prompts): a live call records only what is new.
         self._prompts = PromptBook()
         # Messages a live call stores out of line (sha256 -> canonical JSON), taken by the worker
         # with ``drain_blobs`` before the records that point at them are appended.
@@ -192,7 +206,7 @@ class RunMachine:
     def record(self, event: E, result_text: str | None = None) -> E:
         """Live: stamp an inbound event (a result, a timer, a signal), apply it, queue it to append.
         ``result_text``: the result of a ``...Completed`` event that points at it stored out of
-        line (runtime.log.payloads) -- the log gets the pointer, the workflow the value."""
+        line (runtime.log.records.payloads) -- the log gets the pointer, the workflow the value."""
         stamped = self._stamp(event)
         self.outbox.append(stamped)
         applied: Event = stamped
@@ -288,73 +302,28 @@ class RunMachine:
     def issue_model(
         self, name: str, messages: list[dict[str, Any]], params: dict[str, Any], prompt_version: str | None
     ) -> DurableFuture:
-        if name not in self.app.models:
-            raise AgentlogError(f"model {name!r} is not registered (known: {sorted(self.app.models)})")
-        args = {"messages": messages, "params": params, "prompt_version": prompt_version}
-        position = self._next_position()
-        # Params are named (api_key, headers ...); messages are content, not scanned for names.
-        recorded_params = redact(params, self.key_root)
-        recorded = args if recorded_params is params else {**args, "params": recorded_params}
-        command = Intent(
-            position, "model", name, args, args_hash("model", name, recorded), DurableFuture(position)
+        command = model_intent(
+            self.app, self._next_position, name, messages, params, prompt_version, self.key_root
         )
-        command.prompt_version = prompt_version
-        self._note_redaction(command, recorded)
         return self._issue(command)
 
-    def _note_redaction(self, command: Intent, recorded: Any) -> None:
-        command.recorded_args = recorded
-        if recorded is not command.args:
-            command.legacy_hash = args_hash(command.kind, command.name, command.args)
-
     def issue_tool(self, name: str, args: dict[str, Any]) -> DurableFuture:
-        spec = self.app.tools.get(name)
-        if spec is None:
-            raise AgentlogError(f"tool {name!r} is not registered (known: {sorted(self.app.tools)})")
-        position = self._next_position()
-        recorded = redact(args, self.key_root, spec.redact)
-        command = Intent(
-            position, "tool", name, args, args_hash("tool", name, recorded), DurableFuture(position)
-        )
-        self._note_redaction(command, recorded)
-        if spec.effect:
-            # From the recorded (redacted) arguments: nothing in the log is derived from a secret.
-            key_args = recorded if spec.key_args is None else {k: recorded.get(k) for k in spec.key_args}
-            identity = f"{name}/{sha256_hex(canonical_json(key_args))}"
-            command.effect = True
-            command.key = idempotency_key(self.key_root, name, key_args, self._identical[identity])
-            self._identical[identity] += 1
+        command = tool_intent(self.app, self._next_position, name, args, self.key_root, self._identical)
         return self._issue(command)
 
     def issue_timer(self, duration_ms: int) -> DurableFuture:
-        position = self._next_position()
-        command = Intent(
-            position,
-            "timer",
-            "sleep",
-            duration_ms,
-            timer_hash("timer", "sleep", duration_ms),
-            DurableFuture(position),
-        )
-        command.duration_ms = duration_ms
-        return self._issue(command)
+        return self._issue(timer_intent(self._next_position(), duration_ms))
 
     def issue_signal_wait(self, name: str, timeout_ms: int | None) -> DurableFuture:
-        position = self._next_position()
-        future = DurableFuture(position)
+        command = signal_intent(self._next_position(), name, timeout_ms)
         buffered = self._signals.get(name)
-        command = Intent(
-            position, "signal", name, timeout_ms, timer_hash("signal", name, timeout_ms or 0), future
-        )
-        command.duration_ms = timeout_ms or 0
         if buffered:
             # Already here: resolved at once, on replay too (the buffer is rebuilt in the same order).
-            future.set_result(json.loads(buffered.popleft()))
+            command.future.set_result(json.loads(buffered.popleft()))
             command.recorded = False
-            self.commands[position] = command
-            return future
+            self.commands[command.position] = command
+            return command.future
         self._waiters.setdefault(name, deque()).append(command)
-        command.recorded = timeout_ms is not None
         return self._issue(command)
 
     def patched(self, change_id: str) -> bool:
@@ -366,11 +335,7 @@ class RunMachine:
             self.old_patches.append(change_id)
             return False  # recorded before the patch: keep the old code path, use no position
         self._next_position()
-        command = Intent(
-            position, "patch", change_id, None, args_hash("patch", change_id, None), DurableFuture(position)
-        )
-        command.future.set_result(True)
-        self._issue(command)
+        self._issue(patch_intent(position, change_id))
         return True
 
     def _issue(self, command: Intent) -> DurableFuture:
@@ -397,144 +362,44 @@ class RunMachine:
         return (kind, name) == (command.kind, command.name) and command.matches(digest)
 
     def _prompt_drift(self, recorded: Event, command: Intent) -> bool:
-        """A model call whose record names the same model but another args hash: a prompt is
-        activity input (seed 003), so this is drift to record, not a divergence -- unless the app
-        asked for ``strict_prompts``. Recorded once per (position, issued hash): a later replay
-        of a history that holds the PromptDrifted record finds it and records nothing."""
-        if (
-            self.app.strict_prompts
-            or command.kind != "model"
-            or not isinstance(recorded, ModelCallScheduled)
-            or recorded.model != command.name
-            or command.matches(recorded.args_hash)
-        ):
+        """A model call whose record names the same model but another args hash: drift to record,
+        not a divergence -- unless the app asked for ``strict_prompts``. Recorded once per
+        (position, issued hash): a later replay of a history that holds the PromptDrifted record
+        finds it and records nothing."""
+        drift = None if self.app.strict_prompts else prompt_drift(recorded, command)
+        if drift is None:
             return False
-        drift = Drift(
-            command.position,
-            command.name,
-            recorded.prompt_version,
-            command.prompt_version,
-            recorded.args_hash,
-            command.hash,
-        )
         self.drift.append(drift)
         if (drift.position, drift.issued_args_hash) in self._drift_in_history:
             return True
         self._drift_in_history.add((drift.position, drift.issued_args_hash))
-        event = PromptDrifted(
-            run_id=self.run_id,
-            position=drift.position,
-            model=drift.model,
-            recorded_prompt_version=drift.recorded_prompt_version,
-            issued_prompt_version=drift.issued_prompt_version,
-            recorded_args_hash=drift.recorded_args_hash,
-            issued_args_hash=drift.issued_args_hash,
-        )
         if self.replaying:
-            self._after_replay.append(event)  # its seq must follow the recorded events'
+            # its seq must follow the recorded events'
+            self._after_replay.append(drift_record(self.run_id, drift))
         else:
-            self._emit(event)
+            self._emit(drift_record(self.run_id, drift))
         return True
 
     def _record(self, command: Intent) -> None:
         """Live: emit the command's record; calls and timers then wait in ``ready`` for durability."""
-        if command.kind == "model":
-            # The whole input is recorded: the messages through the run's message sequence (each
-            # distinct one once per run), the params as JSON. ``args`` stays null (the input is
-            # in the fields below; the replay match needs only args_hash).
-            prompt = self._prompts.encode(command.recorded_args["messages"])
-            if prompt.blobs:
-                self.blobs.update(prompt.blobs)
-            params = command.recorded_args["params"]
-            self._emit(
-                ModelCallScheduled(
-                    run_id=self.run_id,
-                    position=command.position,
-                    model=command.name,
-                    args_hash=command.hash,
-                    prompt_version=command.prompt_version,
-                    message_count=prompt.message_count,
-                    message_slots=prompt.message_slots,
-                    new_roles=prompt.new_roles,
-                    new_messages=prompt.new_messages,
-                    params=canonical_json(params) if params else None,
-                )
-            )
-        elif command.kind == "tool":
-            self._emit(
-                ToolCallScheduled(
-                    run_id=self.run_id,
-                    position=command.position,
-                    tool=command.name,
-                    args_hash=command.hash,
-                    args=canonical_json(command.recorded_args),
-                    effect=command.effect,
-                    idempotency_key=command.key,
-                )
-            )
-        elif command.kind in ("timer", "signal"):
-            command.fire_at = self.stamp.clock() + command.duration_ms
-            self._emit(
-                TimerScheduled(
-                    run_id=self.run_id,
-                    position=command.position,
-                    name="sleep" if command.kind == "timer" else f"signal:{command.name}",
-                    fire_at=command.fire_at,
-                    duration_ms=command.duration_ms,
-                )
-            )
-        elif command.kind == "patch":
-            self._emit(PatchRecorded(run_id=self.run_id, position=command.position, patch_id=command.name))
-            return
-        self.ready.append(command)
+        self._emit(scheduled_record(command, self.run_id, self._prompts, self.blobs, self.stamp.clock))
+        if command.kind != "patch":
+            self.ready.append(command)
 
     # ----------------------------------------------------------------------------- driving
     def _drive(self) -> None:
         while self.active and self.divergence is None:
             if self._blocked_on is not None and not self._blocked_on.done:
                 return
-            try:
-                yielded = self._coro.send(None)
-            except StopIteration as stop:
-                self._finish_with(stop.value)
+            stepped = step(self._coro, self.run_id, self.seq)
+            if isinstance(stepped, Ended):
+                if isinstance(stepped.record, RunCompleted):
+                    self.result = stepped.value
+                self._finish(stepped.record)
                 return
-            except ContinueAsNew as again:
-                self._finish(
-                    RunContinuedAsNew(
-                        run_id=self.run_id,
-                        new_run_id=f"{self.run_id}.{self.seq + 1}",
-                        input=canonical_json(again.input),
-                    )
-                )
-                return
-            except DecisionOutOfBounds as error:  # not a failure: an operator decides
-                self._finish(RunParked(run_id=self.run_id, reason=str(error), position=error.position))
-                return
-            except Exception as error:  # the workflow raised: the run fails with its error
-                self._finish(RunFailed(run_id=self.run_id, error_type=type(error).__name__, error=str(error)))
-                return
-            if not isinstance(yielded, (DurableFuture, GatherFuture)):
-                self._coro.close()
-                self._finish(
-                    RunFailed(
-                        run_id=self.run_id,
-                        error_type="NonDurableAwait",
-                        error=f"workflow awaited {yielded!r}; await only ctx.model/tool/sleep/wait_signal/gather",
-                    )
-                )
-                return
-            self._blocked_on = yielded
+            self._blocked_on = stepped
         if self.divergence is not None and self.active:
             self._park_divergence()
-
-    def _finish_with(self, value: Any) -> None:
-        try:
-            text = canonical_json(value)
-        except (TypeError, ValueError) as error:
-            self._finish(RunFailed(run_id=self.run_id, error_type="ResultNotJSON", error=str(error)))
-            return
-        self.result = value
-        self._finish(RunCompleted(run_id=self.run_id, result=text))
 
     def _finish(self, event: Event) -> None:
         if self.replaying:

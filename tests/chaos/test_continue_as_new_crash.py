@@ -13,9 +13,9 @@ import pytest
 
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.events import RunStarted, RunSubmitted
-from runtime.log.kafka_reader import read_partition
-from runtime.log.serde import Serde
+from runtime.log.kafka.reader import read_partition
+from runtime.log.records.events import RunStarted, RunSubmitted
+from runtime.log.schemas.serde import Serde
 from support.wait import wait_for_event, wait_until
 from support.workers import WorkerProcess
 

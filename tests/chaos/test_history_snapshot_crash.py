@@ -12,9 +12,9 @@ import pytest
 
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.kafka import KafkaLog
-from runtime.log.kafka_reader import read_partition
-from runtime.log.serde import Serde
+from runtime.log.kafka.backend import KafkaLog
+from runtime.log.kafka.reader import read_partition
+from runtime.log.schemas.serde import Serde
 from runtime.worker.rebuild import rebuild
 from runtime.worker.snapshots import snapshot_key
 from support.events import LogReader

@@ -18,7 +18,7 @@ import pytest
 
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.events import ModelCallScheduled, ToolCallScheduled
+from runtime.log.records.events import ModelCallScheduled, ToolCallScheduled
 from runtime.run_status import InDoubtCall
 from support.wait import wait_until
 from support.workers import WorkerProcess

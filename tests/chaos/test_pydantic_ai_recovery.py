@@ -19,7 +19,7 @@ import pytest
 
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.events import ModelCallCompleted
+from runtime.log.records.events import ModelCallCompleted
 from runtime.run_status import InDoubtCall
 from support.wait import wait_until
 from support.workers import WorkerProcess

@@ -21,7 +21,7 @@ from infra import postgres, process, registry
 from infra.deployment import scratch_deployment
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.serde import Serde
+from runtime.log.schemas.serde import Serde
 from support.services import agentlog
 from support.workers import WorkerProcess, start_worker
 

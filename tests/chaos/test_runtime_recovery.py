@@ -15,10 +15,10 @@ import pytest
 
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.events import ModelCallCompleted
-from runtime.log.kafka import KafkaLog
-from runtime.log.kafka_reader import read_partition
-from runtime.log.serde import Serde
+from runtime.log.kafka.backend import KafkaLog
+from runtime.log.kafka.reader import read_partition
+from runtime.log.records.events import ModelCallCompleted
+from runtime.log.schemas.serde import Serde
 from runtime.run_status import InDoubtCall
 from runtime.worker.rebuild import rebuild
 from support.events import LogReader

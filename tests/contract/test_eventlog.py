@@ -15,10 +15,10 @@ from concurrent.futures import Future
 import pytest
 
 from runtime.config import Settings
-from runtime.log.kafka import KafkaLog
-from runtime.log.memory import MemoryLog
-from runtime.log.partitioning import partition_for
-from runtime.log.port import Delivery, EventLog, MembershipFenced
+from runtime.log.kafka.backend import KafkaLog
+from runtime.log.port.memory import MemoryLog
+from runtime.log.port.partitioning import partition_for
+from runtime.log.port.protocol import Delivery, EventLog, MembershipFenced
 
 CLAIM = b"claim"  # the contract's stand-in for an encoded EpochClaimed (the port does not decode)
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from runtime.config import Settings
-from runtime.log import events as ev
+from runtime.log.records import events as ev
 from support.sink import (
     EventLog,
     RunWriter,

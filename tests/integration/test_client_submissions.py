@@ -14,7 +14,7 @@ import pytest
 from infra.deployment import environment
 from runtime.client import Client, new_run_id
 from runtime.config import Settings
-from runtime.log.events import RunSubmitted, SignalSent
+from runtime.log.records.events import RunSubmitted, SignalSent
 from support.services import ROOT
 
 pytestmark = pytest.mark.integration
@@ -47,7 +47,7 @@ from runtime.client import Client
 client = Client()
 run_id = client.submit("sleepy", {"sleep": 0})
 client.flush()
-print(json.dumps({"run_id": run_id, "registry_client_imported": "runtime.log.registry_client" in sys.modules,
+print(json.dumps({"run_id": run_id, "registry_client_imported": "runtime.log.schemas.registry_client" in sys.modules,
                   "submissions_idempotent": client._submissions.idempotent}))
 client.close()
 """

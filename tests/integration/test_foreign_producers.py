@@ -14,9 +14,9 @@ from confluent_kafka import Producer
 
 from runtime.client import Client, RunError
 from runtime.config import Settings
-from runtime.log.events import RunSubmitted
-from runtime.log.partitioning import partition_for
-from runtime.log.serde import Serde
+from runtime.log.port.partitioning import partition_for
+from runtime.log.records.events import RunSubmitted
+from runtime.log.schemas.serde import Serde
 from runtime.worker.commands import keyless_run_id
 from support.services import ROOT, deployment_env
 from support.workers import WorkerProcess, start_worker

@@ -30,10 +30,10 @@ from fastavro import parse_schema, schemaless_reader
 from infra.deployment import scratch_deployment
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.frame import HEADER_SIZE, schema_id_of
-from runtime.log.kafka_reader import read_partition
-from runtime.log.registry import registry_client
-from runtime.log.registry_admin import SchemaAdmin
+from runtime.log.kafka.reader import read_partition
+from runtime.log.schemas.frame import HEADER_SIZE, schema_id_of
+from runtime.log.schemas.registry import registry_client
+from runtime.log.schemas.registry_admin import SchemaAdmin
 from support.events import LogReader
 from support.po_apps import placed_orders
 from support.services import ROOT
@@ -62,7 +62,7 @@ def make_v2(root: Path) -> Path:
     schema["fields"].append(NOTE_FIELD)
     avsc.write_text(json.dumps(schema, indent=2) + "\n")
     patch(
-        root / "runtime" / "log" / "events.py",
+        root / "runtime" / "log" / "records" / "events.py",
         "    result_size: int = 0\n\n\n@record_type\nclass ToolCallFailed",
         "    result_size: int = 0\n    note: str | None = None\n\n\n"
         "@record_type\nclass ToolCallFailed",

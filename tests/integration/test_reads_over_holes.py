@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 
 from runtime.config import Settings
-from runtime.log.kafka import KafkaLog
+from runtime.log.kafka.backend import KafkaLog
 
 pytestmark = pytest.mark.integration
 

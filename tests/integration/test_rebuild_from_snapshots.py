@@ -11,8 +11,8 @@ import pytest
 from infra.topics import ensure_topics
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.kafka import KafkaLog
-from runtime.log.serde import Serde
+from runtime.log.kafka.backend import KafkaLog
+from runtime.log.schemas.serde import Serde
 from runtime.worker.rebuild import CheckpointRead, rebuild
 from support.events import LogReader
 from support.rebuilds import full_read, partition_taken, state_of, vouched_snapshot, without_checkpoints

@@ -1,5 +1,5 @@
 """A finished run that another client submitted answers ``result`` and ``status`` from the run
-index (runtime.log.run_index) without scanning its events partition; an index entry of the old
+index (runtime.log.records.run_index) without scanning its events partition; an index entry of the old
 form b"1", or one pointing at the wrong records, falls back to the scan."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from infra.topics import ensure_topics
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.run_index import RunLocation, run_key
+from runtime.log.records.run_index import RunLocation, run_key
 from support.rebuilds import without_checkpoints
 from support.services import make_deployment
 from support.wait import wait_until

@@ -17,11 +17,12 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from runtime.cli.main import main as cli_main
 from runtime.config import Settings
-from runtime.log.catalog import DEFAULT_SCHEMA_DIR, load_catalog
-from runtime.log.events import RECORD_TYPES, Record
-from runtime.log.kafka_config import reader_config
-from runtime.log.registry_admin import SchemaAdmin
-from runtime.log.serde import Serde, record_to_dict, schema_id_of
+from runtime.log.kafka.config import reader_config
+from runtime.log.records.events import RECORD_TYPES, Record
+from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR, load_catalog
+from runtime.log.schemas.datum import record_to_dict, schema_id_of
+from runtime.log.schemas.registry_admin import SchemaAdmin
+from runtime.log.schemas.serde import Serde
 from support.services import ROOT
 
 pytestmark = pytest.mark.integration
@@ -161,7 +162,7 @@ def test_warm_up_over_plain_http_finds_the_ids_the_registry_client_finds(deploym
     import subprocess
     import sys
 
-    from runtime.log.registry import lookup_ids, registry_client
+    from runtime.log.schemas.registry import lookup_ids, registry_client
 
     catalog = load_catalog(DEFAULT_SCHEMA_DIR)
     wanted = [(schema.subject(deployment), schema.text) for schema in catalog.values()]
@@ -174,10 +175,10 @@ def test_warm_up_over_plain_http_finds_the_ids_the_registry_client_finds(deploym
     assert by_http == by_client  # every registered schema, and nothing for the unknown subject
 
     probe = (
-        "import sys; from runtime.config import load_settings; from runtime.log.serde import Serde; "
+        "import sys; from runtime.config import load_settings; from runtime.log.schemas.serde import Serde; "
         f"s = Serde(load_settings(schema_registry_url={deployment.schema_registry_url!r}, "
         f"commands_topic={deployment.commands_topic!r}, events_topic={deployment.events_topic!r})); "
-        "n = s.warm_up(); print(n, len(s.catalog), 'runtime.log.registry_client' in sys.modules)"
+        "n = s.warm_up(); print(n, len(s.catalog), 'runtime.log.schemas.registry_client' in sys.modules)"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe],

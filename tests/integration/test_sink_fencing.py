@@ -1,4 +1,4 @@
-"""The sink's fencing verdicts equal runtime.log.fencing.FenceFilter's, whatever the batching and restarts.
+"""The sink's fencing verdicts equal runtime.log.records.fencing.FenceFilter's, whatever the batching and restarts.
 
 The sink computes the rule in SQL over each batch, carrying the watermark between batches in
 memory and across restarts through the store; this test holds it to the reference implementation
@@ -17,10 +17,10 @@ from consumers.batch import Batch
 from consumers.registry import WriterSchemas
 from consumers.store_writer import StoreWriter
 from runtime.config import Settings
-from runtime.log import events as ev
-from runtime.log.fencing import FenceFilter
-from runtime.log.registry import registry_client
-from runtime.log.serde import Serde
+from runtime.log.records import events as ev
+from runtime.log.records.fencing import FenceFilter
+from runtime.log.schemas.registry import registry_client
+from runtime.log.schemas.serde import Serde
 from support.sink import EventLog, make_deployment, read_partition
 
 pytestmark = pytest.mark.integration

@@ -13,8 +13,8 @@ from consumers.batch import Batch
 from consumers.registry import WriterSchemas
 from consumers.store_writer import StoreWriter
 from runtime.config import Settings
-from runtime.log.frame import HEADER_SIZE, frame_header
-from runtime.log.registry import registry_client
+from runtime.log.schemas.frame import HEADER_SIZE, frame_header
+from runtime.log.schemas.registry import registry_client
 from support.sink import (
     EventLog,
     InProcessSink,

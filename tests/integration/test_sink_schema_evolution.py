@@ -14,11 +14,11 @@ from confluent_kafka.schema_registry import Schema
 from analytics import audit
 from analytics.store import connect
 from runtime.config import Settings
-from runtime.log import events as ev
-from runtime.log.catalog import load_catalog
-from runtime.log.frame import frame_header
-from runtime.log.registry import registry_client
-from runtime.log.serde import record_to_dict
+from runtime.log.records import events as ev
+from runtime.log.schemas.catalog import load_catalog
+from runtime.log.schemas.datum import record_to_dict
+from runtime.log.schemas.frame import frame_header
+from runtime.log.schemas.registry import registry_client
 from support.sink import EventLog, InProcessSink, RunWriter, make_deployment, query, wait_for_rows
 
 pytestmark = pytest.mark.integration

@@ -15,9 +15,9 @@ import pytest
 from infra.deployment import scratch_deployment
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.catalog import DEFAULT_SCHEMA_DIR
-from runtime.log.registry_admin import SchemaAdmin
-from runtime.log.serde import SchemaNotRegistered
+from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR
+from runtime.log.schemas.registry_admin import SchemaAdmin
+from runtime.log.schemas.serde import SchemaNotRegistered
 from support.services import agentlog
 from support.wait import wait_until
 from support.workers import WorkerProcess, start_worker

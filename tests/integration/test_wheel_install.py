@@ -103,7 +103,7 @@ def test_the_packaged_schema_catalog_loads(installed: Installed) -> None:
         installed.run(
             installed.python,
             "-c",
-            "import json; from runtime.log.catalog import DEFAULT_SCHEMA_DIR, load_catalog, load_policy;"
+            "import json; from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR, load_catalog, load_policy;"
             "print(json.dumps([str(DEFAULT_SCHEMA_DIR), len(load_catalog()), load_policy().compatibility]))",
         )
     )

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer
 
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.kafka_group import consumer_config
+from runtime.log.kafka.group import consumer_config
 from support.services import agentlog
 from support.wait import wait_until
 from support.workers import WorkerProcess, start_worker

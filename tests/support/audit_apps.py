@@ -73,3 +73,17 @@ async def payment(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
         headers={"Authorization": f"Bearer {API_KEY}"},
     )
     return await ctx.tool("charge_card", card=CARD, cents=4160, api_key=API_KEY)
+
+
+@app.model("bare")
+def bare(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
+    """A model function that reports usage but no model name (as many wrappers do)."""
+    return {"content": "ok", "usage": {"prompt_tokens": 1000, "completion_tokens": 100}}
+
+
+@app.workflow("priced")
+async def priced(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
+    """One call to ``request["call"]``, with the call's own ``model`` parameter when given."""
+    params = {"model": request["model"]} if "model" in request else {}
+    await ctx.model(str(request["call"]), messages=[{"role": "user", "content": "price me"}], **params)
+    return {"called": request["call"]}

@@ -1,4 +1,4 @@
-"""Reading a deployment's log back as the product wrote it (``runtime.log.kafka_reader``, ``Serde``).
+"""Reading a deployment's log back as the product wrote it (``runtime.log.kafka.reader``, ``Serde``).
 
 What the tests observe of a worker is what it wrote: its ``EpochClaimed`` records (it owns a
 partition from its claim on), the runs' events, the partitions' checkpoints.
@@ -11,10 +11,10 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, TopicPartition
 
 from runtime.config import Settings
-from runtime.log.events import EpochClaimed, Event, PartitionCheckpoint
-from runtime.log.kafka_config import reader_config
-from runtime.log.kafka_reader import read_partition
-from runtime.log.serde import Serde
+from runtime.log.kafka.config import reader_config
+from runtime.log.kafka.reader import read_partition
+from runtime.log.records.events import EpochClaimed, Event, PartitionCheckpoint
+from runtime.log.schemas.serde import Serde
 from runtime.worker.rebuild import checkpoint_key
 
 

@@ -25,11 +25,11 @@ from typing import Any
 from hypothesis import strategies as st
 
 from runtime.config import Settings
-from runtime.log.events import RunCompleted, RunFailed, RunRejected, RunStarted, RunSubmitted
-from runtime.log.frame import frame_header
-from runtime.log.memory import MemoryLog
-from runtime.log.partitioning import partition_for, partition_of_key
-from runtime.log.serde import Serde
+from runtime.log.port.memory import MemoryLog
+from runtime.log.port.partitioning import partition_for, partition_of_key
+from runtime.log.records.events import RunCompleted, RunFailed, RunRejected, RunStarted, RunSubmitted
+from runtime.log.schemas.frame import frame_header
+from runtime.log.schemas.serde import Serde
 from runtime.worker.commands import keyless_run_id
 from runtime.worker.loop import Worker
 from runtime.workflow.app import App

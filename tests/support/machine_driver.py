@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from runtime.log.events import Event
+from runtime.log.records.events import Event
 from runtime.workflow.intents import Intent
 from runtime.workflow.machine import RunMachine
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.events import Event, PartitionCheckpoint
-from runtime.log.memory import MemoryLog
-from runtime.log.serde import Serde
+from runtime.log.port.memory import MemoryLog
+from runtime.log.records.events import Event, PartitionCheckpoint
+from runtime.log.schemas.serde import Serde
 from runtime.run_status import RunStatus
 from runtime.worker.loop import Worker
 from runtime.worker.rebuild import checkpoint_key

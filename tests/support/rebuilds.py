@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from runtime.config import Settings
-from runtime.log.port import EventLog
-from runtime.log.serde import Serde
+from runtime.log.port.protocol import EventLog
+from runtime.log.schemas.serde import Serde
 from runtime.worker.rebuild import CheckpointRead, RebuiltPartition, latest_checkpoint, rebuild
 from support.workers import WorkerProcess
 

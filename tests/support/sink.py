@@ -1,6 +1,6 @@
 """Helpers of the sink, audit and analytics tests: writing real events, reading Kafka and the store back.
 
-Everything here talks to the real services: events are encoded by ``runtime.log.serde`` through the
+Everything here talks to the real services: events are encoded by ``runtime.log.schemas.serde`` through the
 registry and produced with an idempotent producer, read back with read_committed consumers, and
 the store is a real chDB directory per test.
 """
@@ -25,10 +25,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, Topic
 from analytics.results import QueryResult
 from analytics.store import connect
 from runtime.config import Settings
-from runtime.log import events as ev
-from runtime.log.fencing import FenceFilter
-from runtime.log.partitioning import partition_for
-from runtime.log.serde import Serde
+from runtime.log.port.partitioning import partition_for
+from runtime.log.records import events as ev
+from runtime.log.records.fencing import FenceFilter
+from runtime.log.schemas.serde import Serde
 from support.services import ROOT, agentlog, deployment_env, make_deployment
 from support.wait import stop_process, wait_until
 

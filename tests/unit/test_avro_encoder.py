@@ -12,11 +12,12 @@ import pytest
 from fastavro import parse_schema, schemaless_writer
 
 from runtime.config import Settings
-from runtime.log.avro_encoder import Unencodable, compile_record
-from runtime.log.catalog import DEFAULT_SCHEMA_DIR, load_catalog
-from runtime.log.events import RECORD_TYPES
-from runtime.log.frame import HEADER_SIZE
-from runtime.log.serde import Serde, record_to_dict
+from runtime.log.records.events import RECORD_TYPES
+from runtime.log.schemas.avro_encoder import Unencodable, compile_record
+from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR, load_catalog
+from runtime.log.schemas.datum import record_to_dict
+from runtime.log.schemas.frame import HEADER_SIZE
+from runtime.log.schemas.serde import Serde
 
 pytestmark = pytest.mark.unit
 

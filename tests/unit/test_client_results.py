@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from runtime.client import Client, RunError
-from runtime.log.events import EpochClaimed, RunCompleted, RunStarted
-from runtime.log.port import LogRecord
+from runtime.log.port.protocol import LogRecord
+from runtime.log.records.events import EpochClaimed, RunCompleted, RunStarted
 from runtime.results import ResultTail
 from runtime.workflow.app import App
 from runtime.workflow.context import Context

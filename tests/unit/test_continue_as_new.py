@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from runtime.client import RunError
-from runtime.log.events import RunContinuedAsNew, RunStarted, RunSubmitted
+from runtime.log.records.events import RunContinuedAsNew, RunStarted, RunSubmitted
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
 from support.memory_harness import Harness, until

@@ -9,10 +9,10 @@ import uuid
 import pytest
 
 from runtime.config import ConfigError, load_settings
-from runtime.log.catalog import DEFAULT_SCHEMA_DIR, load_catalog
-from runtime.log.events import CHECKPOINT_TYPES, COMMAND_TYPES, EVENT_TYPES, RECORD_TYPES
-from runtime.log.partitioning import murmur2, partition_for
-from runtime.log.schema_diff import breaking_fields, field_changes
+from runtime.log.port.partitioning import murmur2, partition_for
+from runtime.log.records.events import CHECKPOINT_TYPES, COMMAND_TYPES, EVENT_TYPES, RECORD_TYPES
+from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR, load_catalog
+from runtime.log.schemas.diff import breaking_fields, field_changes
 from runtime.workflow.canonical import args_hash, canonical_json, idempotency_key
 from runtime.workflow.input_shape import shape_error
 
@@ -34,7 +34,7 @@ def test_every_schema_has_a_typed_record_with_the_same_fields() -> None:
 
 
 def test_records_compare_and_hash_by_value_and_hold_no_instance_dict() -> None:
-    from runtime.log.events import RunStarted
+    from runtime.log.records.events import RunStarted
 
     one = RunStarted(run_id="r", workflow="w", input="{}", command_offset=3)
     same = RunStarted(run_id="r", workflow="w", input="{}", command_offset=3)

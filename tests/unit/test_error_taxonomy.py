@@ -44,8 +44,8 @@ def test_the_walk_finds_the_exceptions() -> None:
     assert {
         "runtime.config.ConfigError",
         "runtime.errors.CallFailed",
-        "runtime.log.catalog.SchemaFileError",
-        "runtime.log.payloads.PayloadMissing",
+        "runtime.log.schemas.catalog.SchemaFileError",
+        "runtime.log.records.payloads.PayloadMissing",
         "runtime.workflow.app.RegistrationError",
     } <= names
 

@@ -14,9 +14,9 @@ import pytest
 
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.events import ModelCallScheduled, PromptDrifted, RunStarted, ToolCallCompleted
-from runtime.log.memory import MemoryLog
-from runtime.log.serde import Serde
+from runtime.log.port.memory import MemoryLog
+from runtime.log.records.events import ModelCallScheduled, PromptDrifted, RunStarted, ToolCallCompleted
+from runtime.log.schemas.serde import Serde
 from runtime.worker.loop import Worker
 from runtime.workflow.app import App
 from runtime.workflow.context import Context

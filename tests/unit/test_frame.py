@@ -1,12 +1,20 @@
-"""The Confluent wire frame, defined once (runtime.log.frame)."""
+"""The Confluent wire frame, defined once (runtime.log.schemas.frame)."""
 
 from __future__ import annotations
 
 import pytest
 
-from runtime.log.frame import HEADER_SIZE, ID_SLICE, MAGIC, NotFramed, frame_header, is_framed, schema_id_of
-from runtime.log.serde import DecodeError
-from runtime.log.serde import schema_id_of as serde_schema_id_of
+from runtime.log.schemas.datum import DecodeError
+from runtime.log.schemas.datum import schema_id_of as serde_schema_id_of
+from runtime.log.schemas.frame import (
+    HEADER_SIZE,
+    ID_SLICE,
+    MAGIC,
+    NotFramed,
+    frame_header,
+    is_framed,
+    schema_id_of,
+)
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from runtime.integrations.bridge import AgentRun, current_run
-from runtime.log.events import Event
+from runtime.log.records.events import Event
 from runtime.replay.replayer import Replayer
 from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.context import Context

@@ -12,10 +12,10 @@ import pytest
 
 from runtime.config import Settings
 from runtime.errors import AgentlogError
-from runtime.log.events import ModelCallScheduled
-from runtime.log.memory import MemoryLog
-from runtime.log.payloads import PayloadMissing, read_blobs
-from runtime.log.prompts import (
+from runtime.log.port.memory import MemoryLog
+from runtime.log.records.events import ModelCallScheduled
+from runtime.log.records.payloads import PayloadMissing, read_blobs
+from runtime.log.records.prompts import (
     RECORD_MESSAGE_BUDGET,
     UNSTORED,
     PromptBook,

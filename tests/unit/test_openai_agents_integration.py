@@ -13,7 +13,7 @@ from agents import Agent, GuardrailFunctionOutput, RunContextWrapper, function_t
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from runtime.integrations.openai_agents import AgentlogRunner, idempotency_key
-from runtime.log.events import Event, ModelCallCompleted, ModelCallScheduled, ToolCallScheduled
+from runtime.log.records.events import Event, ModelCallCompleted, ModelCallScheduled, ToolCallScheduled
 from runtime.replay.replayer import Replayer
 from runtime.workflow.app import App
 from runtime.workflow.context import Context

@@ -14,7 +14,7 @@ import pytest
 
 from runtime.config import load_settings
 from runtime.errors import RetryableError, TerminalError
-from runtime.log.events import ModelCallCompleted, ModelCallFailed
+from runtime.log.records.events import ModelCallCompleted, ModelCallFailed
 from runtime.models.anthropic import AnthropicModel
 from runtime.models.openai import ModelHTTPError, ModelRequestError, ModelUnreachable, OpenAIChatModel
 from runtime.workflow.app import App, RetryPolicy

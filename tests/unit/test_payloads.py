@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from runtime.errors import AgentlogError
-from runtime.log.events import RunStarted, ToolCallCompleted
-from runtime.log.payloads import inline, inlined, is_outlined, outlined, sha256_of
+from runtime.log.records.events import RunStarted, ToolCallCompleted
+from runtime.log.records.payloads import inline, inlined, is_outlined, outlined, sha256_of
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
 from runtime.workflow.intents import Stamp

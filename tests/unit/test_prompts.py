@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from runtime.log.events import Event, ModelCallCompleted, ModelCallScheduled, RunStarted
-from runtime.log.prompts import (
+from runtime.log.records.events import Event, ModelCallCompleted, ModelCallScheduled, RunStarted
+from runtime.log.records.prompts import (
     OMITTED,
     RECORD_MESSAGE_BUDGET,
     PromptBook,

@@ -25,7 +25,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
 from runtime.integrations.pydantic_ai import AgentlogDurability, idempotency_key, run_agent
-from runtime.log.events import Event, ModelCallCompleted, ModelCallFailed, ToolCallScheduled
+from runtime.log.records.events import Event, ModelCallCompleted, ModelCallFailed, ToolCallScheduled
 from runtime.replay.replayer import Replayer
 from runtime.replay.upgrade import shadow_replay
 from runtime.workflow.app import App, RetryPolicy

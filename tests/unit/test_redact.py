@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runtime.log.events import (
+from runtime.log.records.events import (
     Event,
     ModelCallCompleted,
     ModelCallScheduled,
@@ -16,7 +16,7 @@ from runtime.log.events import (
     ToolCallCompleted,
     ToolCallScheduled,
 )
-from runtime.log.prompts import checked_args, rebuild_inputs
+from runtime.log.records.prompts import checked_args, rebuild_inputs
 from runtime.workflow.app import App, RegistrationError
 from runtime.workflow.canonical import args_hash, canonical_json
 from runtime.workflow.context import Context

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from runtime.log.events import (
+from runtime.log.records.events import (
     Event,
     ModelCallCompleted,
     ModelCallScheduled,

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from runtime.log.registry import LookupUnavailable, compatibility_messages, lookup_ids
+from runtime.log.schemas.registry import LookupUnavailable, compatibility_messages, lookup_ids
 from support.services import ROOT
 
 pytestmark = pytest.mark.unit
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.unit
 def test_the_serde_and_the_registry_module_load_without_the_registry_client() -> None:
     """A cold worker must not pay the client's import (authlib, httpx) before its first record."""
     probe = (
-        "import sys, runtime.log.registry, runtime.log.serde; "
+        "import sys, runtime.log.schemas.registry, runtime.log.schemas.serde; "
         "print(any(m.startswith('confluent_kafka.schema_registry') for m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import runtime
-import runtime.log.events
+import runtime.log.records.events
 from runtime.errors import NonDeterminismError
 from runtime.replay.replayer import Replayer, load_history
 from support.agent_apps import app
@@ -42,7 +42,7 @@ def test_a_history_the_code_stops_short_of_is_a_divergence() -> None:
     assert error.value.position == 3
 
 
-def load_history_from(items: list[dict[str, object]]) -> list[runtime.log.events.Event]:
+def load_history_from(items: list[dict[str, object]]) -> list[runtime.log.records.events.Event]:
     from runtime.replay.replayer import history_from_json
 
     return history_from_json(items)

@@ -1,12 +1,12 @@
 """The run index's values: old entries (b"1") stay "seen, not located", and the owner's
-checkpoint writes a run's RunStarted and ending offsets (runtime.log.run_index)."""
+checkpoint writes a run's RunStarted and ending offsets (runtime.log.records.run_index)."""
 
 from __future__ import annotations
 
 import pytest
 
-from runtime.log.events import TERMINAL_TYPES, RunStarted
-from runtime.log.run_index import RunLocation, parse_location, run_key
+from runtime.log.records.events import TERMINAL_TYPES, RunStarted
+from runtime.log.records.run_index import RunLocation, parse_location, run_key
 from runtime.worker.rebuild import latest_checkpoint
 from runtime.workflow.app import App
 from runtime.workflow.context import Context

@@ -1,4 +1,4 @@
-"""The schema cache (runtime.log.schema_cache): what the registry said, kept for its outages."""
+"""The schema cache (runtime.log.schemas.cache): what the registry said, kept for its outages."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.log import schema_cache
-from runtime.log.registry import RegistryUnreachable, is_unreachable
-from runtime.log.schema_cache import SchemaCache, cache_path
+from runtime.log.schemas import cache as schema_cache
+from runtime.log.schemas.cache import SchemaCache, cache_path
+from runtime.log.schemas.registry import RegistryUnreachable, is_unreachable
 
 pytestmark = pytest.mark.unit
 

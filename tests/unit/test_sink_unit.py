@@ -29,7 +29,7 @@ from consumers.columns import STAGED_FIELDS, normalize_type, plan_columns
 from consumers.core import BackpressureError, SinkConfig, SinkCore, SinkWriteError
 from consumers.store_writer import SinkState, WriteStats
 from runtime.errors import TerminalError
-from runtime.log.catalog import load_catalog
+from runtime.log.schemas.catalog import load_catalog
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ from typing import get_args
 import pytest
 
 from analytics import migrations
-from runtime.log.events import (
+from runtime.log.records.events import (
     EVENT_TYPES,
     TERMINAL_TYPES,
     Event,
@@ -27,7 +27,7 @@ from runtime.log.events import (
     ToolCallCompleted,
     ToolCallScheduled,
 )
-from runtime.log.status import ENDED, ENDING_EVENTS, RUN_STATES, STATUS_BY_EVENT, RunState, has_ended
+from runtime.log.records.status import ENDED, ENDING_EVENTS, RUN_STATES, STATUS_BY_EVENT, RunState, has_ended
 from runtime.run_status import (
     ForkOrigin,
     InDoubtCall,
@@ -92,6 +92,7 @@ def test_released_migrations_keep_their_text() -> None:
         9: "9af335b60a50ddbb",
         10: "ef3c7a101d4a7084",
         11: "75032f55a3b44b2b",
+        12: "9754e87d5d7a1183",
     }
 
 

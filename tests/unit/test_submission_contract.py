@@ -10,8 +10,8 @@ import pytest
 import runtime.worker.commands as commands_module
 from runtime.config import Settings
 from runtime.errors import AgentlogError
-from runtime.log.events import RunRejected, RunStarted, RunSubmitted
-from runtime.log.partitioning import partition_for
+from runtime.log.port.partitioning import partition_for
+from runtime.log.records.events import RunRejected, RunStarted, RunSubmitted
 from runtime.worker.commands import WorkerError, keyless_run_id
 from runtime.workflow.app import App
 from runtime.workflow.context import Context

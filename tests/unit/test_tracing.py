@@ -19,9 +19,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.events import RunStarted
-from runtime.log.memory import MemoryLog
-from runtime.log.serde import Serde
+from runtime.log.port.memory import MemoryLog
+from runtime.log.records.events import RunStarted
+from runtime.log.schemas.serde import Serde
 from runtime.worker.loop import Worker
 from runtime.worker.tracing import trace_id_for
 from runtime.workflow.app import App, RetryPolicy

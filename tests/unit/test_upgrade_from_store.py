@@ -10,9 +10,9 @@ import pytest
 
 from runtime.config import Settings
 from runtime.errors import AgentlogError
-from runtime.log.events import EpochClaimed, Event, RunCompleted, RunStarted
-from runtime.log.partitioning import partition_for
-from runtime.log.port import LogRecord
+from runtime.log.port.partitioning import partition_for
+from runtime.log.port.protocol import LogRecord
+from runtime.log.records.events import EpochClaimed, Event, RunCompleted, RunStarted
 from runtime.replay import upgrade
 from runtime.replay.upgrade import in_flight_histories, store_in_flight
 

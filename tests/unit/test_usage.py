@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from runtime.log.events import ModelCallCompleted
+from runtime.log.records.events import ModelCallCompleted
 from runtime.worker.calls import completed
 from runtime.worker.usage import NO_USAGE, Usage, usage_of
 from runtime.workflow.futures import DurableFuture

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from runtime.log.events import PartitionCheckpoint, RunStarted
-from runtime.log.memory import MemoryLog
-from runtime.log.serde import Serde
+from runtime.log.port.memory import MemoryLog
+from runtime.log.records.events import PartitionCheckpoint, RunStarted
+from runtime.log.schemas.serde import Serde
 from runtime.worker.batching import TurnBatcher
 from runtime.worker.checkpoint import Checkpointer
 from runtime.worker.partition import OwnedPartition

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from runtime.log.port import AssignCallback, Delivery, RevokeCallback
+from runtime.log.port.protocol import AssignCallback, Delivery, RevokeCallback
 from runtime.worker.intake import CommandIntake
 from support.memory_harness import until
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.log.port import MembershipFenced
+from runtime.log.port.protocol import MembershipFenced
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
 from support.memory_harness import Harness, until

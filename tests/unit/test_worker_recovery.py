@@ -10,8 +10,8 @@ import asyncio
 import pytest
 
 from runtime.errors import RetryableError
-from runtime.log.events import Record, RunRejected
-from runtime.log.serde import Serde
+from runtime.log.records.events import Record, RunRejected
+from runtime.log.schemas.serde import Serde
 from runtime.worker.commands import WorkerError
 from runtime.workflow.app import App
 from runtime.workflow.context import Context

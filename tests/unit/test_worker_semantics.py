@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from runtime.log.events import (
+from runtime.log.records.events import (
     EpochClaimed,
     RunStarted,
     ToolCallCompleted,

@@ -8,78 +8,37 @@ Reading: the writer's schema id (bytes 1-4 of the frame) is resolved through the
 the writer schema; fastavro resolves it to the *local* reader schema of the same record name,
 so code reads every version ever written with the shape it knows.
 
-The run id is not in the Avro value: it is the Kafka key of every command and event (the
-records are partitioned by it anyway), so repeating it in the value cost ~100 bytes a step.
-``Record.run_id`` is filled from the key on decode and ignored by the encoder.
-
-Likewise ``Record.schema_version`` is not in the Avro value: on decode it is the registry's version
-of the writer schema (the id in the frame) under the record's subject -- ToolCallCompleted written
-with the second registered ToolCallCompleted schema reads as 2, whichever code reads it. The
-encoder ignores it: the frame's schema id already says which schema wrote the record.
-
-Every id the registry gives (this code's schemas under their subjects, writer schemas read by
-id) is also kept in the state folder (runtime.log.schema_cache). When the registry cannot be
-reached, those kept answers serve instead -- a reader, a fresh ``agentlog submit`` and a cold
-worker go on with the schemas the project already knows -- and what is not kept fails with
-``RegistryUnreachable``: "schema registry at URL unreachable (...)", never a transport traceback.
+What the Avro value holds (not the run id, not the schema version) is :mod:`runtime.log.schemas.datum`'s;
+where ids and writer schemas come from -- the registry, or the schema cache in an outage -- is
+:mod:`runtime.log.schemas.resolver`'s.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
 import io
 import json
-import logging
-import operator
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka.serialization import MessageField, SerializationContext
-from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro import parse_schema, schemaless_writer
 
 from runtime.config import Settings
-from runtime.errors import AgentlogError, RetryableError
-from runtime.log.avro_encoder import Unencodable, compile_record
-from runtime.log.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
-from runtime.log.events import RECORD_TYPES, Record
-from runtime.log.frame import HEADER_SIZE, ID_SLICE, MAGIC, NotFramed, frame_header, is_framed
-from runtime.log.frame import schema_id_of as frame_schema_id
-from runtime.log.registry import (
-    LookupUnavailable,
-    RegistryUnreachable,
-    is_not_found,
-    is_unreachable,
-    lookup_registered,
-    registry_client,
-    schema_by_id,
-    schema_ids,
-    version_under,
-)
-from runtime.log.schema_cache import SchemaCache, cache_path
+from runtime.errors import RetryableError
+from runtime.log.records.events import RECORD_TYPES, Record
+from runtime.log.schemas.avro_encoder import Unencodable, compile_record
+from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
+from runtime.log.schemas.datum import DecodeError, Reader, read_datum, record_to_dict, schema_id_of
+from runtime.log.schemas.frame import HEADER_SIZE, ID_SLICE, MAGIC, frame_header, is_framed
+from runtime.log.schemas.frame import schema_id_of as frame_schema_id
+from runtime.log.schemas.registry import LookupUnavailable, RegistryUnreachable, is_not_found
+from runtime.log.schemas.resolver import SchemaResolver
 
 # The registry client is imported where it is first used, not here: its import is heavy
-# (see runtime.log.registry), and a recovering worker does not need it to start.
+# (see runtime.log.schemas.registry), and a recovering worker does not need it to start.
 if TYPE_CHECKING:
-    from runtime.log.registry_client import AvroSerializer, SchemaRegistryClient
-
-
-logger = logging.getLogger("agentlog.schemas")
-
-# After the registry was found unreachable, the cache answers first for this long: every ask of a
-# dead registry costs the client's retries (seconds), once per schema id a cold reader meets.
-UNREACHABLE_BACKOFF_S = 30.0
-
-
-class DecodeError(AgentlogError):
-    """Bytes that are not a record this code can read; carries the raw bytes."""
-
-    def __init__(self, message: str, data: bytes | None = None) -> None:
-        super().__init__(message)
-        self.data = data
+    from runtime.log.schemas.registry_client import AvroSerializer, SchemaRegistryClient
 
 
 class SchemaNotRegistered(RetryableError):
@@ -97,71 +56,6 @@ class SchemaNotRegistered(RetryableError):
         self.record, self.subject = record, subject
 
 
-def record_to_dict(record: object, _ctx: SerializationContext | None = None) -> dict[str, Any]:
-    # Every appended event goes through here: one C-level attrgetter per type, not a getattr per field.
-    names, values = _getters.get(type(record)) or _getter(type(record))
-    return dict(zip(names, values(record), strict=True))
-
-
-_getters: dict[type, tuple[tuple[str, ...], Callable[[object], tuple[Any, ...]]]] = {}
-
-
-def _getter(cls: type) -> tuple[tuple[str, ...], Callable[[object], tuple[Any, ...]]]:
-    names = field_names(cls)
-    values: Callable[[object], tuple[Any, ...]]
-    if len(names) > 1:
-        values = operator.attrgetter(*names)
-    else:  # attrgetter of one name returns the value, not a 1-tuple
-        values = lambda record: tuple(getattr(record, name) for name in names)  # noqa: E731
-    _getters[cls] = (names, values)
-    return names, values
-
-
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
-
-
-def field_names(cls: type) -> tuple[str, ...]:
-    """The dataclass's field names, cached (``dataclasses.fields`` rebuilds a tuple per call)."""
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
-    return names
-
-
-def _record_from_dict(cls: type[Record], values: dict[str, Any], key: bytes | None, version: int) -> Record:
-    values["run_id"] = key.decode("utf-8", "replace") if key else ""
-    values["schema_version"] = version  # from the frame: not in the Avro value (see the module docstring)
-    occurred = values.get("occurred_at")
-    if isinstance(occurred, dt.datetime):
-        values["occurred_at"] = int(occurred.timestamp() * 1000)
-    for name, value in values.items():
-        if isinstance(value, dt.datetime):  # other timestamp-millis fields (TimerScheduled.fire_at)
-            values[name] = int(value.timestamp() * 1000)
-    return cls(**values)
-
-
-def _read_datum(reader: tuple[type[Record], Any, Any, int], data: bytes, key: bytes | None) -> Record:
-    cls, writer, local, version = reader
-    try:
-        values = schemaless_reader(io.BytesIO(data[HEADER_SIZE:]), writer, local)
-    except Exception as exc:
-        raise DecodeError(f"cannot decode {cls.__name__}: {exc}", data) from exc
-    if not isinstance(values, dict):
-        raise DecodeError(f"cannot decode {cls.__name__}: not a record", data)
-    try:
-        return _record_from_dict(cls, values, key, version)
-    except (TypeError, ValueError) as exc:
-        raise DecodeError(f"cannot decode {cls.__name__}: {exc}", data) from exc
-
-
-def schema_id_of(data: bytes) -> int:
-    """The writer schema id in ``data``'s frame; DecodeError (carrying the bytes) if unframed."""
-    try:
-        return frame_schema_id(data)
-    except NotFramed as error:
-        raise DecodeError(str(error), data) from error
-
-
 class Serde:
     """Encodes and decodes every record type of ``schemas/`` for one deployment."""
 
@@ -172,43 +66,22 @@ class Serde:
         schema_dir: Path = DEFAULT_SCHEMA_DIR,
     ) -> None:
         self.settings = settings
-        self._client = client
+        self.resolver = SchemaResolver(settings, client)
         self.catalog: dict[str, LocalSchema] = load_catalog(schema_dir)
         self._serializers: dict[str, AvroSerializer] = {}
         self._names_by_id: dict[int, str] = {}
         # record name -> its compiled encoder (None: the schema needs fastavro), made on first use
         self._compiled: dict[str, Callable[[object], bytes] | None] = {}
         self._writers: dict[str, tuple[bytes, Any]] = {}  # record name -> (magic + schema id, parsed schema)
-        # schema id -> (class, writer, reader, the writer schema's registry version under its subject)
-        self._readers: dict[int, tuple[type[Record], Any, Any, int]] = {}
+        self._readers: dict[int, Reader] = {}  # schema id -> how to read the records it wrote
         self._lock = threading.Lock()
-        self._client_lock = threading.Lock()  # apart: the serializer makers read .client under _lock
         self._warming: threading.Thread | None = None
         self._offline = False
-        url = settings.schema_registry_url
-        self.cache = SchemaCache(cache_path(settings.state_dir, url), url)
-        self._down_until = 0.0  # monotonic time until which the registry is taken to be down
-
-    def _registry_down(self) -> bool:
-        return time.monotonic() < self._down_until
-
-    def _unreachable(self, error: BaseException) -> bool:
-        """Whether ``error`` says the registry cannot be reached (and remember it for a while)."""
-        if not is_unreachable(error):
-            return False
-        self._down_until = time.monotonic() + UNREACHABLE_BACKOFF_S
-        return True
 
     @property
     def client(self) -> SchemaRegistryClient:
-        """The registry client, built on first use: building one loads the CA store, which a recovering worker does in its warm-up thread rather than on its start-up path."""
-        client = self._client
-        if client is None:
-            with self._client_lock:
-                if self._client is None:
-                    self._client = registry_client(self.settings)
-                client = self._client
-        return client
+        """The registry client, built on first use (see ``SchemaResolver.client``)."""
+        return self.resolver.client
 
     # -- writing ---------------------------------------------------------------------------------
     def topic_of(self, record: Record) -> str:
@@ -219,7 +92,7 @@ class Serde:
         which finds the schema id in the registry (and refuses an unregistered schema); after
         that the same bytes are written by fastavro directly with the cached id -- the
         serializer's per-call machinery (subject strategy, rule engine) is skipped per record --
-        and by the type's compiled encoder (runtime.log.avro_encoder, the same bytes) where the
+        and by the type's compiled encoder (runtime.log.schemas.avro_encoder, the same bytes) where the
         schema allows one."""
         name = record.type
         fast = self._writers.get(name)
@@ -246,7 +119,8 @@ class Serde:
         name = record.type
         schema = self.catalog[name]
         subject = schema.subject(self.settings)
-        cached = self.cache.writer(subject, schema.text) if self._registry_down() else None
+        resolver = self.resolver
+        cached = resolver.cache.writer(subject, schema.text) if resolver.down() else None
         if cached is not None:
             self._adopt(name, *cached)
             return self.encode(record)
@@ -254,9 +128,13 @@ class Serde:
             if self._looked_up(name, subject):
                 return self.encode(record)
         except RegistryUnreachable as error:
-            self._unreachable(error)
+            resolver.unreachable(error)
             return self._encode_cached(record, subject, error)
-        from runtime.log.registry_client import SchemaRegistryError
+        from runtime.log.schemas.registry_client import (
+            MessageField,
+            SchemaRegistryError,
+            SerializationContext,
+        )
 
         try:
             serializer = self._serializers.get(name) or self._serializer(name)
@@ -264,32 +142,28 @@ class Serde:
         except SchemaRegistryError as error:
             if is_not_found(error):
                 raise SchemaNotRegistered(name, subject, str(error)) from error
-            if not self._unreachable(error):
+            if not resolver.unreachable(error):
                 raise
             return self._encode_cached(record, subject, error)
         except Exception as error:
-            if not self._unreachable(error):
+            if not resolver.unreachable(error):
                 raise
             return self._encode_cached(record, subject, error)
         assert data is not None
         data = bytes(data)
         parsed = parse_schema(schema.parsed)
         self._writers[name] = (data[:HEADER_SIZE], parsed)
-        self._remember_writer(name, subject, frame_schema_id(data))
+        resolver.remember_writer(name, subject, schema.text, frame_schema_id(data))
         return data
 
     def _looked_up(self, name: str, subject: str) -> bool:
         """Resolve this code's schema of ``name`` with one plain-HTTP lookup and adopt its id;
-        False where that cannot decide (an answer it cannot read, a URL it cannot ask): the
-        serializer's path then asks. The registry's answer, not the schema
-        cache, names the id (a registry recreated at the same URL hands out new ones), and the
-        lookup costs a fresh ``agentlog submit`` one round trip instead of importing the
-        registry client (100-200 ms) and asking twice. Raises SchemaNotRegistered if the
-        registry answers that the schema is not registered under ``subject``, RegistryUnreachable
-        if it does not answer."""
-        text = self.catalog[name].text
+        False where that cannot decide: the serializer's path then asks. The lookup costs a fresh
+        ``agentlog submit`` one round trip instead of importing the registry client (100-200 ms)
+        and asking twice. Raises SchemaNotRegistered if the registry answers that the schema is
+        not registered under ``subject``, RegistryUnreachable if it does not answer."""
         try:
-            found = lookup_registered(self.settings.schema_registry_url, [(subject, text)]).get(subject)
+            found = self.resolver.lookup(subject, self.catalog[name].text)
         except RegistryUnreachable:
             raise
         except LookupUnavailable:
@@ -297,42 +171,13 @@ class Serde:
         if found is None:
             raise SchemaNotRegistered(name, subject, "it has no such schema under the subject")
         self._adopt(name, *found)
-        self.cache.remember_writer(subject, text, *found)
         return True
 
     def _encode_cached(self, record: Record, subject: str, error: BaseException) -> bytes:
         """``record`` written with the id the cache kept for this schema, the registry being down."""
         name = record.type
-        local = self.catalog[name]
-        found = self.cache.writer(subject, local.text)
-        if found is None:
-            raise RegistryUnreachable(
-                self.settings.schema_registry_url,
-                f"{type(error).__name__}: {error}",
-                f"the id of {name} under subject {subject!r} is not in the schema cache {self.cache.path}",
-            ) from error
-        self._adopt(name, found[0], found[1])
-        logger.warning(
-            "schema registry at %s unreachable: %s written with cached schema id %s",
-            self.settings.schema_registry_url,
-            name,
-            found[0],
-        )
+        self._adopt(name, *self.resolver.cached_writer(name, subject, self.catalog[name].text, error))
         return self.encode(record)
-
-    def _remember_writer(self, name: str, subject: str, schema_id: int) -> None:
-        """Keep the id (and version) of this code's schema of ``name``; the serializer does not
-        tell the version, the client's cache of its own lookup does."""
-        from runtime.log.registry_client import Schema
-
-        try:
-            registered = self.client.lookup_schema(
-                subject, Schema(self.catalog[name].text, schema_type="AVRO")
-            )
-        except Exception as error:  # only the cache misses out: the record itself is written
-            logger.warning("schema %s under %s not kept in the schema cache: %s", name, subject, error)
-            return
-        self.cache.remember_writer(subject, self.catalog[name].text, schema_id, int(registered.version or 0))
 
     def _adopt(self, name: str, schema_id: int, version: int) -> None:
         """Use ``schema_id`` for this code's schema of ``name``, to write and to read."""
@@ -344,7 +189,7 @@ class Serde:
         self._writers.setdefault(name, (frame_header(schema_id), parsed))
 
     def _serializer(self, name: str) -> AvroSerializer:
-        from runtime.log.registry_client import AvroSerializer, topic_record_subject_name_strategy
+        from runtime.log.schemas.registry_client import AvroSerializer, topic_record_subject_name_strategy
 
         with self._lock:
             if name not in self._serializers:
@@ -381,7 +226,7 @@ class Serde:
         on the recovery's critical path. Schemas the registry does not know are left alone -- the
         first encode then refuses them with the registry's own error. Returns how many resolved.
 
-        The lookups go over plain HTTP (runtime.log.registry.schema_ids), so a worker starts without
+        The lookups go over plain HTTP (``SchemaResolver.writer_ids``), so a worker starts without
         importing the registry client; where that cannot ask (a registry answering an error, say),
         a throwaway client does. Either connection is closed before this returns (a supervisor
         warms a Serde up before forking workers, and no child may inherit an open connection)."""
@@ -391,33 +236,7 @@ class Serde:
             if name not in self._writers and name in RECORD_TYPES
         }
         subjects = {name: local.subject(self.settings) for name, local in wanted.items()}
-        try:
-            ids = schema_ids(self.settings, ((subjects[n], wanted[n].text) for n in wanted))
-        except Exception as error:
-            if not self._unreachable(error):
-                raise
-            ids = {
-                subjects[n]: found
-                for n in wanted
-                if (found := self.cache.writer(subjects[n], wanted[n].text)) is not None
-            }
-            logger.warning(
-                "%s: %d of %d schema ids from the schema cache %s",
-                error
-                if isinstance(error, RegistryUnreachable)
-                else RegistryUnreachable(
-                    self.settings.schema_registry_url, f"{type(error).__name__}: {error}"
-                ),
-                len(ids),
-                len(wanted),
-                self.cache.path,
-            )
-        else:
-            self.cache.remember(
-                writers=[
-                    (subjects[n], wanted[n].text, *ids[subjects[n]]) for n in wanted if subjects[n] in ids
-                ]
-            )
+        ids = self.resolver.writer_ids({subjects[name]: wanted[name].text for name in wanted})
         resolved = 0
         for name in wanted:
             found = ids.get(subjects[name])
@@ -438,49 +257,14 @@ class Serde:
         return name
 
     def _writer_text(self, schema_id: int, data: bytes) -> str:
-        """The text of writer schema ``schema_id``: the registry's, else the cache's while the
-        registry cannot be reached. DecodeError if the registry has no such id."""
+        """The text of writer schema ``schema_id`` (see ``SchemaResolver.writer_text``). DecodeError
+        if the registry has no such id, or this serde is offline and does not know it."""
         if self._offline:
             raise DecodeError(f"schema id {schema_id} is not in this offline catalog", data)
-        cached = self.cache.schema(schema_id) if self._registry_down() else None
-        if cached is not None:
-            return cached
-        try:
-            writer = schema_by_id(self.client, schema_id)
-        except Exception as error:
-            if not self._unreachable(error):
-                raise
-            text = self.cache.schema(schema_id)
-            if text is None:
-                raise RegistryUnreachable(
-                    self.settings.schema_registry_url,
-                    f"{type(error).__name__}: {error}",
-                    f"writer schema id {schema_id} is not in the schema cache {self.cache.path}",
-                ) from error
-            return text
-        if writer is None:
+        text = self.resolver.writer_text(schema_id)
+        if text is None:
             raise DecodeError(f"schema id {schema_id} is not in the registry", data)
-        return writer.schema_str or "{}"
-
-    def _version(self, schema_id: int, subject: str) -> int:
-        """The registry's version of ``schema_id`` under ``subject`` (the cache's in an outage)."""
-        cached = self.cache.version(schema_id, subject) if self._registry_down() else None
-        if cached is not None:
-            return cached
-        try:
-            return version_under(self.client, schema_id, subject)
-        except Exception as error:
-            if not self._unreachable(error):
-                raise
-            version = self.cache.version(schema_id, subject)
-            if version is None:
-                raise RegistryUnreachable(
-                    self.settings.schema_registry_url,
-                    f"{type(error).__name__}: {error}",
-                    f"the version of schema id {schema_id} under {subject!r} is not in the schema cache "
-                    f"{self.cache.path}",
-                ) from error
-            return version
+        return text
 
     def decode(self, data: bytes, key: bytes | None = None, topic: str | None = None) -> Record:
         """A typed record; the writer schema (by id, from the registry) resolved to the local one.
@@ -493,7 +277,7 @@ class Serde:
         if len(data) > HEADER_SIZE and data[0] == MAGIC:
             fast = self._readers.get(int.from_bytes(data[ID_SLICE], "big"))
             if fast is not None:
-                return _read_datum(fast, data, key)
+                return read_datum(fast, data, key)
         return self._decode_first(data, key, topic)
 
     def _decode_first(self, data: bytes, key: bytes | None, topic: str | None) -> Record:
@@ -516,11 +300,11 @@ class Serde:
         topic = topic or schema.topic(self.settings)
         full_name = ".".join(part for part in (writer.get("namespace"), writer.get("name")) if part)
         subject = f"{topic}-{full_name}"
-        version = self._version(schema_id, subject)
+        version = self.resolver.version(schema_id, subject)
         self._names_by_id.setdefault(schema_id, name)
         self._readers[schema_id] = (cls, parsed_writer, parse_schema(schema.parsed), version)
-        self.cache.remember_id(schema_id, text, subject, version)
-        return _read_datum(self._readers[schema_id], data, key)
+        self.resolver.cache.remember_id(schema_id, text, subject, version)
+        return read_datum(self._readers[schema_id], data, key)
 
     @classmethod
     def offline(cls, settings: Settings) -> Serde:

@@ -15,8 +15,8 @@ import time
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from runtime.config import Settings
-from runtime.log.kafka_config import know_topic, offset_of, reader_config
-from runtime.log.port import LogRecord
+from runtime.log.kafka.config import know_topic, offset_of, reader_config
+from runtime.log.port.protocol import LogRecord
 
 
 class KafkaTail:

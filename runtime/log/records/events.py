@@ -1,7 +1,7 @@
 """Typed records of the log: one immutable dataclass per schema in ``schemas/``.
 
 The classes mirror the ``.avsc`` files field for field (a unit test keeps them in step);
-conversion to and from Avro happens only in :mod:`runtime.log.serde`. The envelope fields
+conversion to and from Avro happens only in :mod:`runtime.log.schemas.serde`. The envelope fields
 (``seq``, ``occurred_at``, ``worker``, ``epoch``) are filled in by the writer when a
 record is appended, so code that builds a record names only what it means.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TypeVar, dataclass_transform
 
-from runtime.log.status import ENDING_EVENTS
+from runtime.log.records.status import ENDING_EVENTS
 
 R = TypeVar("R")
 
@@ -35,7 +35,7 @@ class Record:
     run_id: str
     seq: int = 0
     # Not in the Avro value: filled on decode with the registry version (per subject) of the
-    # schema that wrote the record, from the id in its frame (runtime.log.serde); 0 on a record
+    # schema that wrote the record, from the id in its frame (runtime.log.schemas.serde); 0 on a record
     # not read from the log.
     schema_version: int = 0
     occurred_at: int = 0  # milliseconds since the epoch (Avro timestamp-millis)
@@ -112,7 +112,7 @@ class ModelCallScheduled(Event):
     args_hash: str
     prompt_version: str | None = None
     args: str | None = None
-    # The prompt itself, each distinct message once per run (runtime.log.prompts).
+    # The prompt itself, each distinct message once per run (runtime.log.records.prompts).
     message_count: int = -1
     message_slots: list[int] = field(default_factory=list)
     new_roles: list[str] = field(default_factory=list)
@@ -379,7 +379,7 @@ RECORD_TYPES: dict[str, type[Record]] = {
     cls.__name__: cls for cls in (*COMMAND_TYPES, *EVENT_TYPES, *CHECKPOINT_TYPES)
 }
 
-# Records that end a run (runtime.log.status); after one of them the run accepts nothing but reads.
+# Records that end a run (runtime.log.records.status); after one of them the run accepts nothing but reads.
 TERMINAL_TYPES: tuple[type[Event], ...] = tuple(cls for cls in EVENT_TYPES if cls.__name__ in ENDING_EVENTS)
 # Records about the partition, not about one run.
 PARTITION_TYPES: tuple[type[Event], ...] = (EpochClaimed, PartitionCheckpoint)

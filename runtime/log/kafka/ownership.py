@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, TopicPartition
 
 from runtime.config import Settings
-from runtime.log.kafka_config import know_topic, offset_of, reader_config
+from runtime.log.kafka.config import know_topic, offset_of, reader_config
 
 log = logging.getLogger("agentlog.ownership")
 

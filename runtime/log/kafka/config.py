@@ -24,7 +24,7 @@ def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 0,  # a step waits on its Scheduled ack: do not hold records back
-        "partitioner": "murmur2_random",  # the Java client's choice: see runtime.log.partitioning
+        "partitioner": "murmur2_random",  # the Java client's choice: see runtime.log.port.partitioning
         "compression.type": "lz4",
         "max.in.flight.requests.per.connection": 1,
         **extra,

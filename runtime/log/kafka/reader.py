@@ -16,8 +16,8 @@ from confluent_kafka import (
 )
 
 from runtime.config import Settings
-from runtime.log.kafka_config import offset_of, reader_config
-from runtime.log.port import LogRecord, ReadError
+from runtime.log.kafka.config import offset_of, reader_config
+from runtime.log.port.protocol import LogRecord, ReadError
 
 # The longest one consume() of a bounded read waits for records that may never come.
 _BATCH_WAIT_S = 0.01

@@ -1,7 +1,7 @@
 """The in-memory backend of the log port: the same records, offsets and acks, in one process.
 
 It serves the unit tests of the worker's semantics and ``runtime.local`` (a run without services).
-It keeps every promise of ``runtime.log.port`` (the contract suite runs against it and Kafka),
+It keeps every promise of ``runtime.log.port.protocol`` (the contract suite runs against it and Kafka),
 and adds test controls a broker cannot offer: ``hold()`` keeps appends unacknowledged (and
 unwritten) until ``release()``, ``fail_held()`` refuses them, so a test can stop the world
 between "appended" and "durable".
@@ -21,8 +21,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from runtime.config import Settings
-from runtime.log.partitioning import partition_for
-from runtime.log.port import (
+from runtime.log.port.partitioning import partition_for
+from runtime.log.port.protocol import (
     AssignCallback,
     Delivery,
     LogRecord,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runtime.log.events import EpochClaimed, Event
+from runtime.log.records.events import EpochClaimed, Event
 
 
 @dataclass

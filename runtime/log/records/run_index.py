@@ -11,7 +11,7 @@ its writer has proved:
 
 Offsets are written only by the owner, after the checkpoint's ownership proof that no newer claim
 precedes them (runtime.worker.checkpoint): a record at such an offset is never fenced, so a read
-may start at F (runtime.log.fencing). A reader still checks that the record it finds there is
+may start at F (runtime.log.records.fencing). A reader still checks that the record it finds there is
 the run's RunStarted (or ending event) and scans the partition when it is not.
 """
 

@@ -12,18 +12,18 @@ from confluent_kafka import (
 )
 
 from runtime.config import Settings
-from runtime.log.kafka_auth import check_credentials
-from runtime.log.kafka_config import reader_config
-from runtime.log.kafka_group import KafkaCommandFeed, commands_owner
-from runtime.log.kafka_ownership import KafkaOwnershipCheck
-from runtime.log.kafka_reader import read_partition, read_partitions, watermarks
-from runtime.log.kafka_tail import KafkaTail
-from runtime.log.kafka_writer import EventWriter
-from runtime.log.port import LogRecord
+from runtime.log.kafka.auth import check_credentials
+from runtime.log.kafka.config import reader_config
+from runtime.log.kafka.group import KafkaCommandFeed, commands_owner
+from runtime.log.kafka.ownership import KafkaOwnershipCheck
+from runtime.log.kafka.reader import read_partition, read_partitions, watermarks
+from runtime.log.kafka.tail import KafkaTail
+from runtime.log.kafka.writer import EventWriter
+from runtime.log.port.protocol import LogRecord
 
 
 class KafkaLog:
-    """The Kafka backend of the log port (``runtime.log.port.EventLog``).
+    """The Kafka backend of the log port (``runtime.log.port.protocol.EventLog``).
 
     The producer and the reading consumer are made on first use; a worker calls ``connect``
     at start so both are connected by the time partitions arrive (rebuilds read with them)."""

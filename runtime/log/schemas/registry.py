@@ -29,7 +29,7 @@ from runtime.config import Settings
 from runtime.errors import AgentlogError, RetryableError
 
 if TYPE_CHECKING:
-    from runtime.log.registry_client import Schema, SchemaRegistryClient, SchemaRegistryError
+    from runtime.log.schemas.registry_client import Schema, SchemaRegistryClient, SchemaRegistryError
 
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 # Error codes of the Confluent API for "no such subject / version / schema".
@@ -43,7 +43,7 @@ class LookupUnavailable(AgentlogError):
 
 class RegistryUnreachable(LookupUnavailable, RetryableError):
     """The registry did not answer (refused, timed out, a server error), and what was needed is not
-    in the schema cache (runtime.log.schema_cache). Retryable: a worker stops before the command it
+    in the schema cache (runtime.log.schemas.cache). Retryable: a worker stops before the command it
     was handling is committed; a client call fails with this message instead of a traceback."""
 
     def __init__(self, url: str, detail: str, what: str = "") -> None:
@@ -70,7 +70,7 @@ def is_unreachable(error: BaseException) -> bool:
 # -- the confluent client ------------------------------------------------------------------------
 def registry_client(settings: Settings) -> SchemaRegistryClient:
     """A registry client for the deployment (imports the client on first call: a heavy import)."""
-    from runtime.log.registry_client import SchemaRegistryClient
+    from runtime.log.schemas.registry_client import SchemaRegistryClient
 
     return SchemaRegistryClient({"url": settings.schema_registry_url})
 
@@ -83,7 +83,7 @@ def is_not_found(error: SchemaRegistryError) -> bool:
 def schema_by_id(client: SchemaRegistryClient, schema_id: int) -> Schema | None:
     """The schema registered under ``schema_id`` (cached by the client), or None if the registry
     has no such id. Raises SchemaRegistryError for any other answer."""
-    from runtime.log.registry_client import SchemaRegistryError
+    from runtime.log.schemas.registry_client import SchemaRegistryError
 
     try:
         return client.get_schema(schema_id)
@@ -106,7 +106,7 @@ def schema_ids(settings: Settings, subjects: Iterable[tuple[str, str]]) -> dict[
         raise  # the client would meet the same closed port
     except LookupUnavailable:
         pass  # the client below asks the same question its own way
-    from runtime.log.registry_client import Schema, SchemaRegistryError
+    from runtime.log.schemas.registry_client import Schema, SchemaRegistryError
 
     found: dict[str, tuple[int, int]] = {}
     with registry_client(settings) as scout:

@@ -10,7 +10,7 @@ The payloads topic is a Kafka topic kept forever, like the events: the log stays
 of truth (an object store would be a second one).
 
 Model-call messages too large for their record are stored there the same way
-(runtime.log.prompts: blob pointers); ``read_blobs`` reads them back by offset and sha256.
+(runtime.log.records.prompts: blob pointers); ``read_blobs`` reads them back by offset and sha256.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import hashlib
 from collections.abc import Iterable, Mapping
 
 from runtime.errors import AgentlogError
-from runtime.log.events import Event, ModelCallCompleted, ToolCallCompleted
-from runtime.log.port import EventLog
-from runtime.log.prompts import blob_refs
+from runtime.log.port.protocol import EventLog
+from runtime.log.records.events import Event, ModelCallCompleted, ToolCallCompleted
+from runtime.log.records.prompts import blob_refs
 
 Completed = ModelCallCompleted | ToolCallCompleted
 
@@ -63,7 +63,7 @@ def read_back(log: EventLog, topic: str, partition: int, events: Iterable[Event]
 
 
 def read_blobs(log: EventLog, topic: str, events: Iterable[Event]) -> dict[str, str]:
-    """The messages stored out of line that ``events`` point at (runtime.log.prompts), by sha256:
+    """The messages stored out of line that ``events`` point at (runtime.log.records.prompts), by sha256:
     one range read per partition they name (the run's own, or for a reset or fork also its
     original's), each checked. Raises PayloadMissing naming the first lost or altered one."""
     by_partition: dict[int, dict[int, str]] = {}

@@ -1,7 +1,7 @@
 """What ``agentlog schemas list | register | check | diff`` do, against a Confluent-API registry.
 
 The registry gives the verdict (it holds every version and the subject's compatibility
-level); :mod:`runtime.log.schema_diff` names the fields behind it.
+level); :mod:`runtime.log.schemas.diff` names the fields behind it.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from runtime.config import Settings
-from runtime.log.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog, load_policy
-from runtime.log.registry import compatibility_messages, is_not_found, registry_client
-from runtime.log.registry_client import Schema, SchemaRegistryClient, SchemaRegistryError
-from runtime.log.schema_diff import breaking_fields, field_changes
+from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog, load_policy
+from runtime.log.schemas.diff import breaking_fields, field_changes
+from runtime.log.schemas.registry import compatibility_messages, is_not_found, registry_client
+from runtime.log.schemas.registry_client import Schema, SchemaRegistryClient, SchemaRegistryError
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,16 @@ class SchemaAdmin:
         self.policy = load_policy(schema_dir)
         self.client = registry_client(settings)
 
-    def subjects(self) -> list[dict[str, Any]]:
+    def subjects(self, *, every_deployment: bool = False) -> list[dict[str, Any]]:
+        """The registry's subjects of this deployment's topics (all of them with
+        ``every_deployment``: one registry often serves many deployments, and each subject
+        costs three requests)."""
+        topics = (self.settings.commands_topic, self.settings.events_topic, self.settings.checkpoints_topic)
+        mine = tuple(f"{topic}-" for topic in topics)
         rows = []
         for subject in sorted(self.client.get_subjects() or []):
+            if not every_deployment and not subject.startswith(mine):
+                continue
             versions = self.client.get_versions(subject)
             try:
                 level = self.client.get_compatibility(subject)

@@ -1,13 +1,13 @@
 """The log port: everything the worker needs from the log, in one protocol with two backends.
 
-``runtime.log.kafka.KafkaLog`` is the production backend (confluent-kafka); ``runtime.log.memory.
+``runtime.log.kafka.backend.KafkaLog`` is the production backend (confluent-kafka); ``runtime.log.port.memory.
 MemoryLog`` keeps the same records in process, so the worker's semantics -- commit order, fencing,
 in-doubt calls, checkpoints -- are unit-tested without a broker. One contract suite
 (tests/contract) runs against both, so what the worker relies on is what both provide.
 
 The port speaks bytes: records are (key, value) pairs at offsets of a topic's partition, exactly
-as Kafka stores them. Serialization stays at its own seam (``runtime.log.serde``), and so does the
-fencing rule (``runtime.log.fencing``): a claim is an ``EpochClaimed`` record like any other.
+as Kafka stores them. Serialization stays at its own seam (``runtime.log.schemas.serde``), and so does the
+fencing rule (``runtime.log.records.fencing``): a claim is an ``EpochClaimed`` record like any other.
 
 What a backend promises (the contract suite checks each):
 - Appends to one partition are acknowledged in order, each with its offset; an acknowledged

@@ -22,8 +22,8 @@ from confluent_kafka import (
 
 from runtime import stagemarks
 from runtime.config import Settings
-from runtime.log.kafka_config import offset_of, producer_config
-from runtime.log.port import WriteError, settle
+from runtime.log.kafka.config import offset_of, producer_config
+from runtime.log.port.protocol import WriteError, settle
 
 
 class EventWriter:

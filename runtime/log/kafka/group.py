@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from runtime.config import Settings
 from runtime.errors import AgentlogError
-from runtime.log.port import AssignCallback, Delivery, MembershipFenced, RevokeCallback
+from runtime.log.port.protocol import AssignCallback, Delivery, MembershipFenced, RevokeCallback
 
 
 def consumer_config(settings: Settings, worker_id: str, session_timeout_ms: int) -> dict[str, Any]:

@@ -25,7 +25,7 @@ a system prompt shared by many runs is stored once per run, not once in the depl
 Large messages: a record carries at most ``RECORD_MESSAGE_BUDGET`` bytes of new messages (Kafka
 refuses a record over ~1 MB, and a refused record stops the worker on every retry). A new message
 that would take the record past it is stored out of line, like a large call result
-(runtime.log.payloads): its canonical JSON is appended to the payloads topic, in the run's
+(runtime.log.records.payloads): its canonical JSON is appended to the payloads topic, in the run's
 partition and acknowledged before the record, and the sequence holds a *blob pointer* in its place
 (``{"agentlog_blob": {"bytes", "offset", "partition", "sha256"}}``, the sha256 of the message's canonical JSON,
 which is also the digest that deduplicates it). Readers that need the text read it back and check
@@ -48,7 +48,7 @@ from typing import Any
 import orjson
 
 from runtime.errors import AgentlogError
-from runtime.log.events import Event, ModelCallScheduled
+from runtime.log.records.events import Event, ModelCallScheduled
 
 NOT_RECORDED = -1
 # New message bytes one record may carry; a message past it is stored out of line (see above).
@@ -250,7 +250,7 @@ def rebuild_inputs(
 ) -> dict[int, RecordedInput]:
     """Every model call's input in one run's records (after fencing, in log order), by position.
 
-    ``blobs``: the text of messages stored out of line, by sha256 (runtime.log.payloads.read_blobs,
+    ``blobs``: the text of messages stored out of line, by sha256 (runtime.log.records.payloads.read_blobs,
     already checked); a message not in it stays its pointer, which ``checked_args`` refuses.
     Raises PromptMissing when a prompt refers to messages the records do not hold."""
     blobs = blobs or {}
