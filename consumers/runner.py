@@ -104,6 +104,22 @@ def _payload_copier(
         client.close()
 
 
+@contextlib.contextmanager
+def _ops_port(settings: Settings, core: SinkCore, topic: str, stop: threading.Event) -> Iterator[None]:
+    """/metrics, /healthz and /readyz (consumers.metrics) while the sink runs, if ``metrics_port`` is set."""
+    if settings.metrics_port is None:
+        yield
+        return
+    from .metrics import SinkOps  # prometheus-client loads only when a port is asked for
+
+    ops = SinkOps(settings, core, topic, stop, settings.metrics_port).start()
+    log.info("sink: metrics and probes on port %s", ops.port)
+    try:
+        yield
+    finally:
+        ops.close()
+
+
 def sink_group(topic: str, location: StoreLocation) -> str:
     """The consumer group (faust) of the sink copying ``topic`` into this store."""
     store = hashlib.sha1(str(location.path or location.dsn).encode()).hexdigest()[:8]  # a name, not security
@@ -140,7 +156,11 @@ def run_sink(
             migrate(client)  # before the payloads copier writes its table
             writer = StoreWriter(client, topic, WriterSchemas(registry_client(settings)))
             core = SinkCore(writer, topic, config)
-            with _query_port(location) as endpoint, _payload_copier(settings, location, stop) as copier:
+            with (
+                _ops_port(settings, core, topic, stop),
+                _query_port(location) as endpoint,
+                _payload_copier(settings, location, stop) as copier,
+            ):
                 if on_ready is not None:
                     on_ready(endpoint)
                 log.info("sink: %s -> %s (driver %s)", topic, location.dsn, driver)

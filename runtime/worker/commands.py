@@ -93,7 +93,9 @@ class CommandHandler:
             if home != delivery.partition:
                 self._forward(owned, delivery, home)
                 return
-        run_id = _run_id_of(key) or keyless_run_id(delivery.partition, offset, self.executor.settings.partitions)
+        run_id = _run_id_of(key) or keyless_run_id(
+            delivery.partition, offset, self.executor.settings.partitions
+        )
         try:
             self._apply(owned, run_id, delivery)
         except RetryableError as error:
@@ -164,6 +166,7 @@ class CommandHandler:
                     run_id=command.run_id, name=command.name, payload=command.payload, command_offset=offset
                 )
             )
+            self.executor.metrics.step(machine.workflow)
             self.executor.flush(owned, machine)
         elif isinstance(command, CancelRequested):
             machine = owned.runs.get(command.run_id)
@@ -220,6 +223,7 @@ class CommandHandler:
             history_warn_events=self.executor.settings.history_warn_events,
         )
         owned.runs[command.run_id] = machine
+        self.executor.metrics.run_started(command.workflow)
         machine.begin()
         if copies:
             machine.replay(copies)
