@@ -175,7 +175,7 @@ class Executor:
                     return
                 final = not is_retryable(policy, error, attempt)
                 self.metrics.call(
-                    machine.workflow, intent.kind, intent.name, "failed", time.perf_counter() - started, final
+                    machine.workflow, intent.kind, intent.name, False, time.perf_counter() - started, final
                 )
                 machine.record(failed(intent, error, attempt, started, final))
                 self.flush(owned, machine)
@@ -189,7 +189,7 @@ class Executor:
             if owned.lost or not machine.active:
                 return
             self.metrics.call(
-                machine.workflow, intent.kind, intent.name, "completed", time.perf_counter() - started, True
+                machine.workflow, intent.kind, intent.name, True, time.perf_counter() - started, True
             )
             text: str | None = None
             if len(outcome.result) > self.settings.payload_inline_limit:  # chars <= bytes: cheap first

@@ -63,23 +63,28 @@ class Histogram:
 
     def buckets(self) -> list[tuple[str, float]]:
         """Cumulative ``(le, count)`` pairs, as Prometheus wants them."""
-        counts = list(self.counts)  # one copy: the loop may observe meanwhile
-        out: list[tuple[str, float]] = []
-        running = 0
-        for bound, count in zip((*self.bounds, float("inf")), counts, strict=True):
-            running += count
-            out.append(("+Inf" if bound == float("inf") else repr(bound), float(running)))
-        return out
+        return _cumulative(self.bounds, list(self.counts))  # one copy: the loop may observe meanwhile
+
+
+class CallCounts:
+    """One (workflow, kind, name)'s call attempts: the counters and the latency histogram of the
+    step path, reached with one dict lookup per call."""
+
+    __slots__ = ("completed", "failed", "final_failures", "latency")
+
+    def __init__(self) -> None:
+        self.completed = 0
+        self.failed = 0
+        self.final_failures = 0  # failures not retried: they resume the workflow (raise in it)
+        self.latency = Histogram(CALL_BUCKETS)
 
 
 class WorkerMetrics:
     """What the worker counts while it runs (see the module docstring). Loop thread only."""
 
     def __init__(self) -> None:
-        self.steps: dict[str, int] = {}  # workflow -> outcomes that resumed its code
-        self.calls: dict[tuple[str, str, str, str], int] = {}  # (workflow, kind, name, outcome) -> calls
-        self.latency: dict[tuple[str, str], Histogram] = {}  # (kind, name) -> seconds per attempt
-        self.retries: dict[tuple[str, str], int] = {}
+        self.calls: dict[tuple[str, str, str], CallCounts] = {}  # (workflow, kind, name) -> its counts
+        self.other_steps: dict[str, int] = {}  # workflow -> timers fired and signals received
         self.in_doubt: dict[tuple[str, str], int] = {}
         self.runs_started: dict[str, int] = {}
         self.runs_ended: dict[tuple[str, str], int] = {}  # (workflow, status) -> runs
@@ -87,23 +92,31 @@ class WorkerMetrics:
         self.rebuilds = Histogram(REBUILD_BUCKETS)
         self.partitions_taken = 0
 
-    def call(self, workflow: str, kind: str, name: str, outcome: str, seconds: float, final: bool) -> None:
-        """One attempt of a model or tool call ended: ``outcome`` is completed or failed; ``final``
-        when its outcome resumes the workflow (a success, or a failure not retried)."""
-        key = (workflow, kind, name, outcome)
-        self.calls[key] = self.calls.get(key, 0) + 1
-        timing = self.latency.get((kind, name))
-        if timing is None:
-            timing = self.latency[(kind, name)] = Histogram(CALL_BUCKETS)
-        timing.observe(seconds)
-        if final:
-            self.steps[workflow] = self.steps.get(workflow, 0) + 1
+    def call(self, workflow: str, kind: str, name: str, completed: bool, seconds: float, final: bool) -> None:
+        """One attempt of a model or tool call ended, ``completed`` or failed; ``final`` when its
+        outcome resumes the workflow (a success, or a failure not retried)."""
+        counts = self.calls.get((workflow, kind, name))
+        if counts is None:
+            counts = self.calls[(workflow, kind, name)] = CallCounts()
+        if completed:
+            counts.completed += 1
         else:
-            self.retries[(kind, name)] = self.retries.get((kind, name), 0) + 1
+            counts.failed += 1
+            counts.final_failures += final
+        latency = counts.latency
+        latency.counts[bisect.bisect_left(CALL_BUCKETS, seconds)] += 1
+        latency.total += seconds
+
+    def steps(self) -> dict[str, int]:
+        """Workflow -> outcomes that resumed its code: calls' results and final failures, timers, signals."""
+        steps = dict(self.other_steps)
+        for (workflow, _, _), counts in list(self.calls.items()):
+            steps[workflow] = steps.get(workflow, 0) + counts.completed + counts.final_failures
+        return steps
 
     def step(self, workflow: str) -> None:
         """An outcome that is not a call's (a timer fired, a signal arrived) resumed the workflow."""
-        self.steps[workflow] = self.steps.get(workflow, 0) + 1
+        self.other_steps[workflow] = self.other_steps.get(workflow, 0) + 1
 
     def run_started(self, workflow: str) -> None:
         self.runs_started[workflow] = self.runs_started.get(workflow, 0) + 1
@@ -167,20 +180,34 @@ class WorkerCollector(Collector):
             ["workflow"],
             {(w,): n for (w, status), n in dict(m.runs_ended).items() if status == "parked"},
         )
+        calls = list(m.calls.items())
         yield _counter(
             "agentlog_steps",
             "Outcomes recorded that resumed workflow code: a call's result or final failure, a timer, a signal",
             ["workflow"],
-            m.steps,
+            m.steps(),
         )
+        attempts: dict[tuple[str, str, str, str], int] = {}
+        retries: dict[tuple[str, str], int] = {}
+        latency: dict[tuple[str, str], tuple[list[int], float]] = {}
+        for (workflow, kind, name), counts in calls:
+            attempts[(workflow, kind, name, "completed")] = counts.completed
+            if counts.failed:
+                attempts[(workflow, kind, name, "failed")] = counts.failed
+            retries[(kind, name)] = retries.get((kind, name), 0) + counts.failed - counts.final_failures
+            buckets, total = latency.get((kind, name), ([0] * (len(CALL_BUCKETS) + 1), 0.0))
+            latency[(kind, name)] = (
+                [a + b for a, b in zip(buckets, list(counts.latency.counts), strict=True)],
+                total + counts.latency.total,
+            )
         yield _counter(
             "agentlog_calls",
             "Model and tool call attempts, by outcome (completed or failed)",
             ["workflow", "kind", "name", "outcome"],
-            m.calls,
+            attempts,
         )
         yield _counter(
-            "agentlog_call_retries", "Failed call attempts that are tried again", ["kind", "name"], m.retries
+            "agentlog_call_retries", "Failed call attempts that are tried again", ["kind", "name"], retries
         )
         yield _counter(
             "agentlog_calls_in_doubt",
@@ -194,14 +221,14 @@ class WorkerCollector(Collector):
             ["workflow"],
             m.history_warnings,
         )
-        latency = HistogramMetricFamily(
+        durations = HistogramMetricFamily(
             "agentlog_call_duration_seconds",
             "Duration of one model or tool call attempt",
             labels=["kind", "name"],
         )
-        for (kind, name), histogram in list(m.latency.items()):
-            latency.add_metric([kind, name], histogram.buckets(), histogram.total)
-        yield latency
+        for (kind, name), (buckets, total) in sorted(latency.items()):
+            durations.add_metric([kind, name], _cumulative(CALL_BUCKETS, buckets), total)
+        yield durations
         rebuilds = HistogramMetricFamily(
             "agentlog_takeover_duration_seconds",
             "Time to claim and rebuild the partitions of one assignment, until their runs resume",
@@ -264,3 +291,13 @@ def _counter(
     for key, value in list(values.items()):
         family.add_metric(list(key) if isinstance(key, tuple) else [str(key)], value)
     return family
+
+
+def _cumulative(bounds: tuple[float, ...], counts: list[int]) -> list[tuple[str, float]]:
+    """Per-bucket counts (the last above every bound) as cumulative ``(le, count)`` pairs."""
+    out: list[tuple[str, float]] = []
+    running = 0
+    for bound, count in zip((*bounds, float("inf")), counts, strict=True):
+        running += count
+        out.append(("+Inf" if bound == float("inf") else repr(bound), float(running)))
+    return out

@@ -8,6 +8,7 @@ sink's rows, no run id among the label values. The probes answer on the same por
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -17,6 +18,7 @@ from runtime.client import Client
 from runtime.config import Settings
 from support.ops_apps import app as ops_app
 from support.prometheus import PrometheusServer, free_port
+from support.services import ROOT
 from support.sink import SinkProcess
 from support.wait import wait_until
 from support.workers import WorkerProcess
@@ -122,10 +124,31 @@ def test_prometheus_scrapes_the_worker_and_the_sink_during_refund_runs(
         label_values = {v for s in series["data"] for v in s.values()}
         assert not label_values & set(run_ids)
         assert prometheus.targets_up() == {"worker": "up", "sink": "up"}
+
+        # Every expression of the Grafana dashboard is valid PromQL here, and the steps panel shows the runs.
+        for expr in _dashboard_expressions():
+            prometheus.query(expr)  # asserts status "success"
+        steps_panel = next(
+            e for e in _dashboard_expressions() if "agentlog_steps_total" in e and "by (workflow)" in e
+        )
+        assert prometheus.query(steps_panel.replace("[1m]", "[5m]"))
     finally:
         client.close()
         prometheus.stop()
         sink.stop()
+
+
+def _dashboard_expressions() -> list[str]:
+    """The dashboard's queries with its variables filled in as Grafana would for this test."""
+    dashboard = json.loads((ROOT / "infra" / "grafana" / "agentlog-dashboard.json").read_text())
+    return [
+        t["expr"]
+        .replace("$__rate_interval", "1m")
+        .replace("$worker_job", "worker")
+        .replace("$sink_job", "sink")
+        for panel in dashboard["panels"]
+        for t in panel.get("targets", [])
+    ]
 
 
 def _ready(port: int) -> bool:
