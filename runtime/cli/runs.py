@@ -209,6 +209,11 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
         print(f"reason    {status.reason}")
     for call in status.in_doubt:
         print(f"in doubt  {call.kind} {call.name!r} at position {call.position} key={call.idempotency_key}")
+    for undo in status.compensations:
+        print(
+            f"compensation  {undo.tool!r} at position {undo.position} undoes position {undo.compensates}: "
+            f"{undo.state} key={undo.idempotency_key}"
+        )
     if status.forked_from:
         print(f"fork      {status.forked_from.describe()}")
     elif status.reset_from:

@@ -66,9 +66,20 @@ class Context:
         """True in a fork: effecting tools are recorded as skipped and never called."""
         return self._machine.dry_run
 
-    def tool(self, name: str, /, **args: Any) -> DurableFuture:
-        """Call the tool registered as ``name`` with keyword arguments; the result is recorded."""
-        return self._machine.issue_tool(name, args)
+    def tool(
+        self, name: str, /, *, compensate_with: tuple[str, dict[str, Any]] | None = None, **args: Any
+    ) -> DurableFuture:
+        """Call the tool registered as ``name`` with keyword arguments; the result is recorded.
+
+        ``compensate_with=(tool, {arguments})``, for an effecting tool: the effect that undoes this
+        one, called if a later step fails or the run is cancelled (runtime.workflow.compensation)."""
+        if compensate_with is None:
+            return self._machine.issue_tool(name, args)
+        saga = self._machine.saga
+        compensation = saga.checked(self._machine, name, compensate_with)
+        future = self._machine.issue_tool(name, args)
+        saga.add(future, name, compensation)
+        return future
 
     def sleep(self, seconds: float) -> DurableFuture:
         """A durable timer: survives worker restarts; holds no thread while it waits."""

@@ -52,6 +52,7 @@ from runtime.log.prompts import PromptBook
 from runtime.log.status import RunState, status_after
 from runtime.workflow.app import App
 from runtime.workflow.canonical import args_hash, canonical_json, idempotency_key, sha256_hex
+from runtime.workflow.compensation import CANCEL_SIGNAL, Saga, Unwound, cancelled_by
 from runtime.workflow.context import Context, ContinueAsNew
 from runtime.workflow.futures import DurableFuture, GatherFuture
 from runtime.workflow.input_shape import coerce_input
@@ -135,6 +136,7 @@ class RunMachine:
         self._after_replay: list[Event] = []  # emitted during replay: stamped once history is done
         self.replaying = bool(history)
         self._ctx = Context(self)
+        self.saga = Saga()  # compensations registered by ctx.tool(..., compensate_with=...)
         self._coro: Coroutine[Any, Any, Any] = spec.fn(
             self._ctx, coerce_input(spec.input_type, json.loads(started.input))
         )
@@ -248,6 +250,8 @@ class RunMachine:
                 command.future.set_exception(
                     TimeoutError(f"no signal {command.name!r} within {command.duration_ms} ms")
                 )
+        elif isinstance(event, SignalReceived) and event.name == CANCEL_SIGNAL:
+            self._begin_unwind(cancelled_by(event.payload, event.command_offset, self.run_id))
         elif isinstance(event, SignalReceived):
             waiters = self._waiters.get(event.name)
             if waiters:
@@ -307,7 +311,10 @@ class RunMachine:
         if recorded is not command.args:
             command.legacy_hash = args_hash(command.kind, command.name, command.args)
 
-    def issue_tool(self, name: str, args: dict[str, Any]) -> DurableFuture:
+    def issue_tool(
+        self, name: str, args: dict[str, Any], *, key: str | None = None, compensates: int | None = None
+    ) -> DurableFuture:
+        """``key``, ``compensates``: a compensation's (runtime.workflow.compensation)."""
         spec = self.app.tools.get(name)
         if spec is None:
             raise AgentlogError(f"tool {name!r} is not registered (known: {sorted(self.app.tools)})")
@@ -322,8 +329,9 @@ class RunMachine:
             key_args = recorded if spec.key_args is None else {k: recorded.get(k) for k in spec.key_args}
             identity = f"{name}/{sha256_hex(canonical_json(key_args))}"
             command.effect = True
-            command.key = idempotency_key(self.key_root, name, key_args, self._identical[identity])
+            command.key = key or idempotency_key(self.key_root, name, key_args, self._identical[identity])
             self._identical[identity] += 1
+        command.compensates = compensates
         return self._issue(command)
 
     def issue_timer(self, duration_ms: int) -> DurableFuture:
@@ -470,6 +478,7 @@ class RunMachine:
                     args=canonical_json(command.recorded_args),
                     effect=command.effect,
                     idempotency_key=command.key,
+                    compensates=command.compensates,
                 )
             )
         elif command.kind in ("timer", "signal"):
@@ -510,8 +519,14 @@ class RunMachine:
             except DecisionOutOfBounds as error:  # not a failure: an operator decides
                 self._finish(RunParked(run_id=self.run_id, reason=str(error), position=error.position))
                 return
+            except Unwound as unwound:  # the compensations ran: the run ends as it was going to
+                self._finish(unwound.event)
+                return
             except Exception as error:  # the workflow raised: the run fails with its error
-                self._finish(RunFailed(run_id=self.run_id, error_type=type(error).__name__, error=str(error)))
+                failed = RunFailed(run_id=self.run_id, error_type=type(error).__name__, error=str(error))
+                if self._begin_unwind(failed):
+                    continue
+                self._finish(failed)
                 return
             if not isinstance(yielded, (DurableFuture, GatherFuture)):
                 self._coro.close()
@@ -548,9 +563,29 @@ class RunMachine:
         self._pending_terminal = None
         self._coro.close()
 
-    def cancel(self, reason: str, command_offset: int) -> RunCancelled:
+    def cancel(self, reason: str, command_offset: int) -> Event:
+        """Cancel now, or -- effects to compensate -- record the request and unwind first."""
+        if self.saga.unwinding or self.saga.pending():
+            return self.record(
+                SignalReceived(
+                    run_id=self.run_id,
+                    name=CANCEL_SIGNAL,
+                    payload=json.dumps(reason),
+                    command_offset=command_offset,
+                )
+            )
         event = self.record(RunCancelled(run_id=self.run_id, reason=reason, command_offset=command_offset))
         return event
+
+    def _begin_unwind(self, ending: Event) -> bool:
+        """Drive the saga's compensations in place of the workflow, then end with ``ending``
+        (runtime.workflow.compensation); False if there is nothing to compensate."""
+        if self.saga.unwinding or not self.saga.pending():
+            return False
+        self._coro.close()
+        self._coro = self.saga.unwind(self, ending)
+        self._blocked_on = None
+        return True
 
     def park(self, reason: str) -> None:
         """Stop the run without failing it (an operator decides what happens next)."""
