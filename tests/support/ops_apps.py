@@ -6,10 +6,11 @@ survive a killed worker."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
-from runtime import App, Context
+from runtime import App, Context, RetryPolicy
 
 app = App("ops-tests")
 
@@ -45,3 +46,45 @@ async def refund(ctx: Context, request: dict[str, Any]) -> Any:
     for step in range(request["lookups"]):
         await ctx.tool("lookup_order", order=request["order"], step=step)
     return await ctx.tool("issue_refund", order=request["order"], amount=decision["amount"])
+
+
+# -- a saga: refund and reserve, each with its compensation, then a shipment that fails --------------
+def _effect(name: str, idempotency_key: str) -> None:
+    """What the service saw: the key, noted before the work; a worker started with
+    HANG_IN=<name> then hangs inside the call (the test SIGKILLs it there)."""
+    _note(name, idempotency_key)
+    if os.environ.get("HANG_IN") == name:
+        time.sleep(600)
+
+
+@app.tool("reverse_refund", effect=True)
+def reverse_refund(order: str, *, idempotency_key: str) -> dict[str, Any]:
+    _effect("reverse_refund", idempotency_key)
+    return {"reversed": order}
+
+
+@app.tool("reserve_stock", effect=True)
+def reserve_stock(sku: str, *, idempotency_key: str) -> dict[str, Any]:
+    _effect("reserve_stock", idempotency_key)
+    return {"reserved": sku}
+
+
+@app.tool("release_stock", effect=True)
+def release_stock(sku: str, *, idempotency_key: str) -> dict[str, Any]:
+    _effect("release_stock", idempotency_key)
+    return {"released": sku}
+
+
+@app.tool("ship", retry=RetryPolicy(attempts=1))
+def ship(order: str) -> dict[str, Any]:
+    raise ValueError(f"no courier for order {order}")
+
+
+@app.workflow("refund_saga")
+async def refund_saga(ctx: Context, request: dict[str, Any]) -> Any:
+    order = request["order"]
+    await ctx.tool(
+        "issue_refund", order=order, amount=41.6, compensate_with=("reverse_refund", {"order": order})
+    )
+    await ctx.tool("reserve_stock", sku="sku-7", compensate_with=("release_stock", {"sku": "sku-7"}))
+    return await ctx.tool("ship", order=order)
