@@ -43,8 +43,10 @@ from runtime.workflow.futures import DurableFuture
 if TYPE_CHECKING:
     from runtime.workflow.machine import RunMachine
 
+# Signal names agentlog keeps for itself: a client refuses to send them, a worker ignores them.
+RESERVED_SIGNAL_PREFIX = "agentlog:"
 # The name of the signal that records a cancellation whose run has compensations to run.
-CANCEL_SIGNAL = "agentlog:cancel"
+CANCEL_SIGNAL = f"{RESERVED_SIGNAL_PREFIX}cancel"
 
 
 class Unwound(BaseException):

@@ -181,3 +181,11 @@ async def test_an_unregistered_compensation_fails_the_run_before_the_effect_runs
     assert status.reason is not None and "compensation 'no_such_tool' of 'refund'" in status.reason
     assert calls == []
     await h.stop_all()
+
+
+async def test_the_cancel_signal_name_is_reserved() -> None:
+    from runtime.errors import AgentlogError
+
+    h = Harness(saga_app([]))
+    with pytest.raises(AgentlogError, match="reserved"):
+        h.client.signal("any-run", CANCEL_SIGNAL, "sneaky")
