@@ -22,7 +22,7 @@ from runtime.log.kafka_reader import offset_bounds
 from runtime.ops.sampler import Sampler
 from runtime.ops.server import OpsServer
 
-from .core import SinkCore
+from .core import SinkCore, SinkStats
 from .direct import partitions_of
 
 # How long a sample of the topic's end offsets may take (a scrape never waits for it).
@@ -30,13 +30,13 @@ SAMPLE_PATIENCE_S = 5.0
 
 
 class SinkCollector(Collector):
-    def __init__(self, core: SinkCore, behind: Sampler, topic: str) -> None:
-        self.core = core
+    def __init__(self, core: SinkCore | None, behind: Sampler, topic: str) -> None:
+        self.core = core  # None until the store is open (SinkOps.attach)
         self.behind = behind
         self.topic = topic
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        stats = self.core.stats
+        stats = self.core.stats if self.core is not None else SinkStats()
         for name, text, value in (
             ("agentlog_sink_rows_written", "Rows the sink wrote to the store", stats.rows_written),
             (
@@ -66,12 +66,11 @@ class SinkCollector(Collector):
 
 
 class SinkOps:
-    """The port, the end-offsets sampler and their Kafka client, for one sink process."""
+    """The port, the end-offsets sampler and their Kafka client, for one sink process. Opened
+    before the store's lock is taken: a sink waiting for another to let go is alive, not ready."""
 
-    def __init__(
-        self, settings: Settings, core: SinkCore, topic: str, stop: threading.Event, port: int
-    ) -> None:
-        self.core = core
+    def __init__(self, settings: Settings, topic: str, stop: threading.Event, port: int) -> None:
+        self.core: SinkCore | None = None  # attached once the store is open
         self.stop_event = stop
         self.topic = topic
         # Its own client: the sink's consumer belongs to the driver's thread.
@@ -82,26 +81,37 @@ class SinkOps:
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
-        self.registry.register(SinkCollector(core, self.behind, topic))
+        self.collector = SinkCollector(None, self.behind, topic)
+        self.registry.register(self.collector)
         self.server = OpsServer(self.registry, self.readiness, port, settings.metrics_host)
 
     @property
     def port(self) -> int:
         return self.server.port
 
+    def attach(self, core: SinkCore) -> None:
+        """The store is open (its lock held, migrated): ``core`` is what the metrics count."""
+        self.core = self.collector.core = core
+
     def readiness(self) -> str | None:
+        core = self.core
         if self.stop_event.is_set():
             return "stopping"
-        if self.core.failure is not None:
-            return f"failing: {self.core.failure}"
-        if not self.core.started:
+        if core is None:
+            return "starting: waiting for the analytics store (its lock, its migrations)"
+        if core.failure is not None:
+            return f"failing: {core.failure}"
+        if not core.started:
             return "starting: the store's positions are not read yet"
         return None
 
     def _records_behind(self) -> dict[int, int]:
+        core = self.core
+        if core is None:
+            return {}
         partitions = partitions_of(self._reader, self.topic, timeout=SAMPLE_PATIENCE_S)
         bounds = offset_bounds(self._reader, self.topic, partitions, SAMPLE_PATIENCE_S)
-        stored = self.core.durable_offsets()
+        stored = core.durable_offsets()
         # A partition the store holds nothing of is behind by everything it still holds.
         return {p: max(0, high - stored.get(p, low)) for p, (low, high) in bounds.items()}
 

@@ -15,6 +15,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from analytics.migrations import migrate
 from analytics.server import QueryServer
@@ -28,6 +29,9 @@ from .direct import run_direct
 from .payloads import PayloadCopier
 from .registry import WriterSchemas
 from .store_writer import StoreWriter
+
+if TYPE_CHECKING:
+    from .metrics import SinkOps
 
 log = logging.getLogger("agentlog.sink")
 
@@ -105,17 +109,18 @@ def _payload_copier(
 
 
 @contextlib.contextmanager
-def _ops_port(settings: Settings, core: SinkCore, topic: str, stop: threading.Event) -> Iterator[None]:
-    """/metrics, /healthz and /readyz (consumers.metrics) while the sink runs, if ``metrics_port`` is set."""
+def _ops_port(settings: Settings, topic: str, stop: threading.Event) -> Iterator[SinkOps | None]:
+    """/metrics, /healthz and /readyz (consumers.metrics) while the sink runs, if ``metrics_port``
+    is set; open before the store's lock is taken, so a sink waiting for it is alive, not ready."""
     if settings.metrics_port is None:
-        yield
+        yield None
         return
     from .metrics import SinkOps  # prometheus-client loads only when a port is asked for
 
-    ops = SinkOps(settings, core, topic, stop, settings.metrics_port).start()
+    ops = SinkOps(settings, topic, stop, settings.metrics_port).start()
     log.info("sink: metrics and probes on port %s", ops.port)
     try:
-        yield
+        yield ops
     finally:
         ops.close()
 
@@ -150,14 +155,15 @@ def run_sink(
     # Refused SASL credentials end the sink here, before it takes the store's lock or creates the
     # store, and before its two Kafka clients (events, payloads) would wait on them forever.
     check_credentials(settings)
-    with _stop_on_signals(stop), _store_lock(location):
+    with _stop_on_signals(stop), _ops_port(settings, topic, stop) as ops, _store_lock(location):
         client = open_client(location)
         try:
             migrate(client)  # before the payloads copier writes its table
             writer = StoreWriter(client, topic, WriterSchemas(registry_client(settings)))
             core = SinkCore(writer, topic, config)
+            if ops is not None:
+                ops.attach(core)
             with (
-                _ops_port(settings, core, topic, stop),
                 _query_port(location) as endpoint,
                 _payload_copier(settings, location, stop) as copier,
             ):

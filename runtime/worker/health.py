@@ -34,6 +34,12 @@ class Readiness:
         if why.startswith("fenced") and not self._stopping:
             self.reason = f"partition {partition} {why}"
 
+    def fenced(self, why: str) -> None:
+        """The workers' group fenced this worker's membership: it rejoins, and is ready again once
+        the group assigns it partitions and they are rebuilt."""
+        if not self._stopping:
+            self.reason = f"fenced by the workers' group ({why}); rejoining"
+
     def failed(self, why: str) -> None:
         self._stopping = True
         self.reason = f"failing: {why}"

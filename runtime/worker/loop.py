@@ -175,6 +175,7 @@ class Worker:
 
     def _rejoin(self) -> CommandFeed:
         """A new membership of the workers' group, after the group fenced the last one."""
+        self.readiness.fenced("membership fenced")
         self.feed = self.log.join(self.worker_id, self.session_timeout_ms)
         return self.feed
 

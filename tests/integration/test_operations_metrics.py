@@ -156,3 +156,51 @@ def _ready(port: int) -> bool:
         return _get(port, "/readyz").status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_a_sink_waiting_for_the_store_is_alive_but_not_ready_until_it_holds_it(
+    deployment: Settings, tmp_path: Path
+) -> None:
+    """Two sinks on one embedded store: the second waits for the first's lock -- alive (/healthz),
+    not ready (/readyz says why) -- and is ready once the first stops and it takes the store."""
+    dsn = f"chdb://{tmp_path / 'analytics'}"
+    first_port, second_port = free_port(), free_port()
+    first = SinkProcess(deployment, dsn, tmp_path / "sink1.log", "direct", "--metrics-port", str(first_port))
+    second: SinkProcess | None = None
+    try:
+        wait_until(
+            lambda: _ready(first_port),
+            60,
+            "the first sink's /readyz",
+            process=first.proc,
+            detail=first.log_tail,
+        )
+        second = SinkProcess(
+            deployment, dsn, tmp_path / "sink2.log", "direct", "--metrics-port", str(second_port)
+        )
+        waiting = wait_until(
+            lambda: _answer(second_port, "/readyz"), 30, "the second sink's port", process=second.proc
+        )
+        assert waiting.status_code == 503
+        assert "waiting for the analytics store" in waiting.text
+        assert _get(second_port, "/healthz").status_code == 200
+        assert first.stop() == 0
+        wait_until(
+            lambda: _ready(second_port),
+            60,
+            "the second sink's /readyz",
+            process=second.proc,
+            detail=second.log_tail,
+        )
+    finally:
+        if first.proc.poll() is None:
+            first.stop()
+        if second is not None:
+            second.stop()
+
+
+def _answer(port: int, path: str) -> httpx.Response | None:
+    try:
+        return _get(port, path)
+    except httpx.HTTPError:
+        return None

@@ -232,3 +232,13 @@ def test_the_grafana_dashboard_charts_only_metrics_the_processes_expose() -> Non
     assert charted - histograms, "the dashboard charts no agentlog metric"
     missing = {n for n in charted if n not in exposed and n.removesuffix("_bucket") not in exposed}
     assert missing == set()
+
+
+def test_a_worker_fenced_by_the_group_is_not_ready_until_assigned_again() -> None:
+    readiness = Readiness()
+    readiness.assigned()
+    readiness.fenced("membership fenced")
+    assert readiness() == "fenced by the workers' group (membership fenced); rejoining"
+    readiness.assigning([2])
+    readiness.assigned()
+    assert readiness() is None
