@@ -88,3 +88,14 @@ async def refund_saga(ctx: Context, request: dict[str, Any]) -> Any:
     )
     await ctx.tool("reserve_stock", sku="sku-7", compensate_with=("release_stock", {"sku": "sku-7"}))
     return await ctx.tool("ship", order=order)
+
+
+@app.workflow("refund_saga_waits")
+async def refund_saga_waits(ctx: Context, request: dict[str, Any]) -> Any:
+    """The saga's two effects, then a wait for the signal "go" (a cancellation comes instead)."""
+    order = request["order"]
+    await ctx.tool(
+        "issue_refund", order=order, amount=41.6, compensate_with=("reverse_refund", {"order": order})
+    )
+    await ctx.tool("reserve_stock", sku="sku-7", compensate_with=("release_stock", {"sku": "sku-7"}))
+    return await ctx.wait_signal("go")
