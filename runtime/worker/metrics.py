@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from runtime.workflow.futures import GatherFuture
+
 if TYPE_CHECKING:
     from runtime.log.serde import Serde
     from runtime.ops.sampler import Sampler
     from runtime.worker.partition import OwnedPartition
-    from runtime.workflow.intents import Intent
+    from runtime.workflow.machine import RunMachine
 
 # Seconds; model calls take 0.2-30 s, tools from microseconds (an in-process lookup) to seconds.
 CALL_BUCKETS = (
@@ -264,7 +266,7 @@ class WorkerCollector(Collector):
         counts: dict[tuple[str, str], int] = {}
         for partition in owned:
             for machine in list(partition.runs.values()):
-                state = "waiting" if _waiting(machine.commands) else "active"
+                state = "waiting" if _waiting(machine) else "active"
                 key = (machine.workflow, state)
                 counts[key] = counts.get(key, 0) + 1
         runs = GaugeMetricFamily(
@@ -277,10 +279,16 @@ class WorkerCollector(Collector):
         yield runs
 
 
-def _waiting(commands: dict[int, Intent]) -> bool:
-    """True if every command the run waits on is a timer or a signal wait."""
-    pending = [c for c in list(commands.values()) if not c.future.done]
-    return bool(pending) and all(c.kind in ("timer", "signal") for c in pending)
+def _waiting(machine: RunMachine) -> bool:
+    """True if all the run waits for is timers or signals: one lookup per future it waits on, not a
+    walk of the run's commands (a scrape must stay cheap under thousands of long runs)."""
+    blocked = machine.blocked_on
+    if blocked is None:
+        return False
+    futures = blocked.children if isinstance(blocked, GatherFuture) else [blocked]
+    commands = machine.commands
+    kinds = [commands[f.position].kind for f in futures if not f.done and f.position in commands]
+    return bool(kinds) and all(kind in ("timer", "signal") for kind in kinds)
 
 
 def _counter(

@@ -185,6 +185,11 @@ class RunMachine:
     def active(self) -> bool:
         return self.status == "running"
 
+    @property
+    def blocked_on(self) -> DurableFuture | GatherFuture | None:
+        """What the workflow waits for now (the worker's runs gauge: waiting or active)."""
+        return self._blocked_on
+
     def drain(self) -> tuple[list[Event], list[Intent]]:
         events, ready = self.outbox, self.ready
         self.outbox, self.ready = [], []
