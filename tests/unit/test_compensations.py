@@ -189,3 +189,42 @@ async def test_the_cancel_signal_name_is_reserved() -> None:
     h = Harness(saga_app([]))
     with pytest.raises(AgentlogError, match="reserved"):
         h.client.signal("any-run", CANCEL_SIGNAL, "sneaky")
+
+
+async def test_an_effect_in_flight_at_the_cancel_settles_first_and_is_undone_too() -> None:
+    calls: list[str] = []
+    gate = asyncio.Event()
+    app = App("unit-saga-in-flight")
+
+    @app.tool("charge", effect=True)
+    async def charge(account: str, idempotency_key: str) -> str:
+        calls.append("charge")
+        await gate.wait()  # the cancel arrives while the charge is in flight
+        return "charged"
+
+    @app.tool("refund_charge", effect=True)
+    def refund_charge(account: str, idempotency_key: str) -> str:
+        calls.append("refund_charge")
+        return "refunded"
+
+    @app.workflow("pay")
+    async def pay(ctx: Context, request: dict[str, Any]) -> Any:
+        return await ctx.tool("charge", account="a-1", compensate_with=("refund_charge", {"account": "a-1"}))
+
+    h = Harness(app)
+    h.start()
+    run = h.client.submit("pay", {})
+    await until(lambda: calls == ["charge"], what="the charge to start")
+    h.client.cancel(run, reason="too late")
+    await until(
+        lambda: CANCEL_SIGNAL in [getattr(e, "name", "") for e in h.events(run)], what="the cancel recorded"
+    )
+    assert calls == ["charge"]  # the unwind waits for the charge to settle
+    gate.set()
+    status = await h.ended(run)
+    assert status.status == "cancelled" and calls == ["charge", "refund_charge"]
+    assert [(c.tool, c.compensates, c.state) for c in status.compensations] == [
+        ("refund_charge", 1, "completed")
+    ]
+    assert Replayer(app=app).replay(h.events(run)).ok
+    await h.stop_all()
