@@ -371,6 +371,13 @@ _AUDIT_COLUMNS = f"ALTER TABLE {EVENTS} " + ", ".join(
     f"ADD COLUMN IF NOT EXISTS {quote_identifier(name)} {ch_type}" for name, ch_type in _V10_FIELD_COLUMNS
 )
 
+# ToolCallScheduled.compensates (runtime.workflow.compensation): a compensating call names the
+# position of the effect it undoes.
+_V12_FIELD_COLUMNS: tuple[tuple[str, str], ...] = (("compensates", "Nullable(Int32)"),)
+_COMPENSATION_COLUMNS = f"ALTER TABLE {EVENTS} " + ", ".join(
+    f"ADD COLUMN IF NOT EXISTS {quote_identifier(name)} {ch_type}" for name, ch_type in _V12_FIELD_COLUMNS
+)
+
 # Prices are data, not code: `agentlog audit prices load FILE` replaces the rows; cost is computed
 # when a view is read, so a corrected price re-prices history. A row holds from from_date until
 # the model's next row. Prices per token, in USD; cached tokens are part of input_tokens.
@@ -514,7 +521,7 @@ _SEQUENCES_V11 = f"""
 
 _MODEL_CALLS_VIEW_V11 = _MODEL_CALLS_VIEW_V10.replace(_SEQUENCES, _SEQUENCES_V11)
 
-# Migration 12: a call is priced by the first of three names that has a price -- the model the
+# Migration 13: a call is priced by the first of three names that has a price -- the model the
 # provider reported, the call's own ``model`` parameter (every OpenAI-style call passes one), the
 # registered model name -- and ``priced_by`` says which one matched.
 _PRICE_NAMES = (
@@ -610,8 +617,9 @@ MIGRATIONS_LIST: tuple[Migration, ...] = (
         "payloads table; model_calls resolves messages stored out of line",
         (_PAYLOADS_TABLE, _MODEL_CALLS_VIEW_V11),
     ),
+    Migration(12, "compensations: the effect a compensating call undoes", (_COMPENSATION_COLUMNS,)),
     Migration(
-        12,
+        13,
         "model_calls priced by the reported model, the call's model parameter or the registered name",
         (_MODEL_CALLS_VIEW_V12,),
     ),

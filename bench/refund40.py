@@ -17,6 +17,7 @@ Run: `make bench` (services up) or `python bench/refund40.py [--e2e]`.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -275,6 +276,31 @@ def _log_lines(text: str, marker: str) -> list[str]:
     return [line for line in text.splitlines() if marker in line]
 
 
+class _Scraper:
+    """GET /metrics of a worker every second in a thread, as a Prometheus server would."""
+
+    def __init__(self, port: int) -> None:
+        import threading
+
+        import httpx
+
+        self.port, self.ok = port, 0
+        self._stop = threading.Event()
+
+        def scrape() -> None:
+            while not self._stop.wait(1.0):
+                with contextlib.suppress(httpx.HTTPError):  # not listening yet: the worker is starting
+                    self.ok += httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).status_code == 200
+
+        self._thread = threading.Thread(target=scrape, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.ok
+
+
 def main() -> None:
     # e.g. `refund40.py T` runs only the throughput part; `--e2e` adds the end-to-end figures
     # (bench/e2e.py) to what runs -- to everything if nothing else is named; `E2E` alone, only them.
@@ -293,7 +319,18 @@ def main() -> None:
         # L, B and T with one worker process; T again with one process per core (a worker is one
         # Python process, its loop on one core: a deployment runs one per core).
         processes = int(os.environ.get("BENCH_WORKER_PROCESSES", str(os.cpu_count() or 1)))
-        workers = [start_worker(settings, "bench-0", workdir / "worker-0.log")]
+        # BENCH_METRICS_PORT=N: the first worker serves its metrics port and this process scrapes it
+        # every second while the benchmark runs (the cost of being watched, see docs/operating-metrics.md).
+        metrics_port = os.environ.get("BENCH_METRICS_PORT")
+        workers = [
+            start_worker(
+                settings,
+                "bench-0",
+                workdir / "worker-0.log",
+                *(("--metrics-port", metrics_port) if metrics_port else ()),
+            )
+        ]
+        scraper = _Scraper(int(metrics_port)) if metrics_port else None
         time.sleep(5)
         client = Client(settings)
         try:
@@ -311,6 +348,8 @@ def main() -> None:
                     warm_up(settings, client)
                     bench_throughput(settings, serde, client, processes, [w.pid for w in workers])
         finally:
+            if scraper is not None:
+                emit(metric="scrapes", port=scraper.port, ok=scraper.stop())
             for worker in workers:
                 worker.send_signal(signal.SIGTERM)
             for worker in workers:

@@ -43,6 +43,12 @@ def add_sink_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         default=0.5,
         help="seconds before a partial batch is written, when the writer is idle",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus /metrics, /healthz and /readyz on this port (0: a free one, logged; "
+        "env AGENTLOG_METRICS_PORT)",
+    )
     parser.set_defaults(func=_sink)
 
 

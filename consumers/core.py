@@ -123,6 +123,12 @@ class SinkCore:
         self._durable_lock = threading.Lock()
         self._max_rows = self.config.batch_rows  # read once per record: plain attributes
         self._max_bytes = self.config.batch_bytes
+        self.started = False
+
+    @property
+    def failure(self) -> BaseException | None:
+        """What stopped the writer thread, if anything did."""
+        return self._failure
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> dict[int, int]:
@@ -132,6 +138,7 @@ class SinkCore:
         self._durable = dict(state.next_offsets)
         self._thread = threading.Thread(target=self._write_loop, name="agentlog-sink-writer", daemon=True)
         self._thread.start()
+        self.started = True  # /readyz of the sink (consumers.metrics)
         return dict(self._next)
 
     def close(self, flush: bool = True) -> None:

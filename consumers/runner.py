@@ -15,6 +15,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from analytics.migrations import migrate
 from analytics.server import QueryServer
@@ -28,6 +29,9 @@ from .direct import run_direct
 from .payloads import PayloadCopier
 from .registry import WriterSchemas
 from .store_writer import StoreWriter
+
+if TYPE_CHECKING:
+    from .metrics import SinkOps
 
 log = logging.getLogger("agentlog.sink")
 
@@ -104,6 +108,23 @@ def _payload_copier(
         client.close()
 
 
+@contextlib.contextmanager
+def _ops_port(settings: Settings, topic: str, stop: threading.Event) -> Iterator[SinkOps | None]:
+    """/metrics, /healthz and /readyz (consumers.metrics) while the sink runs, if ``metrics_port``
+    is set; open before the store's lock is taken, so a sink waiting for it is alive, not ready."""
+    if settings.metrics_port is None:
+        yield None
+        return
+    from .metrics import SinkOps  # prometheus-client loads only when a port is asked for
+
+    ops = SinkOps(settings, topic, stop, settings.metrics_port).start()
+    log.info("sink: metrics and probes on port %s", ops.port)
+    try:
+        yield ops
+    finally:
+        ops.close()
+
+
 def sink_group(topic: str, location: StoreLocation) -> str:
     """The consumer group (faust) of the sink copying ``topic`` into this store."""
     store = hashlib.sha1(str(location.path or location.dsn).encode()).hexdigest()[:8]  # a name, not security
@@ -134,13 +155,18 @@ def run_sink(
     # Refused SASL credentials end the sink here, before it takes the store's lock or creates the
     # store, and before its two Kafka clients (events, payloads) would wait on them forever.
     check_credentials(settings)
-    with _stop_on_signals(stop), _store_lock(location):
+    with _stop_on_signals(stop), _ops_port(settings, topic, stop) as ops, _store_lock(location):
         client = open_client(location)
         try:
             migrate(client)  # before the payloads copier writes its table
             writer = StoreWriter(client, topic, WriterSchemas(registry_client(settings)))
             core = SinkCore(writer, topic, config)
-            with _query_port(location) as endpoint, _payload_copier(settings, location, stop) as copier:
+            if ops is not None:
+                ops.attach(core)
+            with (
+                _query_port(location) as endpoint,
+                _payload_copier(settings, location, stop) as copier,
+            ):
                 if on_ready is not None:
                     on_ready(endpoint)
                 log.info("sink: %s -> %s (driver %s)", topic, location.dsn, driver)

@@ -39,6 +39,7 @@ from runtime.replay.reset import SeedError, UncleanSeam, cut, encode_seed
 from runtime.results import ResultTail
 from runtime.run_status import LoggedEvent, RunStatus, summarize
 from runtime.workflow.canonical import canonical_json
+from runtime.workflow.compensation import RESERVED_SIGNAL_PREFIX
 
 __all__ = ["Client", "LoggedEvent", "RunError", "RunStatus", "new_run_id", "summarize"]
 
@@ -189,6 +190,10 @@ class Client:
     def signal(self, run_id: str, name: str, payload: Any) -> None:
         """Send signal ``name`` with ``payload`` (JSON-able) to the run, and wait until the broker
         has it. A run that has ended ignores it. Raises KafkaException if it cannot be sent."""
+        if name.startswith(RESERVED_SIGNAL_PREFIX):
+            raise AgentlogError(
+                f"signal name {name!r} is reserved (names starting {RESERVED_SIGNAL_PREFIX!r} are agentlog's own)"
+            )
         self._send(SignalSent(run_id=run_id, name=name, payload=canonical_json(payload)))
         self.flush()
 

@@ -81,6 +81,11 @@ class Settings(BaseModel):
     # A run whose records start this many offsets behind a checkpoint gets a HistorySnapshot, so a
     # rebuild reads from the checkpoint rather than from the run's start (runtime.worker.snapshots).
     run_snapshot_lag: int = Field(default=10_000, ge=1)
+    # The operations port of `agentlog worker` and `agentlog sink` (/metrics, /healthz, /readyz;
+    # runtime.ops.server): unset, none is opened; 0 picks a free port (logged). Each process needs
+    # its own port; metrics_host 0.0.0.0 lets a scraper on another host (a Kubernetes probe) in.
+    metrics_port: int | None = Field(default=None, ge=0, le=65_535)
+    metrics_host: str = "127.0.0.1"
 
     @field_validator("kafka")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +53,26 @@ class InDoubtCall:
             "position": self.position,
             "idempotency_key": self.idempotency_key,
             "name": self.name,
+        }
+
+
+@dataclass(frozen=True)
+class CompensationCall:
+    """A compensating call of the run (ctx.tool(..., compensate_with=...)) and how it went."""
+
+    position: int
+    tool: str
+    compensates: int  # the position of the effect it undoes
+    idempotency_key: str | None
+    state: Literal["scheduled", "completed", "failed"]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "position": self.position,
+            "tool": self.tool,
+            "compensates": self.compensates,
+            "idempotency_key": self.idempotency_key,
+            "state": self.state,
         }
 
 
@@ -144,6 +165,7 @@ class RunStatus:
     continued_as: str | None = None  # the run this one continued as (ctx.continue_as_new)
     continued_from: str | None = None  # the run that continued as this one
     forked_from: ForkOrigin | None = None  # a fork (its effects skipped): where it was cut and its overrides
+    compensations: tuple[CompensationCall, ...] = ()  # in the order they ran (newest effect first)
 
     def as_dict(self) -> dict[str, Any]:
         """The keys and values of ``agentlog status --json``."""
@@ -162,6 +184,7 @@ class RunStatus:
             "continued_as": self.continued_as,
             "continued_from": self.continued_from,
             "forked_from": self.forked_from.as_dict() if self.forked_from is not None else None,
+            "compensations": [entry.as_dict() for entry in self.compensations],
         }
 
     def to_json(self) -> str:
@@ -184,6 +207,7 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
     names: dict[int, str] = {}
     continued_as: str | None = None
     continued_from: str | None = None
+    compensations: dict[int, CompensationCall] = {}  # position -> the compensating call
     for item in logged:
         event = item.event
         if isinstance(event, Redecided):
@@ -214,6 +238,10 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
         elif isinstance(event, ToolCallScheduled):
             scheduled_keys[event.position] = event.idempotency_key
             names[event.position] = event.tool
+            if event.compensates is not None:
+                compensations[event.position] = CompensationCall(
+                    event.position, event.tool, event.compensates, event.idempotency_key, "scheduled"
+                )
         elif isinstance(event, ModelCallScheduled):
             scheduled_keys[event.position] = None
             names[event.position] = event.model
@@ -225,6 +253,11 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
                 "model" if isinstance(event, (ModelCallCompleted, ModelCallFailed)) else "tool"
             )
             in_doubt.setdefault(event.position, (kind, scheduled_keys.get(event.position)))
+        undo = compensations.get(getattr(event, "position", -1))
+        if undo is not None and isinstance(event, ToolCallCompleted):
+            compensations[undo.position] = dataclasses.replace(undo, state="completed")
+        elif undo is not None and isinstance(event, ToolCallFailed) and event.final:
+            compensations[undo.position] = dataclasses.replace(undo, state="failed")
         status = status_after(event.type, status)
         if isinstance(event, RunCompleted):
             result = json.loads(event.result)
@@ -254,4 +287,5 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
         drift=tuple(drift),
         continued_as=continued_as,
         continued_from=continued_from,
+        compensations=tuple(compensations.values()),
     )

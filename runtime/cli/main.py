@@ -106,6 +106,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         bootstrap_servers=args.bootstrap_servers,
         schema_registry_url=args.schema_registry_url,
         partitions=args.partitions,
+        # `worker` and `sink` take --metrics-port (env AGENTLOG_METRICS_PORT)
+        metrics_port=getattr(args, "metrics_port", None),
         **getattr(args, "settings_overrides", lambda: {})(),
     )
 

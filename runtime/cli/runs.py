@@ -209,6 +209,11 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
         print(f"reason    {status.reason}")
     for call in status.in_doubt:
         print(f"in doubt  {call.kind} {call.name!r} at position {call.position} key={call.idempotency_key}")
+    for undo in status.compensations:
+        print(
+            f"compensation  {undo.tool!r} at position {undo.position} undoes position {undo.compensates}: "
+            f"{undo.state} key={undo.idempotency_key}"
+        )
     if status.forked_from:
         print(f"fork      {status.forked_from.describe()}")
     elif status.reset_from:
@@ -277,6 +282,16 @@ def _replay_check(args: argparse.Namespace, settings: Settings) -> int:
     return 1 if failed else 0
 
 
+def add_metrics_port(parser: argparse.ArgumentParser) -> None:
+    """``--metrics-port`` (setting ``metrics_port``): /metrics, /healthz and /readyz (runtime.ops)."""
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus /metrics, /healthz and /readyz on this port (0: a free one, logged; "
+        "env AGENTLOG_METRICS_PORT)",
+    )
+
+
 def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     worker = subparsers.add_parser("worker", help="run a worker")
     worker.add_argument("--app", required=True, help="module:attribute of the App")
@@ -287,6 +302,7 @@ def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         action="store_true",
         help="run the worker in a forked child and fork a new one at once if it dies",
     )
+    add_metrics_port(worker)
     worker.set_defaults(func=_worker)
 
     submit = subparsers.add_parser("submit", help="submit a run")

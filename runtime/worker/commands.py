@@ -51,6 +51,7 @@ from runtime.worker.execution import Executor
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.tracing import trace_id_for
 from runtime.workflow.app import App
+from runtime.workflow.compensation import RESERVED_SIGNAL_PREFIX
 from runtime.workflow.input_shape import shape_error
 from runtime.workflow.intents import with_envelope
 from runtime.workflow.machine import RunMachine
@@ -160,11 +161,19 @@ class CommandHandler:
             if machine is None:
                 log.info("signal %r for run %s that is not running: ignored", command.name, command.run_id)
                 return
+            if command.name.startswith(RESERVED_SIGNAL_PREFIX):  # agentlog's own (a cancel's record)
+                log.warning(
+                    json.dumps(
+                        {"event": "reserved_signal_ignored", "run": command.run_id, "name": command.name}
+                    )
+                )
+                return
             machine.record(
                 SignalReceived(
                     run_id=command.run_id, name=command.name, payload=command.payload, command_offset=offset
                 )
             )
+            self.executor.metrics.step(machine.workflow)
             self.executor.flush(owned, machine)
         elif isinstance(command, CancelRequested):
             machine = owned.runs.get(command.run_id)
@@ -221,6 +230,7 @@ class CommandHandler:
             history_warn_events=self.executor.settings.history_warn_events,
         )
         owned.runs[command.run_id] = machine
+        self.executor.metrics.run_started(command.workflow)
         machine.begin()
         if copies:
             machine.replay(copies)

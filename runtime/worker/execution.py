@@ -26,6 +26,7 @@ from runtime.worker.batching import TurnBatcher
 from runtime.worker.call_pool import CallPool
 from runtime.worker.calls import attempt_once, completed, failed, is_retryable, retry_policy, skipped_in_fork
 from runtime.worker.continuation import Continuer
+from runtime.worker.metrics import WorkerMetrics
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.tracing import RunSpans
 from runtime.workflow.app import App
@@ -59,6 +60,7 @@ class Executor:
         self.failure: str | None = None
         self.continuer = Continuer(settings, batcher.serde, log, self._fail)
         self.spans = RunSpans()
+        self.metrics = WorkerMetrics()  # plain counters, read by a scrape (runtime.worker.metrics)
 
     def _fail(self, why: str) -> None:
         self.failure = self.failure or why
@@ -85,6 +87,7 @@ class Executor:
             durable = self.batcher.append(owned, machine.drain()[0]) or durable
         if not machine.active:
             self.spans.run_ended(machine.run_id, machine.status)
+            self.metrics.run_ended(machine.workflow, machine.status)
             continued = next((e for e in events if isinstance(e, RunContinuedAsNew)), None)
             if continued is not None:  # its first offset stays until the successor is submitted
                 owned.runs.pop(machine.run_id, None)
@@ -108,6 +111,7 @@ class Executor:
         warned = owned.warned
         if (events >= s.history_warn_events or size >= s.history_warn_bytes) and machine.run_id not in warned:
             warned.add(machine.run_id)
+            self.metrics.history_warning(machine.workflow)
             log.warning(
                 json.dumps(
                     {"event": "history_size_warning", "run": machine.run_id, "events": events, "bytes": size}
@@ -170,6 +174,9 @@ class Executor:
                 if owned.lost or not machine.active:
                     return
                 final = not is_retryable(policy, error, attempt)
+                self.metrics.call(
+                    machine.workflow, intent.kind, intent.name, False, time.perf_counter() - started, final
+                )
                 machine.record(failed(intent, error, attempt, started, final))
                 self.flush(owned, machine)
                 if final:
@@ -181,6 +188,9 @@ class Executor:
                 self.spans.call_completed(span, outcome)
             if owned.lost or not machine.active:
                 return
+            self.metrics.call(
+                machine.workflow, intent.kind, intent.name, True, time.perf_counter() - started, True
+            )
             text: str | None = None
             if len(outcome.result) > self.settings.payload_inline_limit:  # chars <= bytes: cheap first
                 data = outcome.result.encode()
@@ -238,6 +248,7 @@ class Executor:
         if owned.lost or not machine.wants_timer(intent.position):
             return
         machine.record(TimerFired(run_id=machine.run_id, position=intent.position))
+        self.metrics.step(machine.workflow)
         self.flush(owned, machine)
 
 

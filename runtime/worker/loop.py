@@ -16,6 +16,8 @@ import logging
 import os
 import signal
 import socket
+import time
+from typing import TYPE_CHECKING
 
 from runtime.config import Settings
 from runtime.log.port.protocol import CommandFeed, Delivery, EventLog
@@ -27,10 +29,14 @@ from runtime.worker.call_pool import CallPool
 from runtime.worker.checkpoint import Checkpointer
 from runtime.worker.commands import CommandHandler, WorkerError
 from runtime.worker.execution import Executor
+from runtime.worker.health import Readiness
 from runtime.worker.intake import CommandIntake
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.takeover import Takeover
 from runtime.workflow.app import App
+
+if TYPE_CHECKING:
+    from runtime.worker.ops import WorkerOps
 
 log = logging.getLogger("agentlog.worker")
 
@@ -62,6 +68,8 @@ class Worker:
         self.worker_id = worker_id or socket.gethostname()
         self.owned: dict[int, OwnedPartition] = {}
         self._stopping = False
+        self.readiness = Readiness()  # /readyz (runtime.worker.health)
+        self.ops: WorkerOps | None = None  # the metrics and probes port, while serving (metrics_port)
         self.batcher = TurnBatcher(settings, serde, log)
         self.executor = Executor(app, settings, log, self.batcher, self._lose)
         self.commands = CommandHandler(app, serde, self.batcher, self.executor, self.worker_id)
@@ -96,6 +104,7 @@ class Worker:
         """The loop: poll commands, apply them, checkpoint; until ``stop`` or ``self.stop()``."""
         loop = asyncio.get_running_loop()
         self.executor.start(CallPool(loop), self.log.ownership(loop, self._is_claim))
+        self._open_ops()
         for sig in (signal.SIGTERM, signal.SIGINT):
             # not the main thread: asyncio raises RuntimeError there, uvloop ValueError
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -110,20 +119,48 @@ class Worker:
         try:
             while not self._stopping and not (stop is not None and stop.is_set()):
                 if intake.failure is not None:
+                    self.readiness.failed(str(intake.failure))
                     raise intake.failure  # a feed error or an assignment that failed, as polled
                 self.checkpointer.maybe_checkpoint(list(self.owned.values()), intake)
                 failure = self.log.failure or self.executor.failure
                 if failure is not None:
                     # A record nobody watched was lost: what follows it cannot be trusted. Stop;
                     # a restarted worker rebuilds from what the log really holds.
+                    self.readiness.failed(failure)
                     raise WorkerError(f"stopping: {failure}")
                 await asyncio.sleep(_TICK_S)
         finally:
-            await intake.stop()
-            await self._shutdown()
+            self.readiness.stopping()
+            try:
+                await intake.stop()
+                await self._shutdown()
+            finally:
+                if self.ops is not None:
+                    self.ops.stop()
+                    self.ops = None
 
     def stop(self) -> None:
         self._stopping = True
+        self.readiness.stopping()
+
+    def _open_ops(self) -> None:
+        """The metrics and probes port (``metrics_port``; runtime.worker.ops), before any partition
+        arrives, so ``/readyz`` answers "not ready" through the first claims and rebuilds."""
+        port = self.settings.metrics_port
+        if port is None:
+            return
+        from runtime.worker.ops import WorkerOps  # prometheus-client loads only when a port is asked for
+
+        self.ops = WorkerOps(
+            self.settings,
+            self.log,
+            self.serde,
+            self.executor.metrics,
+            lambda: list(self.owned.values()),
+            self.readiness,
+            port,
+        ).start()
+        log.info(json.dumps({"event": "metrics_listening", "worker": self.worker_id, "port": self.ops.port}))
 
     def _deliver_all(self, deliveries: list[Delivery]) -> None:
         for delivery in deliveries:
@@ -139,6 +176,7 @@ class Worker:
 
     def _rejoin(self) -> CommandFeed:
         """A new membership of the workers' group, after the group fenced the last one."""
+        self.readiness.fenced("membership fenced")
         self.feed = self.log.join(self.worker_id, self.session_timeout_ms)
         return self.feed
 
@@ -166,6 +204,8 @@ class Worker:
 
     # ------------------------------------------------------------------------------ partitions
     def _on_assign(self, partitions: list[int]) -> dict[int, int]:
+        self.readiness.assigning(partitions)
+        started = time.perf_counter()
         epochs = self.takeover.claim_all(partitions)
         starts: dict[int, int] = {}
         for partition, owned in self.takeover.take_all(epochs).items():
@@ -173,6 +213,9 @@ class Worker:
             if self.executor.ownership is not None:
                 self.executor.ownership.watch(partition, owned.epoch)
             starts[partition] = owned.next_command
+        if partitions:
+            self.executor.metrics.takeover(time.perf_counter() - started, len(partitions))
+        self.readiness.assigned()
         return starts
 
     def _on_revoke(self, partitions: list[int]) -> None:
@@ -184,6 +227,7 @@ class Worker:
         if owned is None:
             return
         owned.lost = True
+        self.readiness.lost(partition, why)
         if self.executor.ownership is not None:
             self.executor.ownership.unwatch(partition)
         for task in owned.tasks:

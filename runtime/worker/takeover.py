@@ -64,7 +64,7 @@ class Takeover:
             if run_id in rebuilt.snapshots:
                 owned.snapshots[run_id] = rebuilt.snapshots[run_id]
             if run_id in rebuilt.unloadable:
-                self._park(owned, events[-1], rebuilt.unloadable[run_id])
+                self._park(owned, started_event.workflow, events[-1], rebuilt.unloadable[run_id])
                 continue
             try:
                 machine = RunMachine(
@@ -75,12 +75,14 @@ class Takeover:
                     history_warn_events=self.settings.history_warn_events,
                 )
             except AgentlogError as error:  # e.g. a workflow this code no longer has: parked, visibly
-                self._park(owned, events[-1], str(error))
+                self._park(owned, started_event.workflow, events[-1], str(error))
                 continue
             machine.begin()
             machine.replay(events)
             machine.finish_replay()
             in_doubt += [{"run": run_id, **d.__dict__} for d in machine.in_doubt]
+            for doubt in machine.in_doubt:
+                self.executor.metrics.call_in_doubt(doubt.kind, doubt.name)
             owned.runs[run_id] = machine
             self.executor.flush(owned, machine)
         for run_id, (ended, workflow) in rebuilt.to_continue.items():
@@ -109,7 +111,7 @@ class Takeover:
         )
         return owned
 
-    def _park(self, owned: OwnedPartition, last: Event, reason: str) -> None:
+    def _park(self, owned: OwnedPartition, workflow: str, last: Event, reason: str) -> None:
         parked = RunParked(
             run_id=last.run_id,
             reason=f"cannot resume on this worker: {reason}",
@@ -119,4 +121,5 @@ class Takeover:
             epoch=owned.epoch,
         )
         self.executor.batcher.append(owned, [parked])
+        self.executor.metrics.run_ended(workflow, "parked")
         owned.forget(last.run_id)

@@ -6,12 +6,15 @@ import datetime as dt
 import random as _random
 import uuid as _uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runtime.errors import AgentlogError, DecisionOutOfBounds
 from runtime.workflow.app import App
 from runtime.workflow.canonical import NAMESPACE, canonical_json, sha256_hex
 from runtime.workflow.futures import DurableFuture, GatherFuture
+
+if TYPE_CHECKING:
+    from runtime.workflow.compensation import Saga
 
 
 class RunHost(Protocol):
@@ -31,7 +34,11 @@ class RunHost(Protocol):
         self, name: str, messages: list[dict[str, Any]], params: dict[str, Any], prompt_version: str | None
     ) -> DurableFuture: ...
 
-    def issue_tool(self, name: str, args: dict[str, Any]) -> DurableFuture: ...
+    saga: Saga  # the run's registered compensations
+
+    def issue_tool(
+        self, name: str, args: dict[str, Any], *, key: str | None = None, compensates: int | None = None
+    ) -> DurableFuture: ...
 
     def issue_timer(self, duration_ms: int) -> DurableFuture: ...
 
@@ -96,9 +103,20 @@ class Context:
         """True in a fork: effecting tools are recorded as skipped and never called."""
         return self._machine.dry_run
 
-    def tool(self, name: str, /, **args: Any) -> DurableFuture:
-        """Call the tool registered as ``name`` with keyword arguments; the result is recorded."""
-        return self._machine.issue_tool(name, args)
+    def tool(
+        self, name: str, /, *, compensate_with: tuple[str, dict[str, Any]] | None = None, **args: Any
+    ) -> DurableFuture:
+        """Call the tool registered as ``name`` with keyword arguments; the result is recorded.
+
+        ``compensate_with=(tool, {arguments})``, for an effecting tool: the effect that undoes this
+        one, called if a later step fails or the run is cancelled (runtime.workflow.compensation)."""
+        if compensate_with is None:
+            return self._machine.issue_tool(name, args)
+        saga = self._machine.saga
+        compensation = saga.checked(self._machine, name, compensate_with)
+        future = self._machine.issue_tool(name, args)
+        saga.add(future, name, compensation)
+        return future
 
     def sleep(self, seconds: float) -> DurableFuture:
         """A durable timer: survives worker restarts; holds no thread while it waits."""

@@ -34,6 +34,11 @@ class DurableFuture:
         if not self._done:
             self._done, self._error = True, error
 
+    @property
+    def failed(self) -> bool:
+        """Done with an error (a call that failed for good, a signal wait that timed out)."""
+        return self._error is not None
+
     def result(self) -> Any:
         if self._error is not None:
             raise self._error

@@ -43,6 +43,7 @@ class Intent:
     # arguments, as code before redaction recorded it, so such a record still matches on replay.
     recorded_args: Any = None
     legacy_hash: str | None = None
+    compensates: int | None = None  # a compensation: the position of the effect it undoes
 
     def matches(self, recorded_hash: str) -> bool:
         return recorded_hash == self.hash or (

@@ -57,6 +57,7 @@ from runtime.log.records.prompts import PromptBook
 from runtime.log.records.status import RunState, status_after
 from runtime.workflow.app import App
 from runtime.workflow.canonical import canonical_json
+from runtime.workflow.compensation import CANCEL_SIGNAL, Saga, cancelled_by
 from runtime.workflow.context import Context
 from runtime.workflow.futures import DurableFuture, GatherFuture
 from runtime.workflow.input_shape import coerce_input
@@ -149,6 +150,7 @@ class RunMachine:
         self._after_replay: list[Event] = []  # emitted during replay: stamped once history is done
         self.replaying = bool(history)
         self._ctx = Context(self)
+        self.saga = Saga()  # compensations registered by ctx.tool(..., compensate_with=...)
         self._coro: Coroutine[Any, Any, Any] = spec.fn(
             self._ctx, coerce_input(spec.input_type, json.loads(started.input))
         )
@@ -196,6 +198,11 @@ class RunMachine:
     @property
     def active(self) -> bool:
         return self.status == "running"
+
+    @property
+    def blocked_on(self) -> DurableFuture | GatherFuture | None:
+        """What the workflow waits for now (the worker's runs gauge: waiting or active)."""
+        return self._blocked_on
 
     def drain(self) -> tuple[list[Event], list[Intent]]:
         events, ready = self.outbox, self.ready
@@ -262,6 +269,8 @@ class RunMachine:
                 command.future.set_exception(
                     TimeoutError(f"no signal {command.name!r} within {command.duration_ms} ms")
                 )
+        elif isinstance(event, SignalReceived) and event.name == CANCEL_SIGNAL:
+            self._begin_unwind(cancelled_by(event.payload, event.command_offset, self.run_id))
         elif isinstance(event, SignalReceived):
             waiters = self._waiters.get(event.name)
             if waiters:
@@ -307,8 +316,20 @@ class RunMachine:
         )
         return self._issue(command)
 
-    def issue_tool(self, name: str, args: dict[str, Any]) -> DurableFuture:
-        command = tool_intent(self.app, self._next_position, name, args, self.key_root, self._identical)
+    def issue_tool(
+        self, name: str, args: dict[str, Any], *, key: str | None = None, compensates: int | None = None
+    ) -> DurableFuture:
+        """``key``, ``compensates``: a compensation's (runtime.workflow.compensation)."""
+        command = tool_intent(
+            self.app,
+            self._next_position,
+            name,
+            args,
+            self.key_root,
+            self._identical,
+            key=key,
+            compensates=compensates,
+        )
         return self._issue(command)
 
     def issue_timer(self, duration_ms: int) -> DurableFuture:
@@ -393,6 +414,12 @@ class RunMachine:
                 return
             stepped = step(self._coro, self.run_id, self.seq)
             if isinstance(stepped, Ended):
+                if (
+                    stepped.raised
+                    and isinstance(stepped.record, RunFailed)
+                    and self._begin_unwind(stepped.record)
+                ):
+                    continue
                 if isinstance(stepped.record, RunCompleted):
                     self.result = stepped.value
                 self._finish(stepped.record)
@@ -413,9 +440,29 @@ class RunMachine:
         self._pending_terminal = None
         self._coro.close()
 
-    def cancel(self, reason: str, command_offset: int) -> RunCancelled:
+    def cancel(self, reason: str, command_offset: int) -> Event:
+        """Cancel now, or -- effects to compensate -- record the request and unwind first."""
+        if self.saga.unwinding or self.saga.pending():
+            return self.record(
+                SignalReceived(
+                    run_id=self.run_id,
+                    name=CANCEL_SIGNAL,
+                    payload=json.dumps(reason),
+                    command_offset=command_offset,
+                )
+            )
         event = self.record(RunCancelled(run_id=self.run_id, reason=reason, command_offset=command_offset))
         return event
+
+    def _begin_unwind(self, ending: Event) -> bool:
+        """Drive the saga's compensations in place of the workflow, then end with ``ending``
+        (runtime.workflow.compensation); False if there is nothing to compensate."""
+        if self.saga.unwinding or not self.saga.pending():
+            return False
+        self._coro.close()
+        self._coro = self.saga.unwind(self, ending)
+        self._blocked_on = None
+        return True
 
     def park(self, reason: str) -> None:
         """Stop the run without failing it (an operator decides what happens next)."""

@@ -68,9 +68,13 @@ def tool_intent(
     args: dict[str, Any],
     key_root: str,
     identical: Counter[str],
+    *,
+    key: str | None = None,
+    compensates: int | None = None,
 ) -> Intent:
     """``identical`` counts the effects issued so far per (tool, key arguments): the n-th identical
-    effect of a run gets its own key, the same on every replay."""
+    effect of a run gets its own key, the same on every replay. ``key``, ``compensates``: a
+    compensation's (runtime.workflow.compensation)."""
     spec = app.tools.get(name)
     if spec is None:
         raise AgentlogError(f"tool {name!r} is not registered (known: {sorted(app.tools)})")
@@ -83,8 +87,9 @@ def tool_intent(
         key_args = recorded if spec.key_args is None else {k: recorded.get(k) for k in spec.key_args}
         identity = f"{name}/{sha256_hex(canonical_json(key_args))}"
         command.effect = True
-        command.key = idempotency_key(key_root, name, key_args, identical[identity])
+        command.key = key or idempotency_key(key_root, name, key_args, identical[identity])
         identical[identity] += 1
+    command.compensates = compensates
     return command
 
 
@@ -157,6 +162,7 @@ def scheduled_record(
             args=canonical_json(command.recorded_args),
             effect=command.effect,
             idempotency_key=command.key,
+            compensates=command.compensates,
         )
     if command.kind in ("timer", "signal"):
         command.fire_at = clock() + command.duration_ms

@@ -17,6 +17,7 @@ from typing import Any
 from runtime.errors import DecisionOutOfBounds
 from runtime.log.records.events import Event, RunCompleted, RunContinuedAsNew, RunFailed, RunParked
 from runtime.workflow.canonical import canonical_json
+from runtime.workflow.compensation import Unwound
 from runtime.workflow.context import ContinueAsNew
 from runtime.workflow.futures import DurableFuture, GatherFuture
 
@@ -27,6 +28,7 @@ class Ended:
 
     record: Event
     value: Any = None
+    raised: bool = False  # the workflow raised: its compensations, if any, run before the run fails
 
 
 def step(coro: Coroutine[Any, Any, Any], run_id: str, seq: int) -> DurableFuture | GatherFuture | Ended:
@@ -44,8 +46,11 @@ def step(coro: Coroutine[Any, Any, Any], run_id: str, seq: int) -> DurableFuture
         )
     except DecisionOutOfBounds as error:  # not a failure: an operator decides
         return Ended(RunParked(run_id=run_id, reason=str(error), position=error.position))
+    except Unwound as unwound:  # the compensations ran: the run ends as it was going to
+        return Ended(unwound.event)
     except Exception as error:  # the workflow raised: the run fails with its error
-        return Ended(RunFailed(run_id=run_id, error_type=type(error).__name__, error=str(error)))
+        failed = RunFailed(run_id=run_id, error_type=type(error).__name__, error=str(error))
+        return Ended(failed, raised=True)
     if isinstance(yielded, (DurableFuture, GatherFuture)):
         return yielded
     coro.close()

@@ -18,6 +18,8 @@ pytestmark = pytest.mark.unit
 EXEMPT = {
     # A BaseException control-flow signal (like StopIteration): ends a run and starts the next.
     "runtime.workflow.context.ContinueAsNew",
+    # Likewise: the end of a run's compensations, carrying the event the run ends with.
+    "runtime.workflow.compensation.Unwound",
 }
 
 

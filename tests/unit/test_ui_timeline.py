@@ -222,3 +222,34 @@ def test_flags_are_drawn_on_their_calls_and_a_reset_names_its_origin() -> None:
 @pytest.mark.parametrize(("value", "level"), [(10, "ok"), (100, "over-warn"), (600, "over-limit")])
 def test_gauge_levels(value: int, level: str) -> None:
     assert f'class="gauge {level}"' in svg.gauge(value, 100, 500, "events")
+
+
+def test_a_compensating_call_names_the_effect_it_undoes() -> None:
+    from ui.pages import _render
+
+    events = Events()
+    events.add("RunStarted", 0, workflow="refund_saga")
+    events.add(
+        "ToolCallScheduled",
+        1,
+        position=1,
+        tool="issue_refund",
+        args_hash="h",
+        effect=True,
+        idempotency_key="k1",
+    )
+    events.add("ToolCallCompleted", 2, position=1, result="{}", latency_us=1000)
+    events.add(
+        "ToolCallScheduled",
+        3,
+        position=2,
+        tool="reverse_refund",
+        args_hash="h2",
+        effect=True,
+        idempotency_key="k2",
+        compensates=1,
+    )
+    events.add("ToolCallCompleted", 4, position=2, result="{}", latency_us=1000)
+    html = _render("calls.html", calls=timeline.build(events.out).calls)
+    assert html.count('class="compensates"') == 1
+    assert 'undoes the effect at <a href="#call-1">position 1</a>' in html

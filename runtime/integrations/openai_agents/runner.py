@@ -62,6 +62,12 @@ _output_items = TypeAdapter(list[TResponseOutputItem])
 _usage = TypeAdapter(Usage)
 
 
+def unit_args(ref: UnitRef) -> dict[str, Any]:
+    """The keyword argument that carries a call's body into ``ctx.tool`` (typed as any argument,
+    so it cannot be taken for ``compensate_with``)."""
+    return {UNIT_ARG: ref}
+
+
 def _recorded_response(response: ModelResponse) -> dict[str, Any]:
     usage = response.usage
     return {
@@ -340,7 +346,7 @@ class AgentlogRunner:
                     "tripwire_triggered": bool(output.tripwire_triggered),
                 }
 
-            recorded = await run.wait_for(run.ctx.tool(tool, **{UNIT_ARG: UnitRef(tool, body)}))
+            recorded = await run.wait_for(run.ctx.tool(tool, **unit_args(UnitRef(tool, body))))
             return GuardrailFunctionOutput(
                 output_info=recorded["output_info"], tripwire_triggered=recorded["tripwire_triggered"]
             )

@@ -78,6 +78,12 @@ OutputT = TypeVar("OutputT")
 _deferred_results = TypeAdapter(DeferredToolResults)
 
 
+def unit_args(ref: UnitRef) -> dict[str, Any]:
+    """The keyword argument that carries a call's body into ``ctx.tool`` (typed as any argument,
+    so it cannot be taken for ``compensate_with``)."""
+    return {UNIT_ARG: ref}
+
+
 def _unrecordable(error: Exception) -> BaseException:
     return UnrecordableValue(
         f"its result cannot be recorded as JSON, so a replay could not return it: {error}"
@@ -300,7 +306,7 @@ class _Backend(CallableOperationBackend[None]):
     ) -> object:
         tool = self._durability.operation_tool
         self._durability.register_operation_tool()
-        return await run.wait_for(run.ctx.tool(tool, **{UNIT_ARG: UnitRef(name, body)}))
+        return await run.wait_for(run.ctx.tool(tool, **unit_args(UnitRef(name, body))))
 
 
 class _SignalWaiter(ExternalEventWaiter):
@@ -324,7 +330,7 @@ class _SignalWaiter(ExternalEventWaiter):
         tool = self._durability.operation_tool
         self._durability.register_operation_tool()
         answered = await run.wait_for(
-            run.ctx.tool(tool, event=signal, **{UNIT_ARG: UnitRef(f"{self._durability.name}__ask", ask_once)})
+            run.ctx.tool(tool, event=signal, **unit_args(UnitRef(f"{self._durability.name}__ask", ask_once)))
         )
         if answered is not None:
             return answered  # type: ignore[no-any-return]  # the JSON ask returned, as recorded

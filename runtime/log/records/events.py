@@ -319,6 +319,8 @@ class ToolCallScheduled(Event):
     args: str
     effect: bool = False
     idempotency_key: str | None = None
+    # A compensation (ctx.tool(..., compensate_with=...)): the position of the effect it undoes.
+    compensates: int | None = None
 
 
 COMMAND_TYPES: tuple[type[Command], ...] = (RunSubmitted, SignalSent, CancelRequested)

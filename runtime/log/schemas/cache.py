@@ -52,6 +52,9 @@ class SchemaCache:
         self.registry_url = registry_url
         self._lock = threading.Lock()
         self._data: dict[str, Any] | None = None  # read on first use
+        # Answers served from the cache (it is read only when the registry cannot answer): the
+        # worker's agentlog_schema_cache_fallbacks_total.
+        self.fallbacks = 0
 
     # -- reading -----------------------------------------------------------------------------------
     def _loaded(self) -> dict[str, Any]:
@@ -63,6 +66,7 @@ class SchemaCache:
         """The (id, version) the registry gave ``text`` under ``subject``, if ever asked."""
         with self._lock:
             found = self._loaded()["writers"].get(subject, {}).get(text_sha(text))
+            self.fallbacks += found is not None
         return None if found is None else (int(found[0]), int(found[1]))
 
     def schema(self, schema_id: int) -> str | None:
@@ -70,7 +74,9 @@ class SchemaCache:
         with self._lock:
             data = self._loaded()
             entry = data["ids"].get(str(schema_id))
-            return None if entry is None else data["texts"].get(entry["sha"])
+            text: str | None = None if entry is None else data["texts"].get(entry["sha"])
+            self.fallbacks += text is not None
+            return text
 
     def version(self, schema_id: int, subject: str) -> int | None:
         with self._lock:
@@ -78,7 +84,11 @@ class SchemaCache:
         if entry is None:
             return None
         version = entry["versions"].get(subject)
-        return None if version is None else int(version)
+        if version is None:
+            return None
+        with self._lock:
+            self.fallbacks += 1
+        return int(version)
 
     # -- writing -----------------------------------------------------------------------------------
     def remember_writer(self, subject: str, text: str, schema_id: int, version: int) -> None:

@@ -1,0 +1,170 @@
+"""Compensations (a saga): undoing a run's effects, semantically, when the run cannot finish.
+
+Seed 000: "a compensating action ... undoes its partner from a semantic point of view" -- a refund
+is undone by reversing it, not by erasing the record that it happened. Workflow code registers
+the compensation with the effect::
+
+    refund = await ctx.tool("issue_refund", order=o, amount=a,
+                            compensate_with=("reverse_refund", {"order": o}))
+
+When a later step fails (the workflow raises) or the run is cancelled, the machine stops driving
+the workflow's coroutine and drives ``unwind`` instead: it waits for the registered effects still
+in flight to settle, then calls the compensation of each effect that completed, newest first, and
+ends the run as it would have ended (``RunFailed`` with the workflow's error, ``RunCancelled``
+with the cancel's reason). A compensation whose tool fails after its retries parks the run
+(``RunParked``): what is left to undo needs an operator, and the reason names it.
+
+Each compensation is an ordinary effecting tool call: recorded (``ToolCallScheduled`` with
+``compensates`` = the position of the effect it undoes), replayed, retried by its policy. Its
+idempotency key is derived from the key of the effect it undoes (itself derived from the run):
+``uuid5(NAMESPACE, "<effect key>/compensate/<tool>")``. A worker killed in the middle of the
+unwind is rebuilt like any run: the recorded compensations are served from history, the one in
+flight is executed again with its recorded key (in doubt), and nothing completed runs twice.
+
+A cancellation is recorded in the run's log as ``SignalReceived(name=CANCEL_SIGNAL)`` (payload:
+the reason) before the unwind starts, so a replay switches to the unwind at the same point; a run
+with nothing to compensate is cancelled at once, as before (``RunCancelled``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from runtime.errors import AgentlogError, CallFailed
+from runtime.log.records.events import Event, RunCancelled, RunFailed, RunParked
+from runtime.workflow.canonical import NAMESPACE
+from runtime.workflow.futures import DurableFuture
+
+if TYPE_CHECKING:
+    from runtime.workflow.context import RunHost
+    from runtime.workflow.machine import RunMachine
+
+# Signal names agentlog keeps for itself: a client refuses to send them, a worker ignores them.
+RESERVED_SIGNAL_PREFIX = "agentlog:"
+# The name of the signal that records a cancellation whose run has compensations to run.
+CANCEL_SIGNAL = f"{RESERVED_SIGNAL_PREFIX}cancel"
+
+
+class Unwound(BaseException):
+    """Raised by ``unwind`` at its end: the run ends with ``event``. A BaseException, so workflow
+    code's ``except Exception`` never swallows it (the unwind coroutine holds no user code anyway)."""
+
+    def __init__(self, event: Event) -> None:
+        super().__init__(event.type)
+        self.event = event
+
+
+@dataclass
+class Registered:
+    """An effect with its compensation, registered when the effect was issued."""
+
+    position: int  # the effect's
+    tool: str  # the effect's
+    future: DurableFuture  # the effect's outcome
+    compensation: str  # the compensating tool
+    args: dict[str, Any]
+
+
+@dataclass
+class Saga:
+    """A run's registered compensations, in issue order."""
+
+    registered: list[Registered] = field(default_factory=list)
+    unwinding: bool = False
+
+    def checked(self, machine: RunHost, tool: str, compensate_with: Any) -> tuple[str, dict[str, Any]]:
+        """``compensate_with`` as (compensating tool, arguments), checked before the effect is issued."""
+        name, args = _parse(compensate_with, tool)
+        spec = machine.app.tools.get(tool)
+        if spec is None or not spec.effect:
+            raise AgentlogError(f"compensate_with is for effecting tools; {tool!r} is not one (effect=True)")
+        compensating = machine.app.tools.get(name)
+        if compensating is None or not compensating.effect:
+            known = sorted(n for n, t in machine.app.tools.items() if t.effect)
+            raise AgentlogError(
+                f"compensation {name!r} of {tool!r} must be a registered effecting tool (known: {known})"
+            )
+        return name, args
+
+    def add(self, effect: DurableFuture, tool: str, compensation: tuple[str, dict[str, Any]]) -> None:
+        self.registered.append(Registered(effect.position, tool, effect, *compensation))
+
+    def pending(self) -> bool:
+        """Something may need undoing: an effect with a compensation that did not fail."""
+        return any(not r.future.failed for r in self.registered)
+
+    def unwind(self, machine: RunMachine, ending: Event) -> Coroutine[Any, Any, None]:
+        """The coroutine the machine drives in place of the workflow's (see the module docstring)."""
+        self.unwinding = True
+        return _unwind(machine, list(self.registered), ending)
+
+
+def compensation_key(effect_key: str, tool: str) -> str:
+    """The idempotency key of ``tool`` undoing the effect whose key is ``effect_key``."""
+    return str(uuid.uuid5(NAMESPACE, f"{effect_key}/compensate/{tool}"))
+
+
+def cancelled_by(payload: str, command_offset: int, run_id: str) -> RunCancelled:
+    return RunCancelled(run_id=run_id, reason=json.loads(payload), command_offset=command_offset)
+
+
+async def _unwind(machine: RunMachine, registered: list[Registered], ending: Event) -> None:
+    # Effects still in flight settle first: one that completes is undone like the others.
+    for entry in registered:
+        if not entry.future.done:
+            with contextlib.suppress(CallFailed):  # it did not take effect: nothing to undo
+                await entry.future
+    for entry in reversed(registered):
+        if entry.future.failed:
+            continue
+        command = machine.commands[entry.position]
+        assert command.key is not None  # an effect's key, recorded with it
+        try:
+            await machine.issue_tool(
+                entry.compensation,
+                entry.args,
+                key=compensation_key(command.key, entry.compensation),
+                compensates=entry.position,
+            )
+        except CallFailed as failed:
+            left = [
+                f"{r.compensation} of {r.tool} at position {r.position}"
+                for r in registered
+                if r.position < entry.position and not r.future.failed
+            ]
+            raise Unwound(
+                RunParked(
+                    run_id=machine.run_id,
+                    reason=f"compensation {entry.compensation} of {entry.tool} at position {entry.position} "
+                    f"failed ({failed}); not compensated yet: {left or 'nothing'}; the run ended as: "
+                    f"{_describe(ending)}",
+                    position=failed.position,
+                )
+            ) from failed
+    raise Unwound(ending)
+
+
+def _describe(event: Event) -> str:
+    if isinstance(event, RunFailed):
+        return f"failed, {event.error_type}: {event.error}"
+    if isinstance(event, RunCancelled):
+        return f"cancelled, {event.reason}"
+    return event.type
+
+
+def _parse(compensate_with: Any, tool: str) -> tuple[str, dict[str, Any]]:
+    if (
+        isinstance(compensate_with, tuple)
+        and len(compensate_with) == 2
+        and isinstance(compensate_with[0], str)
+        and isinstance(compensate_with[1], dict)
+    ):
+        return compensate_with[0], dict(compensate_with[1])
+    raise AgentlogError(
+        f"compensate_with of {tool!r} must be a (tool name, {{arguments}}) pair, got {compensate_with!r}"
+    )
