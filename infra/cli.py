@@ -6,9 +6,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from infra import kafka, stack
+from infra import kafka, kafka_users, stack
 from infra.topics import ensure_topics
 from runtime.config import Settings
+from runtime.log.kafka.roles import ROLES
 
 
 def format_table(services: Sequence[stack.ServiceInfo]) -> str:
@@ -61,7 +62,9 @@ def add_infra_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         help="start, stop or show the local Kafka, schema registry and PostgreSQL",
         description="The local services, with data, pid files and logs in the state folder.",
     )
-    actions = infra.add_subparsers(dest="infra_command", metavar="{up,down,status,topics}", required=True)
+    actions = infra.add_subparsers(
+        dest="infra_command", metavar="{up,down,status,topics,users}", required=True
+    )
     up = actions.add_parser(
         "up", help="start the services that are not running and create the topics (idempotent)"
     )
@@ -76,9 +79,12 @@ def add_infra_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     up.add_argument(
         "--secure",
         action="store_true",
-        help="clients must authenticate with SASL/SCRAM-SHA-512 (a SASL_PLAINTEXT listener) as the user in "
-        'AGENTLOG_KAFKA: {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", '
-        '"sasl.username": ..., "sasl.password": ...}. Fixed when a state folder is first formatted',
+        help="clients must authenticate with SASL/SCRAM-SHA-512 (a SASL_PLAINTEXT listener), and Kafka's "
+        "StandardAuthorizer allows each user what its role's ACLs say; the user in AGENTLOG_KAFKA "
+        '({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": ..., '
+        '"sasl.password": ...}) is the admin, and one user per role (agentlog-submitter, agentlog-worker, '
+        "agentlog-sink) is made with its settings in <state_dir>/kafka/users/. Fixed when a state folder "
+        "is first formatted",
     )
     up.set_defaults(func=cmd_up)
     actions.add_parser("down", help="stop the services of this state folder").set_defaults(func=cmd_down)
@@ -89,9 +95,33 @@ def add_infra_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         "topics",
         help="only create the topics, on the configured cluster (for a cluster agentlog did not start)",
     ).set_defaults(func=cmd_topics)
+    users = actions.add_parser("users", help="the Kafka users of a secure cluster (infra up --secure)")
+    user_actions = users.add_subparsers(dest="users_command", metavar="{add}", required=True)
+    add = user_actions.add_parser(
+        "add",
+        help="create a user with a new random password and its role's ACLs on this deployment's topics; "
+        "for an existing user: a new password (the old one stops working) and its ACLs reset to the role's",
+    )
+    add.add_argument("name", help="the user name (letters, digits, '-', '_', '.')")
+    add.add_argument(
+        "--role",
+        required=True,
+        choices=ROLES,
+        help="submitter: writes commands, reads results; worker: reads commands, writes events, "
+        "checkpoints and payloads; sink: reads events and payloads; admin: everything",
+    )
+    add.set_defaults(func=cmd_users_add)
 
 
 def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
     for line in ensure_topics(settings):
         print(line)
+    return 0
+
+
+def cmd_users_add(args: argparse.Namespace, settings: Settings) -> int:
+    path = kafka_users.add_user(settings, args.name, args.role)
+    # The password stays in the file: never on the terminal, where logs and scrollback keep it.
+    print(f"user {args.name} (role {args.role}): its AGENTLOG_KAFKA settings are in {path} (mode 0600)")
+    print(f'use them with: export AGENTLOG_KAFKA="$(cat {path})"')
     return 0

@@ -9,7 +9,15 @@ live in the metadata the controllers serve). Two SCRAM users exist:
   the storage is formatted (``kafka-storage format --add-scram``);
 - the clients', named by ``sasl.username`` / ``sasl.password`` in ``AGENTLOG_KAFKA`` (the settings'
   ``kafka`` mapping), created or updated after every start through the nodes' user, so changing
-  the password in ``AGENTLOG_KAFKA`` and running ``infra up`` again rotates it.
+  the password in ``AGENTLOG_KAFKA`` and running ``infra up`` again rotates it. It is the
+  cluster's admin (role ``admin``: every operation on every resource), since ``infra up`` creates
+  the topics through it.
+
+Kafka's ``StandardAuthorizer`` runs on every node and denies what no ACL allows
+(``allow.everyone.if.no.acl.found=false``). The super users are the nodes' own user and
+``ANONYMOUS``, the principal of the plaintext controller listener (brokers register with the
+controllers through it, on 127.0.0.1): on the SASL listener every principal is authenticated, so
+no client is ever ``ANONYMOUS`` there. Role users and their ACLs: infra.kafka_users.
 
 The client password never goes on a command line or into a log: it is sent to the node over the
 authenticated connection only.
@@ -22,20 +30,17 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-# confluent_kafka.admin re-exports these without __all__, so mypy --strict wants their home module.
-from confluent_kafka.admin._scram import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
-
 from infra.errors import ServiceError
+from infra.kafka_acl import SCRAM_ITERATIONS, grant_role, set_password
 from runtime.config import Settings
 
 SERVICE = "kafka"
 MECHANISM = "SCRAM-SHA-512"
 PROTOCOL = "SASL_PLAINTEXT"
 BROKER_USER = "agentlog-broker"
-SCRAM_ITERATIONS = 8192
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 
 def secret_path(cluster_home: Path) -> Path:
@@ -100,6 +105,9 @@ def listener_properties(cluster_home: Path, port: int, controller_port: int, hos
         "sasl.enabled.mechanisms": MECHANISM,
         "sasl.mechanism.inter.broker.protocol": MECHANISM,
         f"listener.name.{PROTOCOL.lower()}.{MECHANISM.lower()}.sasl.jaas.config": jaas,
+        "authorizer.class.name": AUTHORIZER,
+        "allow.everyone.if.no.acl.found": "false",
+        "super.users": f"User:{BROKER_USER};User:ANONYMOUS",
     }
 
 
@@ -130,16 +138,9 @@ def broker_client_config(cluster_home: Path) -> dict[str, Any]:
 
 
 def ensure_client_user(settings: Settings, cluster_home: Path, bootstrap: str) -> None:
-    """Create the clients' SCRAM user, or set its password to the configured one."""
+    """Create the clients' SCRAM user, or set its password to the configured one, and give it the
+    ``admin`` role's ACLs."""
     user, password = client_credentials(settings)
     admin = AdminClient({"bootstrap.servers": bootstrap, **broker_client_config(cluster_home)})
-    upsert = UserScramCredentialUpsertion(
-        user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS), password.encode()
-    )
-    try:
-        for future in admin.alter_user_scram_credentials([upsert], request_timeout=30).values():
-            future.result()
-    except KafkaException as exc:
-        raise ServiceError(
-            SERVICE, f"could not create the SCRAM user {user!r} on {bootstrap}: {exc}"
-        ) from exc
+    set_password(admin, user, password)
+    grant_role(admin, user, "admin", settings)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra import kafka, postgres, process, registry, topics
+from infra import kafka, kafka_users, postgres, process, registry, topics
 from infra.paths import file_lock, state_dir
 from runtime.config import Settings
 
@@ -88,7 +88,8 @@ def up(
     ``brokers``: the number of Kafka nodes (infra.kafka: a cluster of 3 replicates every topic
     three times); None keeps what the state folder has (1 for a new one). ``secure``: clients must
     authenticate with SASL/SCRAM-SHA-512 as the user in the settings' ``kafka`` mapping
-    (infra.kafka_auth); fixed when the state folder's cluster is first formatted.
+    (infra.kafka_auth), and a user per role is made (infra.kafka_users); fixed when the state
+    folder's cluster is first formatted.
     Raises infra.errors.ServiceError naming the service, the reason and its log (with its last lines).
     """
     state_dir(settings).mkdir(parents=True, exist_ok=True)
@@ -114,6 +115,10 @@ def up(
         created = topics.ensure_topics(settings, bootstrap=kafka.bootstrap(settings))
         if created:
             progress(f"created topics {', '.join(created)} ({settings.partitions} partitions each)")
+        if kafka.is_secure(settings):
+            for name in kafka_users.ensure_default_users(settings):
+                path = kafka_users.credentials_path(settings, name)
+                progress(f"created Kafka user {name}; its AGENTLOG_KAFKA settings are in {path}")
         return status(settings)
 
 
