@@ -21,7 +21,7 @@ from analytics.migrations import migrate
 from analytics.server import QueryServer
 from analytics.store import Endpoint, StoreLocation, StoreLock, open_client, parse_dsn
 from runtime.config import Settings
-from runtime.log.kafka.auth import check_credentials
+from runtime.log.kafka.access import check_access
 from runtime.log.schemas.registry import registry_client
 
 from .core import SinkConfig, SinkCore, SinkStats
@@ -152,9 +152,10 @@ def run_sink(
     location = parse_dsn(dsn or settings.analytics_dsn)
     topic = topic or settings.events_topic
     stop = stop or threading.Event()
-    # Refused SASL credentials end the sink here, before it takes the store's lock or creates the
-    # store, and before its two Kafka clients (events, payloads) would wait on them forever.
-    check_credentials(settings)
+    # Refused SASL credentials, or a user without the sink's permissions, end the sink here, before
+    # it takes the store's lock or creates the store, and before its two Kafka clients (events,
+    # payloads) would wait on them forever.
+    check_access(settings, "sink")
     with _stop_on_signals(stop), _ops_port(settings, topic, stop) as ops, _store_lock(location):
         client = open_client(location)
         try:

@@ -16,6 +16,7 @@ from confluent_kafka import KafkaException
 
 from runtime.config import Settings, load_settings
 from runtime.errors import AgentlogError
+from runtime.log.kafka.access import check_access
 from runtime.log.kafka.backend import KafkaLog
 from runtime.log.port.partitioning import partition_for
 from runtime.log.port.protocol import EventLog
@@ -74,7 +75,10 @@ class Client:
         self.settings = settings or load_settings()
         self.serde = serde or Serde(self.settings)
         self.identity = identity
-        # The log is Kafka unless given (runtime.local passes the in-memory one).
+        # The log is Kafka unless given (runtime.local passes the in-memory one). On a cluster with
+        # an authorizer, a user without the submitter's permissions is told so here, in one line.
+        if log is None:
+            check_access(self.settings, "submitter")
         self.log: EventLog = log if log is not None else KafkaLog(self.settings)
         # Submissions are written at least once: the worker starts a run id once and ignores a
         # repeated submission (DESIGN.md; runtime.worker.continuation), so they need no idempotent

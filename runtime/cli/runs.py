@@ -72,9 +72,11 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     # collector would walk it ~30 times on the way (~7 ms of a restarted worker's recovery).
     # Worker.run(tune_gc=True) freezes it and turns collection back on.
     gc.disable()
+    from runtime.log.kafka.access import check_access
     from runtime.log.kafka.backend import KafkaLog
 
     _app_module(args.app)
+    check_access(settings, "worker")  # a user without the worker's permissions: one line, now
     # Join the group first: the join runs in librdkafka's threads while the rest is imported.
     log = KafkaLog(settings)
     feed = log.join(worker_id, args.session_timeout_ms)
@@ -132,10 +134,11 @@ def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: 
     from runtime.worker.supervisor import supervise
 
     load_app(args.app)
-    # Refused credentials end the supervisor here, instead of every fork failing the same way.
-    from runtime.log.kafka.auth import check_credentials
+    # Refused credentials, or a user without the worker's permissions, end the supervisor here,
+    # instead of every fork failing the same way.
+    from runtime.log.kafka.access import check_access
 
-    check_credentials(settings)  # its connection is closed before any fork
+    check_access(settings, "worker")  # its connections are closed before any fork
     # The ids are resolved over a connection closed before any fork (Serde.warm_up).
     serde = Serde(settings)
     serde.warm_up()

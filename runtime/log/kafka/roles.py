@@ -41,7 +41,7 @@ class Grant:
 
     def describe(self) -> str:
         where = f"{self.resource.replace('_', ' ')} {self.name!r}"
-        return f"{self.operation} on {where}{' (prefix)' if self.prefixed else ''}"
+        return f"{self.operation} {where}{' (prefix)' if self.prefixed else ''}"
 
 
 def sink_group(topic: str) -> str:

@@ -1,0 +1,198 @@
+"""Who may write history, on a real secure Kafka (``infra up --secure``'s StandardAuthorizer and
+role users, infra.kafka_users): a submitter cannot append to the events, checkpoints or payloads
+topics; a process started with a user that lacks its role's permissions ends with one line naming
+them; a wrong password ends it with one line; a run served by role users leaks no password into a
+record, a log line or the process listing; ``infra users add`` again rotates the password.
+
+One broker of its own (infra.kafka) on 19720 (controller 19721), the shared registry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, Producer
+
+from infra import kafka, kafka_users
+from infra.deployment import scratch_deployment
+from runtime.client import Client
+from runtime.config import Settings
+from runtime.log.kafka.auth import KafkaAuthenticationError, check_credentials
+from support.services import ROOT, deployment_env
+from support.sink import SinkProcess, read_partition, wait_for_rows
+from support.workers import APP, WorkerProcess
+
+pytestmark = pytest.mark.chaos
+
+PORT = 19720
+CONTROLLER_PORT = 19721
+ADMIN_PASSWORD = f"adm-{uuid.uuid4().hex}"  # unique: finding it anywhere is a leak, not a coincidence
+
+
+@pytest.fixture(scope="module")
+def cluster(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    settings = services.model_copy(
+        update={
+            "state_dir": tmp_path_factory.mktemp("secure-acl"),
+            "kafka_port": PORT,
+            "kafka_controller_port": CONTROLLER_PORT,
+            "bootstrap_servers": f"127.0.0.1:{PORT}",
+            "kafka": {
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.username": "agent-admin",
+                "sasl.password": ADMIN_PASSWORD,
+            },
+        }
+    )
+    kafka.configure(settings, 1, secure=True)
+    try:
+        kafka.start(settings, lambda _m: None)
+        yield settings
+    finally:
+        kafka.stop(settings)
+
+
+@pytest.fixture(scope="module")
+def deployment(cluster: Settings) -> Settings:
+    """A deployment (created as the admin) with a user per role, from ``infra users add``'s code."""
+    settings = scratch_deployment(cluster, partitions=1)
+    for role in ("submitter", "worker", "sink"):
+        kafka_users.add_user(settings, role, role)
+    return settings
+
+
+def as_user(deployment: Settings, name: str) -> Settings:
+    conf = json.loads(kafka_users.credentials_path(deployment, name).read_text())
+    return deployment.model_copy(update={"kafka": conf})
+
+
+def password(deployment: Settings, name: str) -> str:
+    return as_user(deployment, name).kafka["sasl.password"]
+
+
+def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    # The timeout only guards the suite against the retry loop these tests exist to rule out.
+    return subprocess.run(
+        [sys.executable, "-m", "runtime.cli", *args],
+        cwd=ROOT,
+        env=deployment_env(
+            settings, AGENTLOG_KAFKA_PORT=str(PORT), AGENTLOG_KAFKA_CONTROLLER_PORT=str(CONTROLLER_PORT)
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_submitter_producing_to_the_history_topics_is_refused(deployment: Settings) -> None:
+    submitter = as_user(deployment, "submitter")
+    producer = Producer(submitter.kafka_common())
+    errors: dict[str, KafkaError | None] = {}
+    topics = (deployment.events_topic, deployment.checkpoints_topic, deployment.payloads_topic)
+    for topic in topics:
+        producer.produce(
+            topic,
+            key=b"run-forged",
+            value=b"a RunCompleted nobody ran",
+            on_delivery=lambda err, msg: errors.__setitem__(msg.topic(), err),
+        )
+    assert producer.flush(30) == 0
+    assert {t: e.code() if e else None for t, e in errors.items()} == {
+        t: KafkaError.TOPIC_AUTHORIZATION_FAILED for t in topics
+    }
+    for topic in topics:  # read as the admin: nothing landed
+        assert read_partition(deployment, 0, topic) == [], topic
+
+
+def test_a_worker_with_the_submitters_credentials_ends_with_one_line_naming_the_permission(
+    deployment: Settings,
+) -> None:
+    submitter = as_user(deployment, "submitter")
+    done = cli(submitter, "worker", "--app", APP, "--worker-id", "impostor", "--respawn")
+    assert done.returncode == 1, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "may not" in line]
+    assert len(lines) == 1, done.stderr
+    assert f"user 'submitter' may not READ topic '{deployment.commands_topic}'" in lines[0]
+    assert f"WRITE topic '{deployment.events_topic}'" in lines[0]
+    assert f"READ group '{deployment.worker_group}'" in lines[0]
+    assert "Traceback" not in done.stderr
+    assert submitter.kafka["sasl.password"] not in done.stderr + done.stdout
+
+
+def test_a_sink_with_the_workers_credentials_ends_with_one_line(deployment: Settings, tmp_path: Path) -> None:
+    worker = as_user(deployment, "worker")
+    done = cli(worker, "sink", "--dsn", f"chdb://{tmp_path / 'never-written'}")
+    assert done.returncode == 1, done.stderr
+    assert f"user 'worker' may not READ group 'agentlog-sink-{deployment.events_topic}'" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "never-written").exists(), "refused permissions, yet the sink created its store"
+
+
+def test_a_wrong_password_ends_a_role_user_with_one_line(deployment: Settings) -> None:
+    wrong = f"wrong-{uuid.uuid4().hex}"
+    worker = as_user(deployment, "worker")
+    settings = worker.model_copy(update={"kafka": {**worker.kafka, "sasl.password": wrong}})
+    done = cli(settings, "worker", "--app", APP, "--worker-id", "wrong", "--respawn")
+    assert done.returncode == 1, done.stderr
+    assert f"Kafka at 127.0.0.1:{PORT}: authentication failed for user 'worker'" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert wrong not in done.stderr + done.stdout
+
+
+def test_users_add_again_rotates_the_password_and_never_prints_it(deployment: Settings) -> None:
+    first = cli(deployment, "infra", "users", "add", "rotating", "--role", "submitter")
+    assert first.returncode == 0, first.stderr
+    path = kafka_users.credentials_path(deployment, "rotating")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    old = as_user(deployment, "rotating")
+    check_credentials(old)
+    assert old.kafka["sasl.password"] not in first.stdout + first.stderr
+    second = cli(deployment, "infra", "users", "add", "rotating", "--role", "submitter")
+    assert second.returncode == 0, second.stderr
+    new = as_user(deployment, "rotating")
+    assert new.kafka["sasl.password"] != old.kafka["sasl.password"]
+    check_credentials(new)
+    with pytest.raises(KafkaAuthenticationError):
+        check_credentials(old)
+
+
+def test_a_run_served_by_role_users_leaks_no_password(
+    deployment: Settings, cluster: Settings, tmp_path: Path
+) -> None:
+    worker = WorkerProcess(as_user(deployment, "worker"), APP, "w1", tmp_path / "worker.log")
+    dsn = f"chdb://{tmp_path / 'store'}"
+    sink = SinkProcess(as_user(deployment, "sink"), dsn, tmp_path / "sink.log")
+    try:
+        with Client(as_user(deployment, "submitter")) as client:
+            run = client.submit("short", {"order": "acl-1", "steps": 2})
+            assert client.result(run, timeout=60) == "acl-1"
+        events = read_partition(deployment, 0)
+        wait_for_rows(dsn, deployment.events_topic, len(events), proc=sink.proc)
+        listing = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True, check=True).stdout
+    finally:
+        sink.stop()
+        worker.stop()
+
+    secrets = [ADMIN_PASSWORD, *(password(deployment, r) for r in ("submitter", "worker", "sink"))]
+    topics = (deployment.commands_topic, deployment.events_topic, deployment.checkpoints_topic)
+    records = [m for topic in topics for m in read_partition(deployment, 0, topic)]
+    assert len(records) >= len(events) > 0
+    logs = [tmp_path / "worker.log", tmp_path / "sink.log", *(n.log_path for n in kafka.nodes(cluster))]
+    for secret in secrets:
+        assert secret not in listing
+        for message in records:
+            headers = b"".join(k.encode() + (v or b"") for k, v in message.headers() or [])
+            blob = (message.key() or b"") + (message.value() or b"") + headers
+            assert secret.encode() not in blob, message.topic()
+        for log in logs:
+            assert secret not in log.read_text(errors="replace"), log
