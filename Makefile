@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 AGENTLOG := $(VENV)/bin/agentlog
 
-.PHONY: setup system-packages up down demo demo-pydantic-ai test lint unit bench bench-stages bench-sink bench-rebuild chaos fuzz compare clean
+.PHONY: setup system-packages up down demo demo-pydantic-ai test lint unit docs bench bench-stages bench-sink bench-rebuild chaos fuzz compare clean
 
 $(VENV)/.installed: pyproject.toml
 	@echo "agentlog setup: creating the virtualenv $(VENV) and installing agentlog with its dev tools (pip; a minute or two when cold)"
@@ -80,3 +80,8 @@ fuzz: setup
 
 clean: down
 	rm -rf .agentlog
+
+# The documentation site, into build/site; --strict (and mkdocs.yml's validation) turns a broken
+# link, an unlisted page or an unresolved API reference into a failure.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site

@@ -38,54 +38,131 @@ class ConfigError(TerminalError, ValueError):
 
 
 def _default_state_dir() -> Path:
+    """`.agentlog/` in the current directory"""
     return Path.cwd() / ".agentlog"
 
 
 class Settings(BaseModel):
-    """Configuration of agentlog; see the README for each key's meaning. Built by
+    """Configuration of agentlog; each field's description is its meaning (the docs' settings page). Built by
     ``load_settings``, which reads the environment itself: pydantic-settings would do it with
     imports that weigh on a recovering worker's start-up, for a dozen variables."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    state_dir: Path = Field(default_factory=_default_state_dir)
-    bootstrap_servers: str = "127.0.0.1:9092"
-    schema_registry_url: str = "http://127.0.0.1:8081"
-    clickhouse_dsn: str = ""  # empty: chdb://<state_dir>/analytics
-    commands_topic: str = "agentlog.commands"
-    events_topic: str = "agentlog.events"
-    checkpoints_topic: str = "agentlog.checkpoints"
+    # Each field's description is its meaning on the settings page of the docs
+    # (tools/docs_reference.py generates it; a field without one fails tests/unit/test_docs_reference.py).
+    state_dir: Path = Field(
+        default_factory=_default_state_dir,
+        description="The state folder: the local services' data and logs, the schema cache, the embedded "
+        "ClickHouse store.",
+    )
+    bootstrap_servers: str = Field(
+        default="127.0.0.1:9092", description="Kafka bootstrap servers, comma-separated host:port."
+    )
+    schema_registry_url: str = Field(
+        default="http://127.0.0.1:8081", description="The schema registry (Confluent REST API)."
+    )
+    clickhouse_dsn: str = Field(
+        default="",
+        description="The analytics store: chdb:///path (embedded chDB) or http(s)://host:8123 (a ClickHouse "
+        "server); empty means chdb://<state_dir>/analytics.",
+    )
+    commands_topic: str = Field(
+        default="agentlog.commands", description="Submissions, signals and cancellations, keyed by run id."
+    )
+    events_topic: str = Field(
+        default="agentlog.events", description="The journal of every run, keyed by run id, kept forever."
+    )
+    checkpoints_topic: str = Field(
+        default="agentlog.checkpoints",
+        description="Compacted: where a rebuild may start, the run index and history snapshots.",
+    )
     # Call results larger than this many bytes are stored out of line, in payloads_topic; the
     # event keeps the offset, the size and a sha256, so histories stay small to replay and copy.
-    payloads_topic: str = "agentlog.payloads"
-    payload_inline_limit: int = Field(default=16_384, ge=0)
-    partitions: int = Field(default=12, ge=1, le=10_000)
-    worker_group: str = "agentlog-workers"  # consumer group of the workers on the commands topic
+    payloads_topic: str = Field(
+        default="agentlog.payloads",
+        description="Call results and prompt messages too large to keep inline, in the run's partition.",
+    )
+    payload_inline_limit: int = Field(
+        default=16_384,
+        ge=0,
+        description="A call result over this many bytes goes to payloads_topic; the event keeps its offset, "
+        "size and sha256.",
+    )
+    partitions: int = Field(
+        default=12,
+        ge=1,
+        le=10_000,
+        description="Partitions of the commands and events topics (the same count for both).",
+    )
+    worker_group: str = Field(
+        default="agentlog-workers", description="Consumer group of the workers on the commands topic."
+    )
     # Ports of the locally started services (``agentlog infra``).
-    kafka_port: int = 9092
-    kafka_controller_port: int = 9093
-    registry_port: int = 8081
-    postgres_port: int = 15432
+    kafka_port: int = Field(
+        default=9092, description="Port of the local Kafka broker (agentlog infra); a 3-node cluster uses 3."
+    )
+    kafka_controller_port: int = Field(
+        default=9093, description="Port of the local KRaft controller (agentlog infra)."
+    )
+    registry_port: int = Field(default=8081, description="Port of the local schema registry (agentlog infra).")
+    postgres_port: int = Field(
+        default=15432, description="Port of the local PostgreSQL that stores the registry's schemas."
+    )
     # librdkafka pass-through settings; they may hold credentials (sasl.password), so no repr shows them.
-    kafka: dict[str, str] = Field(default_factory=dict, repr=False)
+    kafka: dict[str, str] = Field(
+        default_factory=dict,
+        repr=False,
+        description="librdkafka settings passed to every Kafka client, as a JSON object: security.protocol, "
+        "sasl.*, ssl.*, client.dns.lookup, socket.* only.",
+    )
     # The OpenAI-compatible model endpoint used by runtime.models.openai.OpenAIChatModel.from_settings.
-    model_base_url: str = "https://api.openai.com/v1"
-    model_api_key: SecretStr = SecretStr("")
-    model_name: str = "gpt-4o-mini"
-    model_timeout_s: float = Field(default=60.0, gt=0)
+    model_base_url: str = Field(
+        default="https://api.openai.com/v1",
+        description="Base URL of the OpenAI-compatible endpoint of runtime.models.openai.OpenAIChatModel.",
+    )
+    model_api_key: SecretStr = Field(
+        default=SecretStr(""), description="API key of that endpoint (never shown in a repr or a log)."
+    )
+    model_name: str = Field(default="gpt-4o-mini", description="Model name sent to that endpoint.")
+    model_timeout_s: float = Field(
+        default=60.0, gt=0, description="Seconds before a request to that endpoint times out."
+    )
     # History-size thresholds (Temporal's defaults).
-    history_warn_events: int = 10_240
-    history_warn_bytes: int = 10 * 1024 * 1024
-    history_limit_events: int = 51_200
-    history_limit_bytes: int = 50 * 1024 * 1024
+    history_warn_events: int = Field(
+        default=10_240,
+        description="A run past this many events is flagged (ctx.history_near_limit(), audit history-size).",
+    )
+    history_warn_bytes: int = Field(
+        default=10 * 1024 * 1024, description="A run past this many bytes of history is flagged."
+    )
+    history_limit_events: int = Field(
+        default=51_200, description="A run reaching this many events is parked."
+    )
+    history_limit_bytes: int = Field(
+        default=50 * 1024 * 1024, description="A run reaching this many bytes of history is parked."
+    )
     # A run whose records start this many offsets behind a checkpoint gets a HistorySnapshot, so a
     # rebuild reads from the checkpoint rather than from the run's start (runtime.worker.snapshots).
-    run_snapshot_lag: int = Field(default=10_000, ge=1)
-    # The operations port of `agentlog worker` and `agentlog sink` (/metrics, /healthz, /readyz;
-    # runtime.ops.server): unset, none is opened; 0 picks a free port (logged). Each process needs
-    # its own port; metrics_host 0.0.0.0 lets a scraper on another host (a Kubernetes probe) in.
-    metrics_port: int | None = Field(default=None, ge=0, le=65_535)
-    metrics_host: str = "127.0.0.1"
+    run_snapshot_lag: int = Field(
+        default=10_000,
+        ge=1,
+        description="A waiting run this many records behind a checkpoint gets a history snapshot, so a "
+        "rebuild starts at the checkpoint.",
+    )
+    # Unset, no operations port is opened; each process needs its own port.
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65_535,
+        description="Port of /metrics, /healthz and /readyz of `agentlog worker` and `agentlog sink` "
+        "(--metrics-port); unset opens none, 0 picks a free port (logged).",
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1",
+        description="Address the operations port listens on; 0.0.0.0 lets a scraper or a Kubernetes probe on "
+        "another host in.",
+    )
 
     @field_validator("kafka")
     @classmethod

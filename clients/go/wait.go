@@ -28,6 +28,8 @@ var ending = map[string]string{
 func waitForEnd(
 	ctx context.Context, seeds []string, registry *registry, topic string, home int32, start int64, runID string,
 ) (map[string]any, error) {
+	// agentlog's producers write LZ4-compressed batches; franz-go decompresses them (and gzip,
+	// snappy, zstd) itself. A kafkajs consumer needs an LZ4 codec registered (docs/producers.md).
 	consumer, err := kgo.NewClient(
 		kgo.SeedBrokers(seeds...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {home: kgo.NewOffset().At(start)}}),

@@ -51,7 +51,7 @@ class SchemaNotRegistered(RetryableError):
         super().__init__(
             f"the schema of {record} is not registered under subject {subject!r} (registry: {detail}); "
             "register this code's schemas first: `agentlog schemas check`, then `agentlog schemas "
-            "register` (see the README, Upgrading with runs in flight)"
+            "register` (see docs/upgrades.md)"
         )
         self.record, self.subject = record, subject
 
