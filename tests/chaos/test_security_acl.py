@@ -178,7 +178,9 @@ def test_a_run_served_by_role_users_leaks_no_password(
             assert client.result(run, timeout=60) == "acl-1"
         events = read_partition(deployment, 0)
         wait_for_rows(dsn, deployment.events_topic, len(events), proc=sink.proc)
-        listing = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True, check=True).stdout
+        listing = subprocess.run(
+            ["ps", "-eww", "-o", "args"], capture_output=True, text=True, check=True
+        ).stdout
     finally:
         sink.stop()
         worker.stop()

@@ -1,0 +1,58 @@
+"""runtime.log.kafka.roles: only a worker may write history; every role's grants name its deployment."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.config import Settings
+from runtime.log.kafka.roles import ROLES, grants
+
+pytestmark = pytest.mark.unit
+
+SETTINGS = Settings(
+    commands_topic="d.commands",
+    events_topic="d.events",
+    checkpoints_topic="d.checkpoints",
+    payloads_topic="d.payloads",
+    worker_group="d.workers",
+)
+HISTORY = ("d.events", "d.checkpoints", "d.payloads")
+
+
+def writes(role: str) -> set[str]:
+    return {
+        g.name for g in grants(role, SETTINGS) if g.resource == "topic" and g.operation in ("WRITE", "ALL")
+    }  # type: ignore[arg-type]
+
+
+def test_only_the_worker_and_the_admin_write_the_history_topics() -> None:
+    assert writes("submitter") == {"d.commands"}
+    assert writes("sink") == set()
+    assert writes("worker") == {"d.commands", *HISTORY}
+    assert writes("admin") == {"*"}
+
+
+def test_the_sink_reads_events_and_payloads_with_its_own_groups_only() -> None:
+    sink = grants("sink", SETTINGS)
+    assert {g.name for g in sink if g.resource == "topic"} == {"d.events", "d.payloads"}
+    groups = {g.name for g in sink if g.resource == "group" and not g.prefixed}
+    assert groups == {
+        "agentlog-sink-d.events",
+        "agentlog-sink-d.payloads",
+        "agentlog-sink-metrics",
+        "agentlog-auth-probe",
+    }
+
+
+def test_only_the_worker_joins_the_workers_group() -> None:
+    joins = {
+        r
+        for r in ROLES
+        if any(g.name == "d.workers" and g.operation in ("READ", "ALL") for g in grants(r, SETTINGS))
+    }  # type: ignore[arg-type]
+    assert joins == {"worker"}
+
+
+def test_an_unknown_role_is_named() -> None:
+    with pytest.raises(ValueError, match="unknown role 'auditor'"):
+        grants("auditor", SETTINGS)  # type: ignore[arg-type]
