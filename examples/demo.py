@@ -23,7 +23,9 @@ import sys
 import time
 from pathlib import Path
 
+from infra.kafka_users import credentials_path
 from runtime import Client, load_settings
+from runtime.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 APPS = {"plain": "examples.refund_agent:app", "pydantic-ai": "examples.refund_pydantic_ai:app"}
@@ -68,13 +70,26 @@ def model_calls(db: Path, step: int) -> int:
         return 0
 
 
-def main(app: str = APPS["plain"]) -> int:
+def role_kafka(settings: Settings, name: str) -> dict[str, str]:
+    """The ``AGENTLOG_KAFKA`` settings of a role user ``infra up --secure`` made (infra.kafka_users)."""
+    path = credentials_path(settings, name)
+    if not path.is_file():
+        raise SystemExit(f"[demo] {path} does not exist: --role-users needs `agentlog infra up --secure`")
+    conf: dict[str, str] = json.loads(path.read_text())
+    return conf
+
+
+def main(app: str = APPS["plain"], *, role_users: bool = False) -> int:
     settings = load_settings()
     workdir = settings.state_dir / "demo" / time.strftime("%Y%m%d-%H%M%S")
     workdir.mkdir(parents=True, exist_ok=True)
     world = workdir / "world.db"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "REFUND_WORLD_DB": str(world), "REFUND_HANG_AT_STEP": "31"}
     say(f"outside world: {world}; worker logs in {workdir}")
+    if role_users:  # the worker as agentlog-worker, the client as agentlog-submitter
+        env["AGENTLOG_KAFKA"] = json.dumps(role_kafka(settings, "agentlog-worker"))
+        settings = settings.model_copy(update={"kafka": role_kafka(settings, "agentlog-submitter")})
+        say("the worker runs as Kafka user agentlog-worker, the client as agentlog-submitter")
 
     first = start_worker(env, workdir / "worker-1.log", app)
     wait_for(lambda: '"partition_taken"' in (workdir / "worker-1.log").read_text(), 60, "the worker to join")
@@ -120,4 +135,10 @@ def main(app: str = APPS["plain"]) -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pydantic-ai", action="store_true", help="the refund agent as a PydanticAI agent")
-    sys.exit(main(APPS["pydantic-ai" if parser.parse_args().pydantic_ai else "plain"]))
+    parser.add_argument(
+        "--role-users",
+        action="store_true",
+        help="on a secure cluster (infra up --secure): the worker and the client each as its role's user",
+    )
+    args = parser.parse_args()
+    sys.exit(main(APPS["pydantic-ai" if args.pydantic_ai else "plain"], role_users=args.role_users))
