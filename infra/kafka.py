@@ -416,17 +416,32 @@ def _format_once(
         return
     progress(f"formatting Kafka storage in {node.data_dir}")
     cid = _cluster_id(settings) if node_count(settings) > 1 else new_cluster_id()
-    argv = [*_java(libs, log4j, node, heap="-Xmx256m"), "kafka.tools.StorageTool", "format"]
-    argv += ["-t", cid, "-c", str(props)]
+    java = _java(libs, log4j, node, heap="-Xmx256m")
+    tool = ["kafka.tools.StorageTool", "format", "-t", cid, "-c", str(props)]
     if is_secure(settings):
-        argv += kafka_auth.format_arguments(cluster_home(settings))
-    shown = kafka_auth.redact_arguments(argv, cluster_home(settings))
-    with node.log_path.open("ab") as out:
-        out.write(f"==== agentlog formats the storage: {' '.join(shown)}\n".encode())
-        out.flush()
-        done = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, check=False
-        )
+        tool += kafka_auth.format_arguments(cluster_home(settings))
+    shown = kafka_auth.redact_arguments([*java, *tool], cluster_home(settings))
+    # The main class and its arguments go in a java @argfile (mode 0600, removed at once): the
+    # nodes' SCRAM password among them would otherwise show in every process listing (ps).
+    argfile = node.home / "format.args"
+    argfile.unlink(missing_ok=True)
+    fd = os.open(argfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as args_out:
+        # One argument a line, quoted (java's argfile syntax takes JSON's escapes): paths may hold spaces.
+        args_out.write("\n".join(json.dumps(arg, ensure_ascii=False) for arg in tool) + "\n")
+    try:
+        with node.log_path.open("ab") as out:
+            out.write(f"==== agentlog formats the storage: {' '.join(shown)}\n".encode())
+            out.flush()
+            done = subprocess.run(
+                [*java, f"@{argfile}"],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                check=False,
+            )
+    finally:
+        argfile.unlink(missing_ok=True)
     if done.returncode != 0:
         raise ServiceError(SERVICE, f"formatting the storage failed (exit {done.returncode})", node.log_path)
 

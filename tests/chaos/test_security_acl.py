@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from infra import kafka, kafka_users
+from infra import kafka, kafka_auth, kafka_users
 from infra.deployment import scratch_deployment
 from runtime.client import Client
 from runtime.config import Settings
@@ -185,7 +185,11 @@ def test_a_run_served_by_role_users_leaks_no_password(
         sink.stop()
         worker.stop()
 
-    secrets = [ADMIN_PASSWORD, *(password(deployment, r) for r in ("submitter", "worker", "sink"))]
+    secrets = [
+        ADMIN_PASSWORD,
+        kafka_auth.broker_password(kafka.cluster_home(cluster)),  # formatted in through a java @argfile
+        *(password(deployment, r) for r in ("submitter", "worker", "sink")),
+    ]
     topics = (deployment.commands_topic, deployment.events_topic, deployment.checkpoints_topic)
     records = [m for topic in topics for m in read_partition(deployment, 0, topic)]
     assert len(records) >= len(events) > 0
