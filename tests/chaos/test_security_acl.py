@@ -4,7 +4,8 @@ topics; a process started with a user that lacks its role's permissions ends wit
 them; a wrong password ends it with one line; a run served by role users leaks no password into a
 record, a log line or the process listing; ``infra users add`` again rotates the password.
 
-One broker of its own (infra.kafka) on 19720 (controller 19721), the shared registry.
+A 3-node secure cluster of its own (infra.kafka, what ``infra up --brokers 3 --secure`` starts) on
+19720-19722 (controllers 19730-19732), the shared registry.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from support.workers import APP, WorkerProcess
 pytestmark = pytest.mark.chaos
 
 PORT = 19720
-CONTROLLER_PORT = 19721
+CONTROLLER_PORT = 19730
+NODES = 3
 ADMIN_PASSWORD = f"adm-{uuid.uuid4().hex}"  # unique: finding it anywhere is a leak, not a coincidence
 
 
@@ -44,7 +46,7 @@ def cluster(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Ite
             "state_dir": tmp_path_factory.mktemp("secure-acl"),
             "kafka_port": PORT,
             "kafka_controller_port": CONTROLLER_PORT,
-            "bootstrap_servers": f"127.0.0.1:{PORT}",
+            "bootstrap_servers": ",".join(f"127.0.0.1:{PORT + i}" for i in range(NODES)),
             "kafka": {
                 "security.protocol": "SASL_PLAINTEXT",
                 "sasl.mechanism": "SCRAM-SHA-512",
@@ -53,7 +55,7 @@ def cluster(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Ite
             },
         }
     )
-    kafka.configure(settings, 1, secure=True)
+    kafka.configure(settings, NODES, secure=True)
     try:
         kafka.start(settings, lambda _m: None)
         yield settings
@@ -144,7 +146,7 @@ def test_a_wrong_password_ends_a_role_user_with_one_line(deployment: Settings) -
     settings = worker.model_copy(update={"kafka": {**worker.kafka, "sasl.password": wrong}})
     done = cli(settings, "worker", "--app", APP, "--worker-id", "wrong", "--respawn")
     assert done.returncode == 1, done.stderr
-    assert f"Kafka at 127.0.0.1:{PORT}: authentication failed for user 'worker'" in done.stderr
+    assert f"Kafka at {worker.bootstrap_servers}: authentication failed for user 'worker'" in done.stderr
     assert "Traceback" not in done.stderr
     assert wrong not in done.stderr + done.stdout
 
