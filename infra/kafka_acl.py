@@ -52,9 +52,25 @@ def set_password(admin: AdminClient, name: str, password: str) -> None:
         raise ServiceError(SERVICE, f"could not set the SCRAM credential of {name!r}: {exc}") from exc
 
 
-def grant_role(admin: AdminClient, name: str, role: Role, settings: Settings) -> int:
-    """Replace the ACLs of ``User:name`` by those of ``role`` on ``settings``' deployment; return
-    how many were created."""
+def _key(acl: AclBinding) -> tuple[object, ...]:
+    return (
+        acl.restype,
+        acl.name,
+        acl.resource_pattern_type,
+        acl.principal,
+        acl.host,
+        acl.operation,
+        acl.permission_type,
+    )
+
+
+def grant_role(admin: AdminClient, name: str, role: Role, settings: Settings) -> tuple[int, int]:
+    """Make the ACLs of ``User:name`` those of ``role`` on ``settings``' deployment; return how
+    many were created and how many removed.
+
+    The missing ones are created before the stale ones are removed, and the ones it has stay: a
+    process of the user that runs meanwhile is never denied what its role allows (a worker
+    refused a produce for a moment would stop)."""
     principal = f"User:{name}"
     # None matches any resource name and any host (the stubs say str).
     everything = AclBindingFilter(
@@ -66,12 +82,29 @@ def grant_role(admin: AdminClient, name: str, role: Role, settings: Settings) ->
         AclOperation.ANY,
         AclPermissionType.ANY,
     )
-    wanted = [binding(principal, g) for g in grants(role, settings)]
+    wanted = {_key(acl): acl for acl in (binding(principal, g) for g in grants(role, settings))}
     try:
-        for future in admin.delete_acls([everything], request_timeout=30).values():
-            future.result()
-        for future in admin.create_acls(wanted, request_timeout=30).values():
-            future.result()
+        existing = {_key(acl): acl for acl in admin.describe_acls(everything, request_timeout=30).result()}
+        missing = [acl for key, acl in wanted.items() if key not in existing]
+        stale = [
+            AclBindingFilter(
+                acl.restype,
+                acl.name,
+                acl.resource_pattern_type,
+                acl.principal,
+                acl.host,
+                acl.operation,
+                acl.permission_type,
+            )
+            for key, acl in existing.items()
+            if key not in wanted
+        ]
+        if missing:
+            for future in admin.create_acls(missing, request_timeout=30).values():
+                future.result()
+        if stale:
+            for future in admin.delete_acls(stale, request_timeout=30).values():
+                future.result()
     except KafkaException as exc:
         raise ServiceError(SERVICE, f"could not set the ACLs of {principal} (role {role}): {exc}") from exc
-    return len(wanted)
+    return len(missing), len(stale)

@@ -15,17 +15,20 @@ import os
 import stat
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient
 
-from infra import kafka, kafka_auth, kafka_users
+from infra import kafka, kafka_acl, kafka_auth, kafka_users
 from infra.deployment import scratch_deployment
 from runtime.client import Client
 from runtime.config import Settings
+from runtime.log.kafka import access
 from runtime.log.kafka.auth import KafkaAuthenticationError, check_credentials
 from support.services import ROOT, deployment_env
 from support.sink import SinkProcess, read_partition, wait_for_rows
@@ -204,3 +207,19 @@ def test_a_run_served_by_role_users_leaks_no_password(
             assert secret.encode() not in blob, message.topic()
         for log in logs:
             assert secret not in log.read_text(errors="replace"), log
+
+
+def test_users_add_again_keeps_acls_in_place_and_moves_a_user_to_another_role(deployment: Settings) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap(deployment), **kafka.probe_auth(deployment)})
+    kafka_users.add_user(deployment, "mover", "submitter")
+    # The same role again: nothing removed and re-created, so a running process is never denied.
+    assert kafka_acl.grant_role(admin, "mover", "submitter", deployment) == (0, 0)
+    done = cli(deployment, "infra", "users", "add", "mover", "--role", "sink")
+    assert done.returncode == 0, done.stderr
+    mover = as_user(deployment, "mover")
+    deadline = time.monotonic() + 15  # ACLs reach every node through the metadata log
+    while access.missing(mover, "sink") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert access.missing(mover, "sink") == []
+    lacking = {g.describe() for g in access.missing(mover, "submitter")}
+    assert f"WRITE topic '{deployment.commands_topic}'" in lacking
