@@ -38,7 +38,7 @@ def _progress(message: str) -> None:
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     # A ServiceError reaches runtime.cli.main, which prints it on one line.
-    print(format_table(stack.up(settings, _progress, brokers=args.brokers, secure=args.secure)))
+    print(format_table(stack.up(settings, _progress, brokers=args.brokers, secure=args.secure, tls=args.tls)))
     if kafka.node_count(settings) > 1:
         print(f"clients reach the cluster with AGENTLOG_BOOTSTRAP_SERVERS={kafka.bootstrap(settings)}")
     return 0
@@ -85,6 +85,13 @@ def add_infra_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         '"sasl.password": ...}) is the admin, and one user per role (agentlog-submitter, agentlog-worker, '
         "agentlog-sink) is made with its settings in <state_dir>/kafka/users/. Fixed when a state folder "
         "is first formatted",
+    )
+    up.add_argument(
+        "--tls",
+        action="store_true",
+        help="with --secure: the SASL listener speaks TLS (SASL_SSL) with a CA and node certificate made in "
+        '<state_dir>/kafka/tls/; AGENTLOG_KAFKA then holds "security.protocol": "SASL_SSL" and '
+        '"ssl.ca.location": "<state_dir>/kafka/tls/ca.pem"',
     )
     up.set_defaults(func=cmd_up)
     actions.add_parser("down", help="stop the services of this state folder").set_defaults(func=cmd_down)

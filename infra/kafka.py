@@ -36,7 +36,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from infra import kafka_auth, process
+from infra import kafka_auth, kafka_tls, process
 from infra.errors import ServiceError
 from infra.paths import cache_root, file_lock, state_dir
 from infra.progress import files_under, run_step
@@ -164,15 +164,19 @@ def is_secure(settings: Settings) -> bool:
     return _layout(settings).get("secure") is True
 
 
-def configure(settings: Settings, brokers: int | None, *, secure: bool = False) -> int:
+def configure(settings: Settings, brokers: int | None, *, secure: bool = False, tls: bool = False) -> int:
     """Fix the cluster's node count (``None``: keep what the state folder has, else 1) and, with
     ``secure``, make it a SASL/SCRAM cluster; return the node count.
 
     Raises ServiceError if the state folder already holds a formatted cluster of another size (its
     controller quorum was formatted with its own voters), or a plaintext one and ``secure`` is asked
     (its nodes' SCRAM user is added when the storage is formatted)."""
+    if tls and not secure and not is_secure(settings):
+        raise ServiceError(SERVICE, "--tls needs --secure (TLS carries the SASL/SCRAM listener)")
+    if tls:  # the certificates first: the protocol the settings must name follows from them
+        kafka_tls.ensure_certificates(cluster_home(settings), HOST)
     if secure and not is_secure(settings):
-        kafka_auth.client_credentials(settings)  # refuse before formatting anything
+        kafka_auth.client_credentials(settings, cluster_home(settings))  # refuse before formatting anything
         if any((n.data_dir / "meta.properties").is_file() for n in nodes(settings)):
             raise ServiceError(
                 SERVICE,
@@ -329,7 +333,8 @@ def server_properties(settings: Settings, node: Node | None = None) -> str:
         props.update(
             kafka_auth.listener_properties(cluster_home(settings), node.port, node.controller_port, HOST)
         )
-        props["advertised.listeners"] = f"{kafka_auth.PROTOCOL}://{HOST}:{advertised_port(settings, node)}"
+        listener = kafka_auth.protocol(cluster_home(settings))
+        props["advertised.listeners"] = f"{listener}://{HOST}:{advertised_port(settings, node)}"
     lines = ["# Written by agentlog (infra/kafka.py) at every start; edits are overwritten."]
     lines += [f"{key}={value}" for key, value in props.items()]
     return "\n".join(lines) + "\n"

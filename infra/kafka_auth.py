@@ -32,6 +32,7 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
+from infra import kafka_tls
 from infra.errors import ServiceError
 from infra.kafka_acl import SCRAM_ITERATIONS, grant_role, set_password
 from runtime.config import Settings
@@ -39,6 +40,7 @@ from runtime.config import Settings
 SERVICE = "kafka"
 MECHANISM = "SCRAM-SHA-512"
 PROTOCOL = "SASL_PLAINTEXT"
+TLS_PROTOCOL = "SASL_SSL"  # --tls: a CA and node certificate in <state>/kafka/tls (infra.kafka_tls)
 BROKER_USER = "agentlog-broker"
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
@@ -62,14 +64,29 @@ def broker_password(cluster_home: Path) -> str:
     return password
 
 
-def client_credentials(settings: Settings) -> tuple[str, str]:
+def protocol(cluster_home: Path) -> str:
+    """The client listener's protocol: SASL_SSL once the cluster has its certificates."""
+    return TLS_PROTOCOL if kafka_tls.ca_path(cluster_home).is_file() else PROTOCOL
+
+
+def tls_client_config(cluster_home: Path) -> dict[str, str]:
+    """librdkafka settings that trust the local CA (nothing without TLS)."""
+    ca = kafka_tls.ca_path(cluster_home)
+    return {"ssl.ca.location": str(ca)} if ca.is_file() else {}
+
+
+def client_credentials(settings: Settings, cluster_home: Path) -> tuple[str, str]:
     """The clients' user and password from the settings' ``kafka`` mapping (``AGENTLOG_KAFKA``).
 
     Raises ServiceError naming what is missing or contradicts a SCRAM-SHA-512 listener."""
     conf = settings.kafka
     wrong = []
-    if conf.get("security.protocol", "").upper() != PROTOCOL:
-        wrong.append(f'"security.protocol": "{PROTOCOL}"')
+    wanted = protocol(cluster_home)
+    if conf.get("security.protocol", "").upper() != wanted:
+        wrong.append(f'"security.protocol": "{wanted}"')
+    ca = tls_client_config(cluster_home).get("ssl.ca.location")
+    if ca is not None and not conf.get("ssl.ca.location"):
+        wrong.append(f'"ssl.ca.location": "{ca}"')
     if conf.get("sasl.mechanism", conf.get("sasl.mechanisms", "")).upper() != MECHANISM:
         wrong.append(f'"sasl.mechanism": "{MECHANISM}"')
     user, password = conf.get("sasl.username", ""), conf.get("sasl.password", "")
@@ -91,23 +108,26 @@ def client_credentials(settings: Settings) -> tuple[str, str]:
 
 
 def listener_properties(cluster_home: Path, port: int, controller_port: int, host: str) -> dict[str, str]:
-    """server.properties entries of a node whose client and inter-node listener is SASL/SCRAM."""
+    """server.properties entries of a node whose client and inter-node listener is SASL/SCRAM
+    (over TLS once the cluster has its certificates)."""
     password = broker_password(cluster_home)
+    listener = protocol(cluster_home)
     jaas = (
         "org.apache.kafka.common.security.scram.ScramLoginModule required "
         f'username="{BROKER_USER}" password="{password}";'
     )
     return {
-        "listeners": f"{PROTOCOL}://{host}:{port},CONTROLLER://{host}:{controller_port}",
-        "advertised.listeners": f"{PROTOCOL}://{host}:{port}",
-        "inter.broker.listener.name": PROTOCOL,
-        "listener.security.protocol.map": f"CONTROLLER:PLAINTEXT,{PROTOCOL}:{PROTOCOL}",
+        "listeners": f"{listener}://{host}:{port},CONTROLLER://{host}:{controller_port}",
+        "advertised.listeners": f"{listener}://{host}:{port}",
+        "inter.broker.listener.name": listener,
+        "listener.security.protocol.map": f"CONTROLLER:PLAINTEXT,{listener}:{listener}",
         "sasl.enabled.mechanisms": MECHANISM,
         "sasl.mechanism.inter.broker.protocol": MECHANISM,
-        f"listener.name.{PROTOCOL.lower()}.{MECHANISM.lower()}.sasl.jaas.config": jaas,
+        f"listener.name.{listener.lower()}.{MECHANISM.lower()}.sasl.jaas.config": jaas,
         "authorizer.class.name": AUTHORIZER,
         "allow.everyone.if.no.acl.found": "false",
         "super.users": f"User:{BROKER_USER};User:ANONYMOUS",
+        **(kafka_tls.listener_properties(cluster_home, listener) if listener == TLS_PROTOCOL else {}),
     }
 
 
@@ -130,7 +150,8 @@ def redact_arguments(argv: list[str], cluster_home: Path) -> list[str]:
 def broker_client_config(cluster_home: Path) -> dict[str, Any]:
     """librdkafka settings that authenticate as the nodes' own user (the probe, user upserts)."""
     return {
-        "security.protocol": PROTOCOL,
+        "security.protocol": protocol(cluster_home),
+        **tls_client_config(cluster_home),
         "sasl.mechanism": MECHANISM,
         "sasl.username": BROKER_USER,
         "sasl.password": broker_password(cluster_home),
@@ -140,7 +161,7 @@ def broker_client_config(cluster_home: Path) -> dict[str, Any]:
 def ensure_client_user(settings: Settings, cluster_home: Path, bootstrap: str) -> None:
     """Create the clients' SCRAM user, or set its password to the configured one, and give it the
     ``admin`` role's ACLs."""
-    user, password = client_credentials(settings)
+    user, password = client_credentials(settings, cluster_home)
     admin = AdminClient({"bootstrap.servers": bootstrap, **broker_client_config(cluster_home)})
     set_password(admin, user, password)
     grant_role(admin, user, "admin", settings)

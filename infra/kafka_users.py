@@ -59,7 +59,8 @@ def client_settings(settings: Settings, name: str, password: str) -> dict[str, s
     base = {k: v for k, v in settings.kafka.items() if not k.startswith("sasl.")}
     return {
         **base,
-        "security.protocol": kafka_auth.PROTOCOL,
+        "security.protocol": kafka_auth.protocol(kafka.cluster_home(settings)),
+        **kafka_auth.tls_client_config(kafka.cluster_home(settings)),
         "sasl.mechanism": kafka_auth.MECHANISM,
         "sasl.username": name,
         "sasl.password": password,

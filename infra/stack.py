@@ -82,6 +82,7 @@ def up(
     *,
     brokers: int | None = None,
     secure: bool = False,
+    tls: bool = False,
 ) -> list[ServiceInfo]:
     """Start whatever is not running, wait until each answers, create the topics; return the status.
 
@@ -94,7 +95,7 @@ def up(
     """
     state_dir(settings).mkdir(parents=True, exist_ok=True)
     with file_lock(_lock(settings)):
-        kafka.configure(settings, brokers, secure=secure)
+        kafka.configure(settings, brokers, secure=secure, tls=tls)
     low, high = process.ephemeral_range()
     for name, port in _ports(settings):
         if low <= port <= high:

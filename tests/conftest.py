@@ -34,6 +34,7 @@ SLOW_FIRST = (
     "tests/chaos/test_ui_browser.py",
     "tests/integration/test_kafka_sasl.py",
     "tests/chaos/test_security_acl.py",
+    "tests/integration/test_kafka_tls.py",
     "tests/chaos/test_audit_runtime.py",
     "tests/chaos/test_audit_store_handoff.py",
     "tests/chaos/test_registry_outage.py",
