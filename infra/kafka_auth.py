@@ -1,6 +1,7 @@
 """SASL/SCRAM-SHA-512 on the local Kafka nodes (``agentlog infra up --secure``).
 
-A secure cluster's clients reach it only through a SASL_PLAINTEXT listener on ``kafka_port``;
+A secure cluster's clients reach it only through a SASL_PLAINTEXT listener on ``kafka_port``
+(SASL_SSL with ``--tls``: infra.kafka_tls made its certificates);
 the controller listener stays plaintext (KRaft controllers cannot check SCRAM credentials: those
 live in the metadata the controllers serve). Two SCRAM users exist:
 
