@@ -38,6 +38,9 @@ from support.wait import wait_until
 from support.workers import WorkerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
+# A call's details are fetched from the store when clicked; beside the rest of the suite on two
+# cores that query can take longer than Playwright's 5 s default for an expectation.
+expect.set_options(timeout=20_000)
 
 SHOTS = Path(os.environ.get("AGENTLOG_UI_SCREENSHOTS", ROOT / "build" / "ui-screenshots"))
 WARN_EVENTS = 150  # below refund-40's 162 events: both runs count as near the history limit

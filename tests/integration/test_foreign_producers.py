@@ -21,7 +21,9 @@ from runtime.worker.commands import keyless_run_id
 from support.services import ROOT, deployment_env
 from support.workers import WorkerProcess, start_worker
 
-pytestmark = pytest.mark.integration
+# A cold Go cache compiles franz-go first (minutes on two busy cores): the module fixture gets the
+# time its `go test` and `go build` are given, not the suite's 180 s per test.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 GO_CLIENT = ROOT / "clients" / "go"
 

@@ -55,7 +55,9 @@ async def test_a_checkpoint_locates_an_ended_runs_start_and_ending_and_rebuilds_
     ending = next(e.offset for e in logged if isinstance(e.event, TERMINAL_TYPES))
     assert location == RunLocation(started, ending)
     values = [r.value for r in h.log.read(h.settings.checkpoints_topic, 0, keep=lambda k: k == run_key(run))]
-    assert values[0] == b"1"  # "seen" as soon as the RunStarted is acknowledged, as before
+    # The first value knows the run from its start: "seen" once the RunStarted is acknowledged, or,
+    # when a checkpoint (interval 0) gets there first on a busy machine, already its location.
+    assert values[0] in (b"1", b"@%d" % started), values
     assert run in latest_checkpoint(h.settings, h.serde, h.log, 0).known_runs
     assert h.client.result(run, timeout=5) == 3
     await h.stop_all()
