@@ -52,9 +52,10 @@ test:
 bench: up
 	$(PY) bench/refund40.py
 
-# Where one step's and one submit/result's time goes, per stage (median, p90): see bench/stages.py.
+# Where one step's and one submit/result's time goes, per stage (median, p90): see bench/stages.py
+# (WORKLOAD=sync: a step of the sync workload, bench/peers/workload.py).
 bench-stages: up
-	$(PY) bench/stages.py $(if $(RUNS),--runs $(RUNS))
+	$(PY) bench/stages.py $(if $(RUNS),--runs $(RUNS)) $(if $(WORKLOAD),--workload $(WORKLOAD))
 
 bench-sink: up
 	$(PY) bench/sink.py
@@ -68,7 +69,8 @@ bench-rebuild: up
 chaos: up
 	$(PY) bench/chaos.py
 
-# agentlog beside Restate 1.7.12 and DBOS 3.4 on the same end-to-end workload: see bench/compare.py.
+# agentlog beside Restate 1.7.12 and DBOS 3.4 on the same end-to-end workloads (async and sync
+# model calls), L, T, CPU per step and R: see bench/compare.py and docs/benchmarks.md.
 # Installs the two into .agentlog/peers (never needed by the tests or CI).
 compare: up
 	bench/peers/install.sh

@@ -1,20 +1,28 @@
-"""agentlog, Restate 1.7.12 (+ restate-sdk) and DBOS 3.4 (SQLite) on the same workload, in one run.
+"""agentlog, Restate 1.7.12 (+ restate-sdk) and DBOS 3.4 (SQLite) on the same workloads, in one run.
 
-The workload is bench/peers/workload.py: 40 steps, each a scripted model call and a sync tool
-call committing one SQLite row -- the same functions in all three. Each round measures every
-system in turn (the order rotates from round to round, so none always runs first on a machine
-that is busy with something else), and each system measures (see bench/peers/*_bench.py):
+The workloads are bench/peers/workload.py's, the same functions in all three: 40 steps, each a
+scripted model call and a sync tool call committing one SQLite row. ``async``: the model is async
+and never suspends. ``sync``: the model is sync and commits a row of its own, the tool commits in
+``BEGIN IMMEDIATE ... COMMIT``, steps 14, 22 and 30 are effects (two thread-pool calls and two
+commits a step). Each round measures every system on every workload in turn (the order of the
+systems rotates from round to round, so none always runs first on a machine that is busy with
+something else), and each system measures (see bench/peers/*_bench.py):
 
 L  ms per step of one run on an idle worker/service, submit -> result / 40 (median of 3 runs)
 T  steps/s, N runs submitted from one client, first submit -> last result
+CPU  ms of CPU per step over the T stretch, from /proc: agentlog's worker process (the Kafka
+   broker's not counted), restate-server + the SDK's service process, DBOS's one process
 R  s from the start of a fresh worker/service process to a crashed run's result (the process
-   running it was killed with SIGKILL in the run's 31st tool call)
+   running it was killed with SIGKILL in the run's 31st tool call); on the sync workload the
+   JSON lines also count model calls of steps 1-30 and effect calls made twice (both must be 0)
 
 Prints one JSON line per system and round, then a table. Restate and DBOS run in the peers'
 virtualenv, with the restate-server binary from npm (`make compare` installs both into
-.agentlog/peers; see bench/peers/install.sh). Restate's ports: 29070-29072 and 29080.
+.agentlog/peers; see bench/peers/install.sh). Restate's ports: 29070-29072 and 29080 (moved with
+``--restate-port-base``).
 
-Run: `make compare`, or `python bench/compare.py [--rounds 3] [--t-runs 200] [--dbos-t-runs 50]`.
+Run: `make compare`, or `python bench/compare.py [--rounds 3] [--t-runs 200] [--dbos-t-runs 50]
+[--workload async|sync ...] [--only agentlog|restate|dbos ...]`.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _deploy import ROOT
 
 from bench.peers import agentlog_bench
+from bench.peers.workload import WORKLOADS
 
 PEERS = ROOT / ".agentlog" / "peers"
 PEERS_PYTHON = PEERS / "venv" / "bin" / "python"
@@ -58,9 +67,12 @@ def _peer(module: str, *args: str) -> dict[str, Any]:
     return parsed
 
 
-def measure(system: str, workdir: Path, l_runs: int, t_runs: int, dbos_t_runs: int) -> dict[str, Any]:
+def measure(
+    system: str, workload: str, workdir: Path, args: argparse.Namespace
+) -> dict[str, Any]:
+    l_runs, t_runs = args.l_runs, args.t_runs
     if system == "agentlog":
-        return agentlog_bench.measure(workdir, l_runs, t_runs)
+        return agentlog_bench.measure(workdir, l_runs, t_runs, workload)
     if system == "restate":
         return _peer(
             "bench.peers.restate_bench",
@@ -72,19 +84,35 @@ def measure(system: str, workdir: Path, l_runs: int, t_runs: int, dbos_t_runs: i
             str(l_runs),
             "--t-runs",
             str(t_runs),
+            "--workload",
+            workload,
+            "--port-base",
+            str(args.restate_port_base),
         )
     return _peer(
-        "bench.peers.dbos_bench", "--workdir", str(workdir), "--l-runs", str(l_runs), "--t-runs", str(dbos_t_runs)
+        "bench.peers.dbos_bench",
+        "--workdir",
+        str(workdir),
+        "--l-runs",
+        str(l_runs),
+        "--t-runs",
+        str(args.dbos_t_runs),
+        "--workload",
+        workload,
     )
 
 
-def table(results: list[dict[str, Any]]) -> str:
+def table(results: list[dict[str, Any]], workload: str) -> str:
+    results = [r for r in results if r["workload"] == workload]
+
     def cells(system: str, key: str) -> str:
         values = [r[key] for r in results if r["system"] == system]
         return " / ".join(f"{v:g}" for v in values) + (f" (median {statistics.median(values):g})" if values else "")
 
     runs = {s: next((r["T_runs"] for r in results if r["system"] == s), 0) for s in SYSTEMS}
     rows = [
+        f"{workload} workload:",
+        "",
         "| figure (rounds 1 / 2 / 3) | agentlog | Restate 1.7.12 | DBOS 3.4 (SQLite) |",
         "| --- | --- | --- | --- |",
         "| L, ms per step, one run, submit -> result / 40 | "
@@ -92,6 +120,9 @@ def table(results: list[dict[str, Any]]) -> str:
         + " |",
         "| T, steps/s, N runs from one client, first submit -> last result | "
         + " | ".join(f"{cells(s, 'T_steps_per_s')}, N={runs[s]}" for s in SYSTEMS)
+        + " |",
+        "| CPU, ms per step over T (agentlog worker; restate-server + SDK; DBOS process) | "
+        + " | ".join(cells(s, "CPU_ms_per_step") for s in SYSTEMS)
         + " |",
         "| R, s, fresh process -> crashed run's result | "
         + " | ".join(cells(s, "R_s") for s in SYSTEMS)
@@ -107,23 +138,25 @@ def main() -> None:
     parser.add_argument("--t-runs", type=int, default=200)
     parser.add_argument("--dbos-t-runs", type=int, default=50, help="DBOS is ~10x slower per run here")
     parser.add_argument("--only", choices=SYSTEMS, action="append", help="measure only these systems")
+    parser.add_argument("--workload", choices=WORKLOADS, action="append", help="only these workloads")
+    parser.add_argument("--restate-port-base", type=int, default=29070)
     args = parser.parse_args()
     systems = list(args.only or SYSTEMS)
+    workloads = list(args.workload or WORKLOADS)
     if set(systems) - {"agentlog"} and not (PEERS_PYTHON.exists() and RESTATE_SERVER.exists()):
         raise SystemExit("Restate and DBOS are not installed: run `bench/peers/install.sh` (or `make compare`)")
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="agentlog-compare-") as tmp:
         for round_ in range(args.rounds):
             order = systems[round_ % len(systems) :] + systems[: round_ % len(systems)]
-            for system in order:
-                found = measure(
-                    system, Path(tmp) / f"{system}-{round_}", args.l_runs, args.t_runs, args.dbos_t_runs
-                )
-                found["round"] = round_ + 1
-                results.append(found)
-                print(json.dumps(found), flush=True)
+            for workload in workloads:
+                for system in order:
+                    found = measure(system, workload, Path(tmp) / f"{system}-{workload}-{round_}", args)
+                    found["round"] = round_ + 1
+                    results.append(found)
+                    print(json.dumps(found), flush=True)
     results.sort(key=lambda r: r["round"])
-    print(table(results), flush=True)
+    print("\n\n".join(table(results, workload) for workload in workloads), flush=True)
 
 
 if __name__ == "__main__":

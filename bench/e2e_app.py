@@ -1,6 +1,7 @@
 """The end-to-end benchmark's agent: 40 steps, each a model call and a tool call that commits one
 SQLite row (bench/peers/workload.py: the same model and tool Restate and DBOS run in
-bench/compare.py)."""
+bench/compare.py). ``e2e`` is the async workload, ``e2e-sync`` the sync one (a sync model, a sync
+tool in its own transaction, effects at workload.EFFECT_STEPS)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ STEPS = workload.STEPS
 connect = workload.connect
 planner = app.model("planner")(workload.planner)
 record = app.tool("record")(workload.record)
+sync_planner = app.model("sync-planner")(workload.sync_planner)
+sync_record = app.tool("sync-record")(workload.sync_record)
+sync_effect = app.tool("sync-effect", effect=True)(workload.sync_effect)
 
 
 @app.workflow("e2e")
@@ -22,4 +26,16 @@ async def e2e(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
     for step in range(1, int(request.get("steps", STEPS)) + 1):
         await ctx.model("planner", messages=[{"role": "user", "content": f"step {step}"}], run=run, step=step)
         await ctx.tool("record", run=run, step=step)
+    return {"run": run, "steps": STEPS}
+
+
+@app.workflow("e2e-sync")
+async def e2e_sync(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
+    run = str(request["run"])
+    for step in range(1, int(request.get("steps", STEPS)) + 1):
+        decision = await ctx.model(
+            "sync-planner", messages=[{"role": "user", "content": f"step {step}"}], run=run, step=step
+        )
+        tool = "sync-effect" if decision["next"] == "effect" else "sync-record"
+        await ctx.tool(tool, run=run, step=step)
     return {"run": run, "steps": STEPS}

@@ -34,6 +34,14 @@ STEP = (
     "scheduled acked",
     "call start model",
 )
+# One step of the sync workload (bench/e2e_app.py's e2e-sync): the model is a sync call in the pool
+# too, committing its own row ("model commit", from its SQLite row), so a step holds two pool hops.
+SYNC_STEP = (
+    "call start model",
+    "model commit",
+    "call end model",
+    *STEP[2:],
+)
 # Submit -> first model call. "client ..." marks are the benchmark's own (its process).
 SUBMIT = (
     "client submit called",

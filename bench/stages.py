@@ -1,13 +1,14 @@
 """Where the time of one step and of submit/result goes: N end-to-end runs of the refund-40
 workload (bench/e2e_app.py: 40 steps of a scripted model call and a sync tool committing one
-SQLite row) on the real stack, with stage marks on (runtime.stagemarks) in the worker and here,
+SQLite row; ``--workload sync``: its e2e-sync workflow, a sync model committing a row of its own,
+bench/peers/workload.py) on the real stack, with stage marks on (runtime.stagemarks) in the worker and here,
 printed as medians and p90 per stage (bench/stage_table.py).
 
 Marks are wall-clock ns (CLOCK_REALTIME) of one machine; stages inside one process compare
 exactly, the hops between the client and the worker as exactly as that clock. Each run is
 submitted to an idle worker (a pause before it), as E2E-L is.
 
-Run: `make bench-stages` (services up) or `python bench/stages.py [--runs N]`.
+Run: `make bench-stages` (services up) or `python bench/stages.py [--runs N] [--workload sync]`.
 """
 
 from __future__ import annotations
@@ -27,16 +28,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _deploy import fresh_deployment, start_worker
 from kafka_floor import floor_topic_for, idle_round_trip
 
-from bench.stage_table import RESULT, STEP, SUBMIT, Timeline, steps, table, walk
+from bench.stage_table import RESULT, STEP, SUBMIT, SYNC_STEP, Timeline, steps, table, walk
 from runtime import stagemarks
 from runtime.client import Client, new_run_id
 
 APP = "bench.e2e_app:app"
+WORKFLOWS = {"async": ("e2e", STEP), "sync": ("e2e-sync", SYNC_STEP)}
 
 
 def _timelines(marks_dir: Path, db: Path, runs: list[str]) -> dict[str, Timeline]:
     """Each run's marks by time: the worker's, this process's (prefixed "client "), and the
-    tool's SQLite commits ("tool commit")."""
+    tool's and the sync model's SQLite commits ("tool commit", "model commit")."""
     wanted = set(runs)
     lines: dict[str, Timeline] = defaultdict(list)
     for path in marks_dir.glob("marks-*.tsv"):
@@ -49,6 +51,8 @@ def _timelines(marks_dir: Path, db: Path, runs: list[str]) -> dict[str, Timeline
         placeholders = ",".join("?" * len(runs))
         for run, at in conn.execute(f"SELECT run, at FROM tool_calls WHERE run IN ({placeholders})", runs):
             lines[run].append((round(at * 1e9), "tool commit"))
+        for run, at in conn.execute(f"SELECT run, at FROM model_calls WHERE run IN ({placeholders})", runs):
+            lines[run].append((round(at * 1e9), "model commit"))
     for timeline in lines.values():
         timeline.sort()
     return lines
@@ -58,7 +62,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="runs measured (after 3 warm-up runs)")
     parser.add_argument("--idle", type=float, default=0.5, help="seconds the worker idles before each run")
+    parser.add_argument("--workload", choices=sorted(WORKFLOWS), default="async")
     args = parser.parse_args()
+    workflow, step_chain = WORKFLOWS[args.workload]
     workdir = Path(tempfile.mkdtemp(prefix="agentlog-stages-"))
     marks_dir = workdir / "marks"
     marks_dir.mkdir()
@@ -72,12 +78,12 @@ def main() -> None:
     runs: list[str] = []
     try:
         for _ in range(3):  # the worker joins, claims its partitions and warms its code paths
-            client.result(client.submit("e2e", {"run": (run := new_run_id())}, run_id=run), timeout=120)
+            client.result(client.submit(workflow, {"run": (run := new_run_id())}, run_id=run), timeout=120)
         for _ in range(args.runs):
             time.sleep(args.idle)
             run = new_run_id()
             stagemarks.mark("submit called", run)
-            client.submit("e2e", {"run": run}, run_id=run)
+            client.submit(workflow, {"run": run}, run_id=run)
             stagemarks.mark("submit returned", run)
             client.result(run, timeout=120)
             stagemarks.mark("result returned", run)
@@ -89,10 +95,10 @@ def main() -> None:
     stagemarks.write()
     timelines = [_timelines(marks_dir, db, runs)[run] for run in runs]
     submits = [w[0] for t in timelines if (w := walk(t, SUBMIT)) is not None]
-    all_steps = [s for t in timelines for s in steps(t, STEP)]
+    all_steps = [s for t in timelines for s in steps(t, step_chain)]
     results = [w[0] for t in timelines if (w := walk(t, RESULT, _last_tool_end(t))) is not None]
     floor = idle_round_trip(settings, floor_topic_for(settings), args.idle, n=args.runs)
-    print(f"{len(runs)} runs of 40 steps, worker idle {args.idle}s before each; marks in {marks_dir}")
+    print(f"{len(runs)} runs of 40 steps ({args.workload} workload), worker idle {args.idle}s before each; marks in {marks_dir}")
     print(
         f"Kafka alone after the same idle (plain confluent-kafka, {floor['n']} records): produce -> consumed "
         f"median {floor['produce_to_consumed_median']} us (p90 {floor['produce_to_consumed_p90']}), "
@@ -100,7 +106,7 @@ def main() -> None:
     )
     for title, chain, found in (
         ("submit -> first model call", SUBMIT, submits),
-        ("one step (model call -> tool call -> next model call)", STEP, all_steps),
+        ("one step (model call -> tool call -> next model call)", step_chain, all_steps),
         ("last tool call -> Client.result returns", RESULT, results),
     ):
         print("\n".join(table(title, chain, found)))

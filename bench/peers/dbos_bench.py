@@ -23,12 +23,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.peers.workload import CRASH_STEP, crash_run, steps_done
+from bench.peers.workload import CRASH_STEP, crash_run, replay_counts, steps_done
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _process(workdir: Path, *args: str) -> subprocess.Popen[str]:
+def _process(workdir: Path, workload: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "bench.peers.dbos_app", args[0], str(workdir), *args[1:]],
         cwd=ROOT,
@@ -36,6 +36,7 @@ def _process(workdir: Path, *args: str) -> subprocess.Popen[str]:
             **os.environ,
             "PYTHONPATH": str(ROOT),
             "E2E_DB": str(workdir / "e2e.db"),
+            "E2E_WORKLOAD": workload,
             "E2E_CRASH_VICTIM": "1" if args[0] == "victim" else "0",
         },
         stdout=subprocess.PIPE,
@@ -52,9 +53,9 @@ def _answer(process: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
     return parsed
 
 
-def recovery(workdir: Path) -> dict[str, Any]:
+def recovery(workdir: Path, workload: str) -> dict[str, Any]:
     run = crash_run(uuid.uuid4().hex[:20])
-    victim = _process(workdir, "victim", run)
+    victim = _process(workdir, workload, "victim", run)
     deadline = time.monotonic() + 120
     while steps_done(str(workdir / "e2e.db"), run) < CRASH_STEP - 1:
         if time.monotonic() > deadline or victim.poll() is not None:
@@ -63,11 +64,12 @@ def recovery(workdir: Path) -> dict[str, Any]:
     victim.kill()
     victim.wait()
     restarted = time.time()
-    answer = _answer(_process(workdir, "recover", run), timeout=300)
+    answer = _answer(_process(workdir, workload, "recover", run), timeout=300)
     assert answer["result"]["run"] == run, answer
     return {
         "R_s": round(answer["answered_at"] - restarted, 3),
         "R_tool_calls": steps_done(str(workdir / "e2e.db"), run),
+        **(replay_counts(str(workdir / "e2e.db"), run) if workload == "sync" else {}),
     }
 
 
@@ -76,10 +78,13 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--l-runs", type=int, default=3)
     parser.add_argument("--t-runs", type=int, default=200)
+    parser.add_argument("--workload", choices=("async", "sync"), default="async")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
-    figures = _answer(_process(args.workdir, "measure", str(args.l_runs), str(args.t_runs)), timeout=1800)
-    print(json.dumps({"system": "dbos", **figures, **recovery(args.workdir)}), flush=True)
+    process = _process(args.workdir, args.workload, "measure", str(args.l_runs), str(args.t_runs))
+    figures = _answer(process, timeout=1800)
+    found = {"system": "dbos", "workload": args.workload, **figures, **recovery(args.workdir, args.workload)}
+    print(json.dumps(found), flush=True)
 
 
 if __name__ == "__main__":

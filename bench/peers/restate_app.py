@@ -3,7 +3,9 @@
 which a SIGKILL of the process started would leave serving.
 
 Each model call and each tool call is one ``ctx.run`` (journaled by the Restate server before the
-handler goes on); the sync tool runs in the SDK's executor, off the event loop.
+handler goes on); the sync tool runs in the SDK's executor, off the event loop. ``run`` is the async
+workload, ``run_sync`` the sync one (bench/peers/workload.py); an effect's idempotency key is the
+run and step, as agentlog derives its from the run and the arguments.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import hypercorn.asyncio
 import hypercorn.config
 import restate
 
-from bench.peers.workload import STEPS, planner, record
+from bench.peers.workload import STEPS, planner, record, sync_effect, sync_planner, sync_record
 
 service = restate.Service("E2E")
 
@@ -28,6 +30,22 @@ async def run(ctx: restate.Context, request: dict[str, Any]) -> dict[str, Any]:
         messages = [{"role": "user", "content": f"step {step}"}]
         await ctx.run_typed("planner", planner, restate.RunOptions(), messages=messages, run=name, step=step)
         await ctx.run_typed("record", record, restate.RunOptions(), run=name, step=step)
+    return {"run": name, "steps": STEPS}
+
+
+@service.handler("run_sync")
+async def run_sync(ctx: restate.Context, request: dict[str, Any]) -> dict[str, Any]:
+    name = str(request["run"])
+    for step in range(1, int(request.get("steps", STEPS)) + 1):
+        messages = [{"role": "user", "content": f"step {step}"}]
+        decision = await ctx.run_typed(
+            "planner", sync_planner, restate.RunOptions(), messages=messages, run=name, step=step
+        )
+        if decision["next"] == "effect":
+            key = f"{name}:{step}"
+            await ctx.run_typed("effect", sync_effect, restate.RunOptions(), run=name, step=step, idempotency_key=key)
+        else:
+            await ctx.run_typed("record", sync_record, restate.RunOptions(), run=name, step=step)
     return {"run": name, "steps": STEPS}
 
 

@@ -7,11 +7,13 @@ registers the service, measures, and stops both.
 
 The client is Restate's HTTP ingress, used as agentlog's ``Client`` is: a submission is
 ``POST /E2E/run/send`` (answered once the server has the invocation durably), a result is
-``GET /restate/invocation/{id}/attach``.
+``GET /restate/invocation/{id}/attach``. ``--workload`` picks the handler: ``async`` is ``E2E/run``,
+``sync`` is ``E2E/run_sync`` (bench/peers/workload.py).
 
 L  ms per step of one run on an idle service, send -> attach answered / 40 (median of ``--l-runs``)
 T  steps/s, ``--t-runs`` runs sent one after another from one client, then awaited together
-   (one connection each): first send -> last result
+   (one connection each): first send -> last result; CPU ms per step of restate-server and the
+   service (SDK) process together over the same stretch (/proc: user + system)
 R  s from the start of a fresh service process, after the one running the run was killed
    (SIGKILL) in its 31st tool call (bench/peers/workload.py), to the run's result (the server
    retries the invocation on its default policy: 500 ms, then doubling)
@@ -34,14 +36,15 @@ from typing import Any
 
 import httpx
 
-from bench.peers.workload import CRASH_STEP, STEPS, crash_run, steps_done
+from bench.peers.cpu import total
+from bench.peers.workload import CRASH_STEP, STEPS, crash_run, replay_counts, steps_done
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 class Restate:
-    def __init__(self, binary: Path, workdir: Path, port_base: int, db: Path) -> None:
-        self.workdir, self.db = workdir, db
+    def __init__(self, binary: Path, workdir: Path, port_base: int, db: Path, handler: str = "run") -> None:
+        self.workdir, self.db, self.handler = workdir, db, handler
         self.ingress = f"http://127.0.0.1:{port_base}"
         self.admin = f"http://127.0.0.1:{port_base + 1}"
         self.service_port = port_base + 10
@@ -108,7 +111,7 @@ class Restate:
             time.sleep(0.2)
 
     def send(self, run: str) -> str:
-        answer = self.http.post(f"{self.ingress}/E2E/run/send", json={"run": run})
+        answer = self.http.post(f"{self.ingress}/E2E/{self.handler}/send", json={"run": run})
         answer.raise_for_status()
         return str(answer.json()["invocationId"])
 
@@ -143,7 +146,7 @@ def new_run() -> str:
     return uuid.uuid4().hex[:20]
 
 
-def measure(restate: Restate, l_runs: int, t_runs: int, idle_s: float = 0.5) -> dict[str, Any]:
+def measure(restate: Restate, l_runs: int, t_runs: int, workload: str, idle_s: float = 0.5) -> dict[str, Any]:
     for _ in range(3):  # first use of every code path, on both sides
         restate.attach(restate.send(new_run()))
     singles = []
@@ -155,10 +158,13 @@ def measure(restate: Restate, l_runs: int, t_runs: int, idle_s: float = 0.5) -> 
     warm = [restate.send(new_run()) for _ in range(24)]
     asyncio.run(restate.attach_all(warm))
     time.sleep(1)
+    pids = [restate.server.pid, restate.service.pid]
+    cpu_before = total(pids)
     started = time.time()
     invocations = [restate.send(new_run()) for _ in range(t_runs)]
     asyncio.run(restate.attach_all(invocations))
     elapsed = time.time() - started
+    cpu = total(pids) - cpu_before
     # R: the service process dies (SIGKILL) in step 31's tool call; a fresh one is started.
     run = crash_run(new_run())
     invocation = restate.send(run)
@@ -176,12 +182,15 @@ def measure(restate: Restate, l_runs: int, t_runs: int, idle_s: float = 0.5) -> 
     assert result == {"run": run, "steps": STEPS}, result
     return {
         "system": "restate",
+        "workload": workload,
         "L_ms_per_step": round(statistics.median(singles), 3),
         "L_runs": [round(x, 3) for x in singles],
         "T_steps_per_s": round(t_runs * STEPS / elapsed),
         "T_runs": t_runs,
+        "CPU_ms_per_step": round(cpu * 1000 / (t_runs * STEPS), 3),
         "R_s": round(recovered, 3),
         "R_tool_calls": steps_done(str(restate.db), run),
+        **(replay_counts(str(restate.db), run) if workload == "sync" else {}),
     }
 
 
@@ -192,11 +201,13 @@ def main() -> None:
     parser.add_argument("--port-base", type=int, default=29070)
     parser.add_argument("--l-runs", type=int, default=3)
     parser.add_argument("--t-runs", type=int, default=200)
+    parser.add_argument("--workload", choices=("async", "sync"), default="async")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
-    restate = Restate(args.binary, args.workdir, args.port_base, args.workdir / "e2e.db")
+    handler = {"async": "run", "sync": "run_sync"}[args.workload]
+    restate = Restate(args.binary, args.workdir, args.port_base, args.workdir / "e2e.db", handler)
     try:
-        print(json.dumps(measure(restate, args.l_runs, args.t_runs)), flush=True)
+        print(json.dumps(measure(restate, args.l_runs, args.t_runs, args.workload)), flush=True)
     finally:
         restate.close()
 

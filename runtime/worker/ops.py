@@ -13,7 +13,8 @@ from runtime.log.schemas.serde import Serde
 from runtime.ops.sampler import Sampler
 from runtime.ops.server import OpsServer
 from runtime.worker.health import Readiness
-from runtime.worker.metrics import WorkerCollector, WorkerMetrics, commands_lag
+from runtime.worker.metric_families import WorkerCollector, commands_lag
+from runtime.worker.metrics import WorkerMetrics
 from runtime.worker.partition import OwnedPartition
 
 

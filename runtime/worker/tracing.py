@@ -1,7 +1,9 @@
 """OpenTelemetry spans: one per run (per worker that carries it) and one per model or tool call attempt.
 
-Only ``opentelemetry-api`` is imported: with no SDK configured every span is a no-op. A deployment
-that exports installs the ``otel`` extra and sets a TracerProvider in the worker's process.
+Only ``opentelemetry-api`` is imported, and only once something in the process has imported it (a
+TracerProvider cannot be set otherwise): a worker that does not trace starts without it. With no
+SDK configured every span is a no-op. A deployment that exports installs the ``otel`` extra and
+sets a TracerProvider in the worker's process.
 
 A run outlives any worker, so its spans cannot hang off one long-lived span. Instead the trace
 is the run's: its id is derived from the run id (:func:`trace_id_for`) and recorded in
@@ -20,24 +22,45 @@ and results are not put on spans: the log has them (redacted), a trace backend n
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
+import os
+import sys
 from typing import TYPE_CHECKING
-
-from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from runtime.log.records.events import ModelCallCompleted, ToolCallCompleted
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span, Tracer
+
     from runtime.workflow.intents import Intent
     from runtime.workflow.machine import RunMachine
 
-_tracer = trace.get_tracer("agentlog")
-_OFF = trace.INVALID_SPAN  # what every span is while no TracerProvider is configured
+
+def _off() -> Span:
+    """What every span is while no TracerProvider is configured."""
+    from opentelemetry import trace
+
+    return trace.INVALID_SPAN
+
+
+@functools.cache
+def _tracer() -> Tracer:
+    """agentlog's tracer, asked for once a provider is set (RunSpans.on): the provider's own."""
+    from opentelemetry import trace
+
+    return trace.get_tracer("agentlog")
 
 
 def _provider_set() -> bool:
+    # Setting a provider imports opentelemetry.trace; until something has, none is set, and asking
+    # is not worth the API's import at every worker's start. OTEL_PYTHON_TRACER_PROVIDER names one
+    # the API itself would load when first asked.
+    if "opentelemetry.trace" not in sys.modules and "OTEL_PYTHON_TRACER_PROVIDER" not in os.environ:
+        return False
+    from opentelemetry import trace
+
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
@@ -52,6 +75,9 @@ def trace_id_for(run_id: str) -> str:
 
 
 def _run_root(run_id: str) -> Context:
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
     root = SpanContext(
         trace_id=_derived("trace", run_id, 32),
         span_id=_derived("span", run_id, 16),
@@ -84,8 +110,10 @@ class RunSpans:
         span = self._runs.get(machine.run_id)
         if span is None:
             if not self.on:
-                return _OFF
-            span = self._runs[machine.run_id] = _tracer.start_span(
+                return _off()
+            from opentelemetry.trace import SpanKind
+
+            span = self._runs[machine.run_id] = _tracer().start_span(
                 f"invoke_agent {machine.workflow}",
                 context=_run_root(machine.run_id),
                 kind=SpanKind.INTERNAL,
@@ -104,12 +132,17 @@ class RunSpans:
             if span.is_recording():
                 span.set_attribute("agentlog.status", status)
                 if status in ("failed", "parked"):
+                    from opentelemetry.trace import Status, StatusCode
+
                     span.set_status(Status(StatusCode.ERROR, status))
             span.end()
 
     def call_started(self, machine: RunMachine, intent: Intent, attempt: int) -> Span:
         if not self.on:
-            return _OFF
+            return _off()
+        from opentelemetry import trace
+        from opentelemetry.trace import SpanKind
+
         parent = trace.set_span_in_context(self.run_span(machine))
         if intent.kind == "model":
             name, attributes = (
@@ -121,7 +154,9 @@ class RunSpans:
                 f"execute_tool {intent.name}",
                 {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": intent.name},
             )
-        span = _tracer.start_span(name, context=parent, kind=SpanKind.CLIENT, attributes=attributes)
+        span = _tracer().start_span(
+            name, context=parent, kind=SpanKind.CLIENT, attributes=attributes
+        )
         if span.is_recording():
             span.set_attribute("agentlog.run_id", machine.run_id)
             span.set_attribute("agentlog.position", intent.position)
@@ -147,6 +182,8 @@ class RunSpans:
     @staticmethod
     def call_failed(span: Span, error: BaseException) -> None:
         if span.is_recording():
+            from opentelemetry.trace import Status, StatusCode
+
             span.set_attribute("error.type", type(error).__name__)
             span.set_status(Status(StatusCode.ERROR, str(error)[:200]))
         span.end()

@@ -213,7 +213,7 @@ def test_the_grafana_dashboard_charts_only_metrics_the_processes_expose() -> Non
     from consumers.core import SinkStats
     from consumers.metrics import SinkCollector
     from runtime.log.schemas.serde import Serde
-    from runtime.worker.metrics import WorkerCollector
+    from runtime.worker.metric_families import WorkerCollector
 
     registry = CollectorRegistry()
     serde = Serde.offline(Settings())

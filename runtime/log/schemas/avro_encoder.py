@@ -45,7 +45,14 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-_SMALL_VARINTS.extend(_varint(n) for n in range(-_SMALL, _SMALL))
+def _zigzag_bytes(z: int) -> bytes:
+    return bytes((z,)) if z < 0x80 else bytes(((z & 0x7F) | 0x80, z >> 7))  # z < 2**14 here
+
+
+# n's zigzag is 2n for n >= 0 and -2n - 1 below: built from it directly, not through the general
+# _varint (a tenth of the time: this table is built at every worker's start).
+_SMALL_VARINTS.extend(_zigzag_bytes(-2 * n - 1) for n in range(-_SMALL, 0))
+_SMALL_VARINTS.extend(_zigzag_bytes(2 * n) for n in range(_SMALL))
 
 
 def _long_bytes(n: Any, low: int = _MIN_LONG, high: int = _MAX_LONG) -> bytes:

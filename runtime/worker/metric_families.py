@@ -1,0 +1,181 @@
+"""The worker's counters (runtime.worker.metrics) as Prometheus metric families, built at each
+scrape: imported only by the operations port (runtime.worker.ops), with prometheus-client."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from runtime.worker.metrics import CALL_BUCKETS, WorkerMetrics, cumulative
+from runtime.workflow.futures import GatherFuture
+
+if TYPE_CHECKING:
+    from runtime.log.schemas.serde import Serde
+    from runtime.ops.sampler import Sampler
+    from runtime.worker.partition import OwnedPartition
+    from runtime.workflow.machine import RunMachine
+
+
+def commands_lag(
+    high_watermark: Callable[[int], int], owned: Callable[[], list[OwnedPartition]]
+) -> Callable[[], dict[int, int]]:
+    """Partition -> commands not handled yet, for each owned partition (a Sampler's sample)."""
+
+    def sample() -> dict[int, int]:
+        # next_command: the first command this worker has not handled yet
+        return {o.partition: max(0, high_watermark(o.partition) - o.next_command) for o in owned()}
+
+    return sample
+
+
+class WorkerCollector(Collector):
+    """The ``agentlog_*`` metric families of one worker, built at each scrape."""
+
+    def __init__(
+        self,
+        metrics: WorkerMetrics,
+        owned: Callable[[], list[OwnedPartition]],
+        serde: Serde,
+        lag: Sampler | None = None,
+    ) -> None:
+        self.metrics = metrics
+        self.owned = owned
+        self.serde = serde
+        self.lag = lag
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
+        m = self.metrics
+        yield from self._runs()
+        yield _counter("agentlog_runs_started", "Runs this worker started", ["workflow"], m.runs_started)
+        yield _counter(
+            "agentlog_runs_ended",
+            "Runs that ended on this worker, by status (parked: waits for an operator)",
+            ["workflow", "status"],
+            m.runs_ended,
+        )
+        yield _counter(
+            "agentlog_runs_parked",
+            "Runs parked on this worker (non-determinism, history limit, a workflow it lacks)",
+            ["workflow"],
+            {(w,): n for (w, status), n in dict(m.runs_ended).items() if status == "parked"},
+        )
+        calls = list(m.calls.items())
+        yield _counter(
+            "agentlog_steps",
+            "Outcomes recorded that resumed workflow code: a call's result or final failure, a timer, a signal",
+            ["workflow"],
+            m.steps(),
+        )
+        attempts: dict[tuple[str, str, str, str], int] = {}
+        retries: dict[tuple[str, str], int] = {}
+        latency: dict[tuple[str, str], tuple[list[int], float]] = {}
+        for (workflow, kind, name), counts in calls:
+            attempts[(workflow, kind, name, "completed")] = counts.completed
+            if counts.failed:
+                attempts[(workflow, kind, name, "failed")] = counts.failed
+            retries[(kind, name)] = retries.get((kind, name), 0) + counts.failed - counts.final_failures
+            buckets, total = latency.get((kind, name), ([0] * (len(CALL_BUCKETS) + 1), 0.0))
+            latency[(kind, name)] = (
+                [a + b for a, b in zip(buckets, list(counts.latency.counts), strict=True)],
+                total + counts.latency.total,
+            )
+        yield _counter(
+            "agentlog_calls",
+            "Model and tool call attempts, by outcome (completed or failed)",
+            ["workflow", "kind", "name", "outcome"],
+            attempts,
+        )
+        yield _counter(
+            "agentlog_call_retries", "Failed call attempts that are tried again", ["kind", "name"], retries
+        )
+        yield _counter(
+            "agentlog_calls_in_doubt",
+            "Calls found in flight at a takeover (scheduled, no outcome) and executed again with their recorded key",
+            ["kind", "name"],
+            m.in_doubt,
+        )
+        yield _counter(
+            "agentlog_history_size_warnings",
+            "Runs that passed the history-size warn threshold (history_warn_events or history_warn_bytes)",
+            ["workflow"],
+            m.history_warnings,
+        )
+        durations = HistogramMetricFamily(
+            "agentlog_call_duration_seconds",
+            "Duration of one model or tool call attempt",
+            labels=["kind", "name"],
+        )
+        for (kind, name), (buckets, total) in sorted(latency.items()):
+            durations.add_metric([kind, name], cumulative(CALL_BUCKETS, buckets), total)
+        yield durations
+        rebuilds = HistogramMetricFamily(
+            "agentlog_takeover_duration_seconds",
+            "Time to claim and rebuild the partitions of one assignment, until their runs resume",
+        )
+        rebuilds.add_metric([], m.rebuilds.buckets(), m.rebuilds.total)
+        yield rebuilds
+        taken = CounterMetricFamily(
+            "agentlog_partitions_taken", "Partitions claimed and rebuilt by this worker"
+        )
+        taken.add_metric([], m.partitions_taken)
+        yield taken
+        fallbacks = CounterMetricFamily(
+            "agentlog_schema_cache_fallbacks",
+            "Schema answers served from the state folder's schema cache while the registry was unreachable",
+        )
+        fallbacks.add_metric([], self.serde.resolver.cache.fallbacks)
+        yield fallbacks
+        if self.lag is not None:
+            lag = GaugeMetricFamily(
+                "agentlog_commands_lag",
+                "Commands in the commands topic this worker has not handled yet, per owned partition",
+                labels=["partition"],
+            )
+            for partition, behind in sorted(self.lag.value.items()):
+                lag.add_metric([str(partition)], behind)
+            yield lag
+
+    def _runs(self) -> Iterator[GaugeMetricFamily]:
+        owned = self.owned()
+        partitions = GaugeMetricFamily("agentlog_partitions_owned", "Commands partitions this worker owns")
+        partitions.add_metric([], len(owned))
+        yield partitions
+        counts: dict[tuple[str, str], int] = {}
+        for partition in owned:
+            for machine in list(partition.runs.values()):
+                state = "waiting" if _waiting(machine) else "active"
+                key = (machine.workflow, state)
+                counts[key] = counts.get(key, 0) + 1
+        runs = GaugeMetricFamily(
+            "agentlog_runs",
+            "Live runs on this worker: waiting (only on timers or signals) or active (a call in flight or due)",
+            labels=["workflow", "state"],
+        )
+        for (workflow, state), n in sorted(counts.items()):
+            runs.add_metric([workflow, state], n)
+        yield runs
+
+
+def _waiting(machine: RunMachine) -> bool:
+    """True if all the run waits for is timers or signals: one lookup per future it waits on, not a
+    walk of the run's commands (a scrape must stay cheap under thousands of long runs)."""
+    blocked = machine.blocked_on
+    if blocked is None:
+        return False
+    futures = blocked.children if isinstance(blocked, GatherFuture) else [blocked]
+    commands = machine.commands
+    kinds = [commands[f.position].kind for f in futures if not f.done and f.position in commands]
+    return bool(kinds) and all(kind in ("timer", "signal") for kind in kinds)
+
+
+def _counter(
+    name: str, documentation: str, labels: list[str], values: Mapping[Any, int]
+) -> CounterMetricFamily:
+    """A counter family from ``values``: label values (a tuple, or one string) -> count."""
+    family = CounterMetricFamily(name, documentation, labels=labels)
+    for key, value in list(values.items()):
+        family.add_metric(list(key) if isinstance(key, tuple) else [str(key)], value)
+    return family
