@@ -187,7 +187,8 @@ def in_flight_histories(
                 skipped.append(run_id)
                 continue
             try:
-                histories.append(inlined(events, read_back(log, settings.payloads_topic, partition, events)))
+                stored = read_back(log, settings.payloads_topic, partition, events, serde.sealer)
+                histories.append(inlined(events, stored))
             except PayloadMissing:
                 skipped.append(run_id)
     return histories, skipped

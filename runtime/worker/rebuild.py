@@ -292,7 +292,9 @@ class _PartitionRebuild:
                 result.unloadable[run_id] = self.undecodable_runs[run_id]
             elif any(is_outlined(e) for e in logged):  # replay hands the workflow the stored results
                 try:
-                    stored = read_back(self.log, self.settings.payloads_topic, result.partition, logged)
+                    stored = read_back(
+                        self.log, self.settings.payloads_topic, result.partition, logged, self.serde.sealer
+                    )
                     result.active[run_id] = inlined(logged, stored)
                 except PayloadMissing as error:
                     result.unloadable[run_id] = str(error)

@@ -26,7 +26,9 @@ from fastavro import parse_schema, schemaless_writer
 
 from runtime.config import Settings
 from runtime.errors import RetryableError
+from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import RECORD_TYPES, Record
+from runtime.log.records.sealing import KeyStore, Sealer
 from runtime.log.schemas.avro_encoder import Unencodable, compile_record
 from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
 from runtime.log.schemas.datum import DecodeError, Reader, read_datum, record_to_dict, schema_id_of
@@ -77,6 +79,17 @@ class Serde:
         self._lock = threading.Lock()
         self._warming: threading.Thread | None = None
         self._offline = False
+        # Seals content fields on the way out and opens them on the way in (Settings.seal_contents):
+        # this is the one place records become bytes and back, so nothing else sees ciphertext.
+        self.sealer: Sealer | None = None
+
+    def seal_over(self, log: EventLog) -> Serde:
+        """Seal content fields under keys kept in ``log``'s keys topic, if the deployment says so
+        (``Settings.seal_contents``); once per serde, whoever calls first (a client and a worker
+        sharing one, in-process). Returns this serde."""
+        if self.settings.seal_contents and self.sealer is None:
+            self.sealer = Sealer(KeyStore(log, self.settings.keys_topic, self.settings.partitions))
+        return self
 
     @property
     def client(self) -> SchemaRegistryClient:
@@ -94,6 +107,8 @@ class Serde:
         serializer's per-call machinery (subject strategy, rule engine) is skipped per record --
         and by the type's compiled encoder (runtime.log.schemas.avro_encoder, the same bytes) where the
         schema allows one."""
+        if self.sealer is not None:
+            record = self.sealer.seal(record)
         name = record.type
         fast = self._writers.get(name)
         if fast is None:
@@ -273,7 +288,12 @@ class Serde:
         partition-level records such as claims and checkpoints, whose ``run_id`` is then "").
 
         The first record of each schema id fetches its writer schema (``_decode_first``); every
-        record is resolved by fastavro with the writer and reader schemas cached by id."""
+        record is resolved by fastavro with the writer and reader schemas cached by id. Sealed
+        content fields come back open (``Settings.seal_contents``), or ERASED once their key is gone."""
+        record = self._decode(data, key, topic)
+        return record if self.sealer is None else self.sealer.open(record)
+
+    def _decode(self, data: bytes, key: bytes | None, topic: str | None) -> Record:
         if len(data) > HEADER_SIZE and data[0] == MAGIC:
             fast = self._readers.get(int.from_bytes(data[ID_SLICE], "big"))
             if fast is not None:
@@ -284,7 +304,7 @@ class Serde:
         """The first record of a schema id: resolve the writer schema (the registry's text, the
         cache's in an outage) and its version, keep them, then decode as ``decode`` does."""
         if self._await_warm_up() and is_framed(data) and frame_schema_id(data) in self._readers:
-            return self.decode(data, key, topic)
+            return self._decode(data, key, topic)
         schema_id = schema_id_of(data)
         text = self._writer_text(schema_id, data)
         try:
