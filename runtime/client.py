@@ -83,7 +83,10 @@ class Client:
         # Signals keep ``log``'s idempotent producer: the worker delivers a repeated SignalSent
         # twice. Cancellations too (one producer for what must not repeat).
         self._submissions: EventLog = log if log is not None else KafkaLog(self.settings, idempotent=False)
-        self.serde.seal_over(self.log)
+        # Keys go through the submissions' producer, just before the command, without an ack each.
+        sealer = self.serde.seal_over(self._submissions).sealer
+        if sealer is not None and log is None:
+            sealer.keys.ack_each = False
         self._closes_log = log is None
         self._wrote = False
         # Results pushed: one tail over the events partitions of the runs this client submitted,
@@ -238,6 +241,8 @@ class Client:
             self._submissions.flush()
             if self.log is not self._submissions:
                 self.log.flush()
+            if self.serde.sealer is not None:
+                self.serde.sealer.keys.settle()  # the submissions' keys (raises if one was not written)
 
     def close(self) -> None:
         """Stop following results, flush and close the log this client opened (not one it was

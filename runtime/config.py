@@ -115,7 +115,9 @@ class Settings(BaseModel):
     kafka_controller_port: int = Field(
         default=9093, description="Port of the local KRaft controller (agentlog infra)."
     )
-    registry_port: int = Field(default=8081, description="Port of the local schema registry (agentlog infra).")
+    registry_port: int = Field(
+        default=8081, description="Port of the local schema registry (agentlog infra)."
+    )
     postgres_port: int = Field(
         default=15432, description="Port of the local PostgreSQL that stores the registry's schemas."
     )

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import itertools
 import os
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -40,6 +42,10 @@ PREFIX = "sealed:v1:"
 ERASED = '"erased"'
 SUBJECT_PREFIX = "subject/"
 KEY_ACK_TIMEOUT = 30.0
+# How long a worker waits for the key of a submission it was handed: a client writes the key just
+# before the command without waiting for its ack (a submission is not held up by a round trip),
+# so the command may be readable a moment before its key.
+KEY_ARRIVAL_TIMEOUT = 10.0
 
 # The fields of each record type that hold a run's contents. Errors, names, hashes and usage stay clear.
 CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
@@ -88,6 +94,10 @@ class KeyStore:
         self._keys: dict[str, bytes | None] = {}  # key id -> key; None: a tombstone was read
         self._read_to: dict[int, int] = {}  # partition -> the next offset to read
         self._lock = threading.Lock()
+        # False (a client): a new key is appended without waiting for its ack, which ``settle``
+        # (the client's flush) waits for; the command after it goes through the same producer.
+        self.ack_each = True
+        self._pending: list[Future[int]] = []
 
     def partition(self, key_id: str) -> int:
         return partition_for(key_id, self.partitions)
@@ -111,9 +121,32 @@ class KeyStore:
             key = self._keys.get(key_id)
             if key is None:
                 key = AESGCM.generate_key(bit_length=256)
-                self._append(partition, key_id, key).result(timeout=KEY_ACK_TIMEOUT)
+                written = self._append(partition, key_id, key)
+                if self.ack_each:
+                    written.result(timeout=KEY_ACK_TIMEOUT)
+                else:
+                    self._pending.append(written)
                 self._keys[key_id] = key
             return key
+
+    def settle(self) -> None:
+        """Wait for the acks of the keys appended without waiting; raises the first failure."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for written in pending:
+            written.result(timeout=KEY_ACK_TIMEOUT)
+
+    def awaited(self, key_id: str, timeout: float = KEY_ARRIVAL_TIMEOUT) -> bytes | None:
+        """The key, read again until it arrives or ``timeout`` passes (a submission's key, written
+        just before it); None if it never does."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                self._catch_up(self.partition(key_id))
+                key = self._keys.get(key_id)
+            if key is not None or time.monotonic() > deadline:
+                return key
+            time.sleep(0.01)
 
     def destroy(self, key_id: str) -> None:
         """Append the key's tombstone and wait for its ack; this store forgets the key at once."""
@@ -134,12 +167,31 @@ class KeyStore:
         self._read_to[partition] = max(start, high)
 
 
+class _Cipher:
+    """AES-GCM under one key, with the nonces of this process: a random 8-byte prefix and a 4-byte
+    counter. Every writer under a key (a client, the worker, the next owner) draws its own prefix,
+    so nonces do not repeat (GCM's one requirement) without a system call per value."""
+
+    def __init__(self, key: bytes) -> None:
+        self.aead = AESGCM(key)
+        self._prefix = os.urandom(8)
+        self._counter = itertools.count()
+
+    def nonce(self) -> bytes:
+        n = next(self._counter)
+        if n >= 1 << 32:  # 4 billion values sealed by one process under one key: draw a new prefix
+            self._prefix, self._counter = os.urandom(8), itertools.count(1)
+            n = 0
+        return self._prefix + n.to_bytes(4, "big")
+
+
 class Sealer:
     """Seals the content fields of records before they are encoded, and opens them after decoding."""
 
     def __init__(self, keys: KeyStore) -> None:
         self.keys = keys
-        self._aeads: dict[str, AESGCM | None] = {}
+        self._aeads: dict[str, AESGCM] = {}  # key id -> the cipher that opens
+        self._ciphers: dict[str, _Cipher] = {}  # key id -> the cipher that seals, with its nonces
         # run id -> the key id its contents are sealed under, learnt from what was submitted or read
         self._key_of_run: dict[str, str] = {}
 
@@ -152,11 +204,18 @@ class Sealer:
 
     def forget(self, key_id: str) -> None:
         self._aeads.pop(key_id, None)
+        self._ciphers.pop(key_id, None)
 
     def seal(self, record: Record) -> Record:
+        changes = self.sealed_fields(record)
+        return dataclasses.replace(record, **changes) if changes else record
+
+    def sealed_fields(self, record: Record) -> dict[str, Any] | None:
+        """The content fields of ``record`` sealed, by name; None if it has none to seal. (The
+        serde lays them over the record's own values: copying a record costs more than sealing.)"""
         fields = CONTENT_FIELDS.get(record.type)
         if fields is None:
-            return record
+            return None
         changes: dict[str, Any] = {}
         for name in fields:
             value = getattr(record, name)
@@ -165,18 +224,18 @@ class Sealer:
                     changes[name] = [self.seal_text(item, name, record.run_id) for item in value]
             elif value and not is_sealed(value):
                 changes[name] = self.seal_text(value, name, record.run_id)
-        return dataclasses.replace(record, **changes) if changes else record
+        return changes or None
 
     def seal_text(self, value: str, field: str, run_id: str) -> str:
         """``value`` of ``field`` sealed under the key of ``run_id`` (created if it has none)."""
         if not value or is_sealed(value):
             return value
         key_id = self.key_id_for(run_id)
-        aead = self._aeads.get(key_id)
-        if aead is None:
-            aead = self._aeads[key_id] = AESGCM(self.keys.get_or_create(key_id))
-        nonce = os.urandom(12)
-        sealed = aead.encrypt(nonce, value.encode(), f"{key_id}/{field}".encode())
+        cipher = self._ciphers.get(key_id)
+        if cipher is None:
+            cipher = self._ciphers[key_id] = _Cipher(self.keys.get_or_create(key_id))
+        nonce = cipher.nonce()
+        sealed = cipher.aead.encrypt(nonce, value.encode(), f"{key_id}/{field}".encode())
         return f"{PREFIX}{key_id}:{base64.b64encode(nonce + sealed).decode('ascii')}"
 
     def open(self, record: Record) -> Record:
@@ -190,10 +249,12 @@ class Sealer:
                 if any(is_sealed(item) for item in value):
                     changes[name] = [self.open_text(item, name, record.run_id) for item in value]
             elif value and is_sealed(value):
-                changes[name] = self.open_text(value, name, record.run_id)
+                changes[name] = self.open_text(
+                    value, name, record.run_id, patient=record.type == "RunSubmitted"
+                )
         return dataclasses.replace(record, **changes) if changes else record
 
-    def open_text(self, value: str, field: str, run_id: str = "") -> str:
+    def open_text(self, value: str, field: str, run_id: str = "", *, patient: bool = False) -> str:
         """The plain text of a sealed ``value`` of ``field``; ERASED if its key was destroyed, the
         text itself if it is not sealed."""
         if not is_sealed(value):
@@ -204,6 +265,8 @@ class Sealer:
         aead = self._aeads.get(key_id)
         if aead is None:
             key = self.keys.get(key_id)
+            if key is None and patient:  # a submission whose key may be a moment behind it
+                key = self.keys.awaited(key_id)
             if key is None:
                 return ERASED
             aead = self._aeads[key_id] = AESGCM(key)

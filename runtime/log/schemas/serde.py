@@ -15,6 +15,7 @@ where ids and writer schemas come from -- the registry, or the schema cache in a
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import threading
@@ -41,6 +42,15 @@ from runtime.log.schemas.resolver import SchemaResolver
 # (see runtime.log.schemas.registry), and a recovering worker does not need it to start.
 if TYPE_CHECKING:
     from runtime.log.schemas.registry_client import AvroSerializer, SchemaRegistryClient
+
+
+class _Overlay:
+    """A record's Avro field values with some replaced, for a compiled encoder (which reads
+    ``record.<field>`` only): plain attributes of one dict, cheaper than copying the record."""
+
+    def __init__(self, record: Record, replaced: dict[str, Any]) -> None:
+        self.__dict__.update(record_to_dict(record))
+        self.__dict__.update(replaced)
 
 
 class SchemaNotRegistered(RetryableError):
@@ -107,12 +117,11 @@ class Serde:
         serializer's per-call machinery (subject strategy, rule engine) is skipped per record --
         and by the type's compiled encoder (runtime.log.schemas.avro_encoder, the same bytes) where the
         schema allows one."""
-        if self.sealer is not None:
-            record = self.sealer.seal(record)
         name = record.type
         fast = self._writers.get(name)
+        sealed = self.sealer.sealed_fields(record) if self.sealer is not None else None
         if fast is None:
-            return self._encode_first(record)
+            return self._encode_first(dataclasses.replace(record, **sealed) if sealed else record)
         header, parsed = fast
         try:
             compiled = self._compiled[name]
@@ -120,9 +129,12 @@ class Serde:
             compiled = self._compiled[name] = compile_record(self.catalog[name].parsed, type(record))
         if compiled is not None:
             try:
-                return header + compiled(record)
+                # The sealed fields laid over the record's values: a copy of the record costs more.
+                return header + compiled(_Overlay(record, sealed) if sealed else record)
             except Unencodable:
                 pass  # a value of another Python type than the schema's: fastavro converts or refuses it
+        if sealed:
+            record = dataclasses.replace(record, **sealed)
         out = io.BytesIO()
         out.write(header)
         schemaless_writer(out, parsed, record_to_dict(record))
