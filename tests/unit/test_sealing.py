@@ -140,3 +140,14 @@ def test_an_altered_sealed_value_is_refused_not_read_as_erased() -> None:
     moved = RunSubmitted(run_id="r1", workflow="w", input=sealed.args)
     with pytest.raises(SealError, match="sealed input of run r1"):
         sealer.open(moved)
+
+
+def test_a_fork_of_a_sealed_run_reads_its_copied_records_and_is_erased_on_its_own(local: Local) -> None:
+    run_id = local.client.submit("intake", {"note": MARKER})
+    local.client.result(run_id, timeout=20)
+    fork_id = local.client.fork(run_id, 2, {})
+    assert local.client.result(fork_id, timeout=20)["filed"] == MARKER
+    assert MARKER.encode() not in local.raw(*content_topics(local.settings))
+    erase_run(local.client, fork_id)
+    assert MARKER in json.dumps(local.client.history(run_id))
+    assert local.client.status(fork_id).result == "erased"

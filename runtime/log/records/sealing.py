@@ -49,7 +49,7 @@ KEY_ARRIVAL_TIMEOUT = 10.0
 
 # The fields of each record type that hold a run's contents. Errors, names, hashes and usage stay clear.
 CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
-    "RunSubmitted": ("input",),
+    "RunSubmitted": ("input", "seed"),  # seed: the records a reset or fork copies, as JSON
     "RunStarted": ("input",),
     "RunContinuedAsNew": ("input",),
     "RunRejected": ("raw",),
