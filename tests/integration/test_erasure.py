@@ -14,7 +14,8 @@ import pytest
 
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.records.sealing import ERASED
+from runtime.log.kafka.backend import KafkaLog
+from runtime.log.records.sealing import ERASED, KeyStore
 from support.erasure_apps import COMPLETION_TOKENS, PROMPT_TOKENS
 from support.sink import (
     SinkProcess,
@@ -43,6 +44,7 @@ class Erased:
     kept_id: str
     before: list[dict[str, object]]
     refusal: str
+    key: bytes  # the erased run's data key, as the keys topic held it
 
 
 def raw_bytes(settings: Settings, topic: str) -> bytes:
@@ -68,6 +70,12 @@ def erased(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
             assert client.result(kept_id, timeout=60)["filed"] == KEPT
             wait_until(lambda: client.status(waiting).status == "running", 30, "the waiting run running")
             before = client.history(run_id, payloads=True)
+        key = next(
+            m.value() or b""
+            for p in range(settings.partitions)
+            for m in read_partition(settings, p, settings.keys_topic)
+            if m.key() == run_id.encode()
+        )
         refused = agentlog(settings, "erase", "--run", waiting)
         assert refused.returncode != 0
         done = agentlog(settings, "erase", "--run", run_id)
@@ -78,7 +86,7 @@ def erased(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
         assert agentlog(settings, "erase", "--run", waiting).returncode == 0
     finally:
         worker.stop()
-    yield Erased(settings, tmp, run_id, kept_id, before, refused.stderr)
+    yield Erased(settings, tmp, run_id, kept_id, before, refused.stderr, key)
 
 
 def test_a_running_run_refuses_erasure_naming_it_and_its_status(erased: Erased) -> None:
@@ -134,3 +142,22 @@ def test_the_erased_text_is_in_no_table_of_the_store(erased: Erased) -> None:
         {"r": erased.run_id},
     ).rows[0]
     assert tuple(int(t) for t in tokens) == (PROMPT_TOKENS, COMPLETION_TOKENS)
+
+
+def test_the_erased_key_leaves_the_keys_topic_once_compacted(erased: Erased) -> None:
+    """The tombstone's work: the key's bytes are gone from the topic (segment.ms 60 s, then the
+    log cleaner). A record appended now and then rolls the segment, as a deployment's traffic does."""
+    s = erased.settings
+    assert len(erased.key) == 32
+    keys = KeyStore(KafkaLog(s), s.keys_topic, s.partitions)
+    fillers = iter(range(1000))
+    wait_until(
+        lambda: (
+            keys.get_or_create(f"filler-{next(fillers)}") and erased.key not in raw_bytes(s, s.keys_topic)
+        ),
+        240,
+        "the erased run's key compacted out of the keys topic",
+        interval=10,
+    )
+    with Client(s) as client:  # the ended run still reads, as erased, with the key gone from disk
+        assert client.status(erased.run_id).result == "erased"
