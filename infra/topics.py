@@ -51,6 +51,19 @@ def wanted(settings: Settings) -> list[TopicSpec]:
         TopicSpec(settings.checkpoints_topic, n, {"cleanup.policy": "compact"}),
         # Results stored out of line: referenced by offset from the events, so kept as long.
         TopicSpec(settings.payloads_topic, n, {"retention.ms": "-1"}),
+        # Data keys of sealed runs (runtime.log.records.sealing): compacted, with short segments and
+        # tombstone retention, so an erased run's key leaves the disk within minutes of `agentlog erase`.
+        TopicSpec(
+            settings.keys_topic,
+            n,
+            {
+                "cleanup.policy": "compact",
+                "segment.ms": "60000",
+                "delete.retention.ms": "1000",
+                "min.cleanable.dirty.ratio": "0.01",
+                "min.compaction.lag.ms": "0",
+            },
+        ),
     ]
 
 

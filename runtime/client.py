@@ -87,6 +87,10 @@ class Client:
         # Signals keep ``log``'s idempotent producer: the worker delivers a repeated SignalSent
         # twice. Cancellations too (one producer for what must not repeat).
         self._submissions: EventLog = log if log is not None else KafkaLog(self.settings, idempotent=False)
+        # Keys go through the submissions' producer, just before the command, without an ack each.
+        sealer = self.serde.seal_over(self._submissions).sealer
+        if sealer is not None and log is None:
+            sealer.keys.ack_each = False
         self._closes_log = log is None
         self._wrote = False
         # Results pushed: one tail over the events partitions of the runs this client submitted,
@@ -99,16 +103,28 @@ class Client:
     # ------------------------------------------------------------------------------ commands
 
     def submit(
-        self, workflow: str, input: Any, run_id: str | None = None, *, raw_input: str | None = None
+        self,
+        workflow: str,
+        input: Any,
+        run_id: str | None = None,
+        *,
+        raw_input: str | None = None,
+        subject: str | None = None,
     ) -> str:
         """Submit a run of ``workflow`` with ``input`` (JSON-able; ``raw_input``: JSON text as is).
 
         Produces one RunSubmitted record and returns the run id at once, without waiting for the
         broker (``flush`` or ``result`` waits). ``run_id``: the id to use (a new random one by
         default); a second submission of an id the worker already holds is ignored.
+        ``subject``: the data subject the run is about (``seal_contents``): its contents are sealed
+        under the subject's key, which ``agentlog erase --subject`` destroys for all its runs.
         Raises TypeError/ValueError if ``input`` is not JSON-able, KafkaException if the
         producer cannot take the record."""
         run_id = run_id or new_run_id()
+        if subject is not None:
+            if self.serde.sealer is None:
+                raise ValueError("submit(subject=...) needs a deployment that seals contents (seal_contents)")
+            self.serde.sealer.use_subject(run_id, subject)
         self._note_floor(run_id)
         text = raw_input if raw_input is not None else canonical_json(input)
         self._send(RunSubmitted(run_id=run_id, workflow=workflow, input=text))
@@ -229,6 +245,8 @@ class Client:
             self._submissions.flush()
             if self.log is not self._submissions:
                 self.log.flush()
+            if self.serde.sealer is not None:
+                self.serde.sealer.keys.settle()  # the submissions' keys (raises if one was not written)
 
     def close(self) -> None:
         """Stop following results, flush and close the log this client opened (not one it was
@@ -317,7 +335,7 @@ class Client:
 
     def _inputs(self, run_id: str, events: list[Event]) -> dict[int, RecordedInput]:
         try:
-            blobs = read_blobs(self.log, self.settings.payloads_topic, events)
+            blobs = read_blobs(self.log, self.settings.payloads_topic, events, self.serde.sealer)
             return rebuild_inputs(events, blobs)
         except (PayloadMissing, PromptMissing) as error:
             raise AgentlogError(f"run {run_id}: {error}") from error
@@ -336,7 +354,10 @@ class Client:
         Raises AgentlogError if a stored result is missing or does not match its checksum."""
         try:
             return inlined(
-                events, read_back(self.log, self.settings.payloads_topic, self.partition(run_id), events)
+                events,
+                read_back(
+                    self.log, self.settings.payloads_topic, self.partition(run_id), events, self.serde.sealer
+                ),
             )
         except PayloadMissing as error:
             raise AgentlogError(f"run {run_id}: {error}") from error

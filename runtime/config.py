@@ -83,6 +83,16 @@ class Settings(BaseModel):
         default="agentlog.payloads",
         description="Call results and prompt messages too large to keep inline, in the run's partition.",
     )
+    keys_topic: str = Field(
+        default="agentlog.keys",
+        description="Compacted: the data key of each run whose contents are sealed (seal_contents), keyed by "
+        "run id in the run's partition; `agentlog erase` writes its tombstone.",
+    )
+    seal_contents: bool = Field(
+        default=False,
+        description="Seal run inputs, call arguments, messages, results and signal payloads with AES-GCM under "
+        "a per-run data key kept in keys_topic, so `agentlog erase` can make them unreadable (crypto-shredding).",
+    )
     payload_inline_limit: int = Field(
         default=16_384,
         ge=0,
@@ -105,7 +115,9 @@ class Settings(BaseModel):
     kafka_controller_port: int = Field(
         default=9093, description="Port of the local KRaft controller (agentlog infra)."
     )
-    registry_port: int = Field(default=8081, description="Port of the local schema registry (agentlog infra).")
+    registry_port: int = Field(
+        default=8081, description="Port of the local schema registry (agentlog infra)."
+    )
     postgres_port: int = Field(
         default=15432, description="Port of the local PostgreSQL that stores the registry's schemas."
     )

@@ -141,6 +141,8 @@ def add_schema_commands(subparsers: argparse._SubParsersAction[argparse.Argument
         sub.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "list":
             sub.add_argument(
-                "--all", action="store_true", help="every subject the registry holds, not only this deployment's"
+                "--all",
+                action="store_true",
+                help="every subject the registry holds, not only this deployment's",
             )
         sub.set_defaults(func=func)

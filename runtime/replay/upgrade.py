@@ -187,7 +187,10 @@ def in_flight_histories(
                 skipped.append(run_id)
                 continue
             try:
-                histories.append(inlined(events, read_back(log, settings.payloads_topic, partition, events)))
+                # getattr: callers may hand any decoder with Serde's decode (the tests' pickling one)
+                sealer = getattr(serde, "sealer", None)
+                stored = read_back(log, settings.payloads_topic, partition, events, sealer)
+                histories.append(inlined(events, stored))
             except PayloadMissing:
                 skipped.append(run_id)
     return histories, skipped

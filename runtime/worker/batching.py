@@ -71,7 +71,9 @@ class TurnBatcher:
             send_partition(self.settings, self.log, loop, owned)
 
 
-def send_partition(settings: Settings, log: EventLog, loop: asyncio.AbstractEventLoop, owned: OwnedPartition) -> None:
+def send_partition(
+    settings: Settings, log: EventLog, loop: asyncio.AbstractEventLoop, owned: OwnedPartition
+) -> None:
     """Send the records queued for ``owned`` as one batch. The turn's end does; so does a checkpoint,
     ahead of it, to know that no record is queued behind the last one sent."""
     records, started, ended, last, runs = (

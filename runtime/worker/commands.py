@@ -95,7 +95,9 @@ class CommandHandler:
             if home != delivery.partition:
                 self._forward(owned, delivery, home)
                 return
-        run_id = _run_id_of(key) or keyless_run_id(delivery.partition, offset, self.executor.settings.partitions)
+        run_id = _run_id_of(key) or keyless_run_id(
+            delivery.partition, offset, self.executor.settings.partitions
+        )
         try:
             self._apply(owned, run_id, delivery)
         except RetryableError as error:

@@ -216,7 +216,7 @@ class Executor:
         for sha, data in blobs.items():
             try:
                 offsets[sha] = self.log.append(
-                    self.settings.payloads_topic, owned.partition, key, data
+                    self.settings.payloads_topic, owned.partition, key, self._sealed(machine.run_id, data)
                 ).result(timeout=BLOB_ACK_TIMEOUT)
             except (WriteError, TimeoutError) as error:
                 self._fail(
@@ -227,15 +227,22 @@ class Executor:
             located(e, owned.partition, offsets) if isinstance(e, ModelCallScheduled) else e for e in events
         ]
 
+    def _sealed(self, run_id: str, data: bytes) -> bytes:
+        """A payloads-topic value sealed like the run's content fields (``Settings.seal_contents``);
+        its event keeps the sha256 of the plain text, which the reader checks once it has opened it."""
+        sealer = self.batcher.serde.sealer
+        if sealer is None:
+            return data
+        return sealer.seal_text(data.decode("utf-8"), "payload", run_id).encode("ascii")
+
     async def _store_payload(self, owned: OwnedPartition, run_id: str, data: bytes) -> int | None:
         """Append a large result to the payloads topic (the run's partition); its offset once
         acknowledged -- before the event that points at it is appended. None if it was not
         acknowledged: the worker then stops, and the call is in doubt on restart."""
         loop = asyncio.get_running_loop()
         stored: asyncio.Future[int] = loop.create_future()
-        self.log.append_batch(
-            loop, self.settings.payloads_topic, owned.partition, [(run_id.encode(), data)], {0: stored}
-        )
+        records: list[tuple[bytes | None, bytes]] = [(run_id.encode(), self._sealed(run_id, data))]
+        self.log.append_batch(loop, self.settings.payloads_topic, owned.partition, records, {0: stored})
         try:
             return await stored
         except WriteError as error:

@@ -64,7 +64,7 @@ class Worker:
         self.app = app
         self.settings = settings
         self.log = log
-        self.serde = serde
+        self.serde = serde.seal_over(log)
         self.worker_id = worker_id or socket.gethostname()
         self.owned: dict[int, OwnedPartition] = {}
         self._stopping = False

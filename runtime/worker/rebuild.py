@@ -104,7 +104,11 @@ class CheckpointRead:
         """Run -> through offset of the snapshots the checkpoint vouches for."""
         if self.checkpoint is None or self.vouch is None:
             return {}
-        return dict(self.vouch.snapshot_through) if self.vouch.covered_offset == self.checkpoint.covered_offset else {}
+        return (
+            dict(self.vouch.snapshot_through)
+            if self.vouch.covered_offset == self.checkpoint.covered_offset
+            else {}
+        )
 
 
 def latest_checkpoint(settings: Settings, serde: Serde, log: EventLog, partition: int) -> CheckpointRead:
@@ -187,7 +191,13 @@ class _PartitionRebuild:
     RebuiltPartition (steps 3-5 of the module's order)."""
 
     def __init__(
-        self, settings: Settings, serde: Serde, log: EventLog, partition: int, epoch: int, read: CheckpointRead
+        self,
+        settings: Settings,
+        serde: Serde,
+        log: EventLog,
+        partition: int,
+        epoch: int,
+        read: CheckpointRead,
     ) -> None:
         self.settings = settings
         self.serde = serde
@@ -292,7 +302,9 @@ class _PartitionRebuild:
                 result.unloadable[run_id] = self.undecodable_runs[run_id]
             elif any(is_outlined(e) for e in logged):  # replay hands the workflow the stored results
                 try:
-                    stored = read_back(self.log, self.settings.payloads_topic, result.partition, logged)
+                    stored = read_back(
+                        self.log, self.settings.payloads_topic, result.partition, logged, self.serde.sealer
+                    )
                     result.active[run_id] = inlined(logged, stored)
                 except PayloadMissing as error:
                     result.unloadable[run_id] = str(error)

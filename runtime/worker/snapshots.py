@@ -88,12 +88,16 @@ class SnapshotWriter:
         self._too_large: set[str] = set()  # runs already reported as too large to snapshot
         self._previous: dict[int, dict[str, int]] = {}  # partition -> the record counts of its last round
 
-    def write(self, owned: OwnedPartition, counts: Mapping[str, int], covered: int, listed: Iterable[str]) -> None:
+    def write(
+        self, owned: OwnedPartition, counts: Mapping[str, int], covered: int, listed: Iterable[str]
+    ) -> None:
         """For a checkpoint covering the records below ``covered`` and listing the runs ``listed``,
         ``counts`` being the live runs' record counts taken when the last of those records was
         appended: append the snapshots due, then the ``CheckpointSnapshots`` the checkpoint vouches for."""
         listed = set(listed)
-        vouched = {run: at for run, at in self._snapshots_due(owned, counts, covered).items() if run in listed}
+        vouched = {
+            run: at for run, at in self._snapshots_due(owned, counts, covered).items() if run in listed
+        }
         if not vouched:
             return  # an older vouch names another covered offset: a rebuild ignores it
         vouch = CheckpointSnapshots(
@@ -106,10 +110,15 @@ class SnapshotWriter:
             snapshot_through=vouched,
         )
         self.log.append(
-            self.settings.checkpoints_topic, owned.partition, vouched_key(owned.partition), self.serde.encode(vouch)
+            self.settings.checkpoints_topic,
+            owned.partition,
+            vouched_key(owned.partition),
+            self.serde.encode(vouch),
         )
 
-    def _snapshots_due(self, owned: OwnedPartition, counts: Mapping[str, int], covered: int) -> dict[str, int]:
+    def _snapshots_due(
+        self, owned: OwnedPartition, counts: Mapping[str, int], covered: int
+    ) -> dict[str, int]:
         """Append the snapshots due; the runs whose latest snapshot holds all their records below
         ``covered`` -> its through offset."""
         vouched: dict[str, int] = {}
@@ -145,7 +154,10 @@ class SnapshotWriter:
             # Not awaited: the checkpoint after it on the same partition is ordered behind it, and a
             # snapshot lost anyway only makes a rebuild read the run from its first offset.
             self.log.append(
-                self.settings.checkpoints_topic, owned.partition, snapshot_key(run_id), self.serde.encode(snapshot)
+                self.settings.checkpoints_topic,
+                owned.partition,
+                snapshot_key(run_id),
+                self.serde.encode(snapshot),
             )
             owned.snapshots[run_id] = (covered, count)
             vouched[run_id] = covered
@@ -156,7 +168,9 @@ class SnapshotWriter:
         just appended no longer lists them), and drop the records kept for runs no longer live."""
         for run_id in [r for r in owned.snapshots if r not in owned.runs and r not in counts]:
             del owned.snapshots[run_id]
-            self.log.append_unwatched(self.settings.checkpoints_topic, owned.partition, snapshot_key(run_id), None)
+            self.log.append_unwatched(
+                self.settings.checkpoints_topic, owned.partition, snapshot_key(run_id), None
+            )
         for run_id in [r for r in owned.records if r not in owned.runs and r not in owned.sizes]:
             del owned.records[run_id]  # e.g. a run that continued as new
 
@@ -194,11 +208,17 @@ def newer(found: dict[str, HistorySnapshot], key: bytes, value: bytes | None, se
     try:
         decoded = serde.decode(value, run_id.encode())
     except DecodeError as error:
-        logger.error("the snapshot of run %s cannot be decoded (%s): its run is read from its first offset", run_id, error)
+        logger.error(
+            "the snapshot of run %s cannot be decoded (%s): its run is read from its first offset",
+            run_id,
+            error,
+        )
         return
     if isinstance(decoded, HistorySnapshot):
         current = found.get(run_id)
-        if current is None or decoded.through_offset >= current.through_offset:  # a tie: the later, as compaction keeps
+        if (
+            current is None or decoded.through_offset >= current.through_offset
+        ):  # a tie: the later, as compaction keeps
             found[run_id] = decoded
 
 

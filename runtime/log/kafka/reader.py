@@ -69,7 +69,9 @@ def read_partitions(
             if first < stop:
                 stops[partition] = stop
                 position[partition] = first
-                assignment.append(TopicPartition(topic, partition, first if start is not None else OFFSET_BEGINNING))
+                assignment.append(
+                    TopicPartition(topic, partition, first if start is not None else OFFSET_BEGINNING)
+                )
         if not stops:
             return
         reader.assign(assignment)
@@ -141,12 +143,19 @@ def offset_bounds(
     while True:
         try:
             # As timestamps, OFFSET_BEGINNING and OFFSET_END ask for the earliest and latest offsets.
-            lows = reader.offsets_for_times([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions], timeout=10)
-            highs = reader.offsets_for_times([TopicPartition(topic, p, OFFSET_END) for p in partitions], timeout=10)
+            lows = reader.offsets_for_times(
+                [TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions], timeout=10
+            )
+            highs = reader.offsets_for_times(
+                [TopicPartition(topic, p, OFFSET_END) for p in partitions], timeout=10
+            )
             failed = next((tp.error for tp in (*lows, *highs) if tp.error is not None), None)
             if failed is not None:
                 raise KafkaException(failed)
-            return {low.partition: (int(low.offset), int(high.offset)) for low, high in zip(lows, highs, strict=True)}
+            return {
+                low.partition: (int(low.offset), int(high.offset))
+                for low, high in zip(lows, highs, strict=True)
+            }
         except KafkaException as exc:
             error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
             if (error is not None and error.code() in _ANSWERS) or time.monotonic() > deadline:

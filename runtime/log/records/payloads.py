@@ -23,8 +23,10 @@ from runtime.errors import AgentlogError
 from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import Event, ModelCallCompleted, ToolCallCompleted
 from runtime.log.records.prompts import blob_refs
+from runtime.log.records.sealing import ERASED, PREFIX, Sealer
 
 Completed = ModelCallCompleted | ToolCallCompleted
+SEALED = PREFIX.encode("ascii")
 
 
 class PayloadMissing(AgentlogError):
@@ -51,18 +53,24 @@ def inline(event: Completed, text: str) -> Completed:
     return dataclasses.replace(event, result=text, result_offset=None, result_sha256=None, result_size=0)
 
 
-def read_back(log: EventLog, topic: str, partition: int, events: Iterable[Event]) -> dict[int, str]:
+def read_back(
+    log: EventLog, topic: str, partition: int, events: Iterable[Event], sealer: Sealer | None = None
+) -> dict[int, str]:
     """The out-of-line results ``events`` point at, by offset: one range read of the payloads
-    partition, each checked against its sha256. Raises PayloadMissing naming the first lost one."""
+    partition, each checked against its sha256. Raises PayloadMissing naming the first lost one.
+    ``sealer`` opens those stored sealed (``Settings.seal_contents``): the sha256 is the plain
+    text's, and an erased one reads as ERASED."""
     wanted = {
         e.result_offset: e.result_sha256
         for e in events
         if isinstance(e, (ModelCallCompleted, ToolCallCompleted)) and e.result_offset is not None
     }
-    return _read_checked(log, topic, partition, wanted, "result")
+    return _read_checked(log, topic, partition, wanted, "result", sealer)
 
 
-def read_blobs(log: EventLog, topic: str, events: Iterable[Event]) -> dict[str, str]:
+def read_blobs(
+    log: EventLog, topic: str, events: Iterable[Event], sealer: Sealer | None = None
+) -> dict[str, str]:
     """The messages stored out of line that ``events`` point at (runtime.log.records.prompts), by sha256:
     one range read per partition they name (the run's own, or for a reset or fork also its
     original's), each checked. Raises PayloadMissing naming the first lost or altered one."""
@@ -71,13 +79,18 @@ def read_blobs(log: EventLog, topic: str, events: Iterable[Event]) -> dict[str, 
         by_partition.setdefault(ref.partition, {})[ref.offset] = ref.sha256
     texts: dict[str, str] = {}
     for partition, wanted in sorted(by_partition.items()):
-        found = _read_checked(log, topic, partition, wanted, "message")
+        found = _read_checked(log, topic, partition, wanted, "message", sealer)
         texts.update((wanted[offset], text) for offset, text in found.items())
     return texts
 
 
 def _read_checked(
-    log: EventLog, topic: str, partition: int, wanted: Mapping[int, str | None], what: str
+    log: EventLog,
+    topic: str,
+    partition: int,
+    wanted: Mapping[int, str | None],
+    what: str,
+    sealer: Sealer | None = None,
 ) -> dict[int, str]:
     found: dict[int, str] = {}
     if not wanted:
@@ -85,8 +98,17 @@ def _read_checked(
     start, end = min(wanted), max(wanted) + 1
     for record in log.read(topic, partition, start, end):
         digest = wanted.get(record.offset)
-        if digest is not None and record.value is not None and sha256_of(record.value) == digest:
-            found[record.offset] = record.value.decode("utf-8")
+        if digest is None or record.value is None:
+            continue
+        plain = record.value
+        if sealer is not None and plain.startswith(SEALED):
+            text = sealer.open_text(plain.decode("ascii"), "payload")
+            if text == ERASED:  # its key was destroyed: nothing left to check
+                found[record.offset] = text
+                continue
+            plain = text.encode("utf-8")
+        if sha256_of(plain) == digest:
+            found[record.offset] = plain.decode("utf-8")
     for offset in sorted(wanted):
         if offset not in found:
             raise PayloadMissing(

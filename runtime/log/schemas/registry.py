@@ -175,7 +175,7 @@ def lookup_registered(
 ) -> dict[str, tuple[int, int]]:
     """``{subject: (id, version)}``, as :func:`lookup_ids` (the registry answers both at once)."""
     wanted = list(subjects)
-    shares = [wanted[i :: LOOKUP_CONNECTIONS] for i in range(min(LOOKUP_CONNECTIONS, len(wanted)))]
+    shares = [wanted[i::LOOKUP_CONNECTIONS] for i in range(min(LOOKUP_CONNECTIONS, len(wanted)))]
     if len(shares) <= 1:
         return _lookup_share(url, wanted, timeout)
     with ThreadPoolExecutor(len(shares), thread_name_prefix="agentlog-registry-lookup") as pool:

@@ -15,6 +15,7 @@ where ids and writer schemas come from -- the registry, or the schema cache in a
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import threading
@@ -26,7 +27,9 @@ from fastavro import parse_schema, schemaless_writer
 
 from runtime.config import Settings
 from runtime.errors import RetryableError
+from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import RECORD_TYPES, Record
+from runtime.log.records.sealing import KeyStore, Sealer
 from runtime.log.schemas.avro_encoder import Unencodable, compile_record
 from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
 from runtime.log.schemas.datum import DecodeError, Reader, read_datum, record_to_dict, schema_id_of
@@ -39,6 +42,15 @@ from runtime.log.schemas.resolver import SchemaResolver
 # (see runtime.log.schemas.registry), and a recovering worker does not need it to start.
 if TYPE_CHECKING:
     from runtime.log.schemas.registry_client import AvroSerializer, SchemaRegistryClient
+
+
+class _Overlay:
+    """A record's Avro field values with some replaced, for a compiled encoder (which reads
+    ``record.<field>`` only): plain attributes of one dict, cheaper than copying the record."""
+
+    def __init__(self, record: Record, replaced: dict[str, Any]) -> None:
+        self.__dict__.update(record_to_dict(record))
+        self.__dict__.update(replaced)
 
 
 class SchemaNotRegistered(RetryableError):
@@ -77,6 +89,17 @@ class Serde:
         self._lock = threading.Lock()
         self._warming: threading.Thread | None = None
         self._offline = False
+        # Seals content fields on the way out and opens them on the way in (Settings.seal_contents):
+        # this is the one place records become bytes and back, so nothing else sees ciphertext.
+        self.sealer: Sealer | None = None
+
+    def seal_over(self, log: EventLog) -> Serde:
+        """Seal content fields under keys kept in ``log``'s keys topic, if the deployment says so
+        (``Settings.seal_contents``); once per serde, whoever calls first (a client and a worker
+        sharing one, in-process). Returns this serde."""
+        if self.settings.seal_contents and self.sealer is None:
+            self.sealer = Sealer(KeyStore(log, self.settings.keys_topic, self.settings.partitions))
+        return self
 
     @property
     def client(self) -> SchemaRegistryClient:
@@ -96,8 +119,9 @@ class Serde:
         schema allows one."""
         name = record.type
         fast = self._writers.get(name)
+        sealed = self.sealer.sealed_fields(record) if self.sealer is not None else None
         if fast is None:
-            return self._encode_first(record)
+            return self._encode_first(dataclasses.replace(record, **sealed) if sealed else record)
         header, parsed = fast
         try:
             compiled = self._compiled[name]
@@ -105,9 +129,12 @@ class Serde:
             compiled = self._compiled[name] = compile_record(self.catalog[name].parsed, type(record))
         if compiled is not None:
             try:
-                return header + compiled(record)
+                # The sealed fields laid over the record's values: a copy of the record costs more.
+                return header + compiled(_Overlay(record, sealed) if sealed else record)
             except Unencodable:
                 pass  # a value of another Python type than the schema's: fastavro converts or refuses it
+        if sealed:
+            record = dataclasses.replace(record, **sealed)
         out = io.BytesIO()
         out.write(header)
         schemaless_writer(out, parsed, record_to_dict(record))
@@ -273,7 +300,12 @@ class Serde:
         partition-level records such as claims and checkpoints, whose ``run_id`` is then "").
 
         The first record of each schema id fetches its writer schema (``_decode_first``); every
-        record is resolved by fastavro with the writer and reader schemas cached by id."""
+        record is resolved by fastavro with the writer and reader schemas cached by id. Sealed
+        content fields come back open (``Settings.seal_contents``), or ERASED once their key is gone."""
+        record = self._decode(data, key, topic)
+        return record if self.sealer is None else self.sealer.open(record)
+
+    def _decode(self, data: bytes, key: bytes | None, topic: str | None) -> Record:
         if len(data) > HEADER_SIZE and data[0] == MAGIC:
             fast = self._readers.get(int.from_bytes(data[ID_SLICE], "big"))
             if fast is not None:
@@ -284,7 +316,7 @@ class Serde:
         """The first record of a schema id: resolve the writer schema (the registry's text, the
         cache's in an outage) and its version, keep them, then decode as ``decode`` does."""
         if self._await_warm_up() and is_framed(data) and frame_schema_id(data) in self._readers:
-            return self.decode(data, key, topic)
+            return self._decode(data, key, topic)
         schema_id = schema_id_of(data)
         text = self._writer_text(schema_id, data)
         try:

@@ -1,0 +1,280 @@
+"""Crypto-shredding: run contents sealed under a data key kept apart, so erasing means losing a key.
+
+Kafka's topics are immutable and kept forever; a person's messages cannot be cut out of them. So
+the *contents* of a run -- its input, call arguments (model-call messages among them), call
+results, its result, signal payloads -- are written sealed: AES-GCM under a 256-bit data key of
+the run (or of a data subject), as a string ``sealed:v1:<key id>:<base64 nonce + ciphertext>``.
+Everything else stays in the clear -- record types, ids, sequence numbers, hashes, token counts,
+costs, timings -- so the structure of an erased run remains auditable.
+
+The keys live in a compacted topic of their own (``Settings.keys_topic``), keyed by key id (the
+run id, or ``subject/<id>``) in the partition a run of that id has. ``agentlog erase`` appends a
+tombstone; once compaction has run, the key is gone from the disks, and every sealed field that
+named it reads as :data:`ERASED` -- in a worker, a client, the sink's readers and the UI alike.
+
+The key id inside each sealed value (not the record's run id) says which key opens it: a fork or a
+reset that copies another run's records keeps them readable, and a run sealed under its subject's
+key needs no schema field to say so.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import itertools
+import os
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from runtime.errors import AgentlogError
+from runtime.log.port.partitioning import partition_for
+from runtime.log.port.protocol import EventLog
+from runtime.log.records.events import Record
+
+PREFIX = "sealed:v1:"
+# What an erased field reads as: JSON text (the fields hold JSON), so a reader that parses it gets
+# the string "erased" rather than a decode error.
+ERASED = '"erased"'
+SUBJECT_PREFIX = "subject/"
+KEY_ACK_TIMEOUT = 30.0
+# How long a worker waits for the key of a submission it was handed: a client writes the key just
+# before the command without waiting for its ack (a submission is not held up by a round trip),
+# so the command may be readable a moment before its key.
+KEY_ARRIVAL_TIMEOUT = 10.0
+
+# The fields of each record type that hold a run's contents. Errors, names, hashes and usage stay clear.
+CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
+    "RunSubmitted": ("input", "seed"),  # seed: the records a reset or fork copies, as JSON
+    "RunStarted": ("input",),
+    "RunContinuedAsNew": ("input",),
+    "RunRejected": ("raw",),
+    "RunCompleted": ("result",),
+    "ModelCallScheduled": ("args", "new_messages", "params"),
+    "ModelCallCompleted": ("result",),
+    "ToolCallScheduled": ("args",),
+    "ToolCallCompleted": ("result",),
+    "SignalSent": ("payload",),
+    "SignalReceived": ("payload",),
+}
+
+
+class SealError(AgentlogError):
+    """A sealed value that its key does not open: altered, or sealed under another key."""
+
+
+def subject_key_id(subject: str) -> str:
+    if not subject:
+        raise ValueError("a data subject must be a non-empty string")
+    return SUBJECT_PREFIX + subject
+
+
+def is_sealed(value: str) -> bool:
+    return value.startswith(PREFIX)
+
+
+def key_id_of(value: str) -> str:
+    """The key id a sealed value names."""
+    return value[len(PREFIX) : value.rindex(":")]
+
+
+class KeyStore:
+    """The data keys of the keys topic, read on demand per partition and cached.
+
+    A miss reads the key's partition from where this store last stopped to its end (one range
+    read); keys are written before any record sealed under them, so a key a record names is found.
+    """
+
+    def __init__(self, log: EventLog, topic: str, partitions: int) -> None:
+        self.log, self.topic, self.partitions = log, topic, partitions
+        self._keys: dict[str, bytes | None] = {}  # key id -> key; None: a tombstone was read
+        self._read_to: dict[int, int] = {}  # partition -> the next offset to read
+        self._lock = threading.Lock()
+        # False (a client): a new key is appended without waiting for its ack, which ``settle``
+        # (the client's flush) waits for; the command after it goes through the same producer.
+        self.ack_each = True
+        self._pending: list[Future[int]] = []
+
+    def partition(self, key_id: str) -> int:
+        return partition_for(key_id, self.partitions)
+
+    def get(self, key_id: str) -> bytes | None:
+        """The key, or None if it was never written or has been destroyed."""
+        with self._lock:
+            if key_id not in self._keys:
+                self._catch_up(self.partition(key_id))
+                # Keys are written before anything sealed under them: one not found now never was, or
+                # its tombstone has been compacted away -- either way it opens nothing, so do not ask again.
+                self._keys.setdefault(key_id, None)
+            return self._keys[key_id]
+
+    def get_or_create(self, key_id: str) -> bytes:
+        """The key; a new one, acknowledged by Kafka before it is returned, if there is none."""
+        with self._lock:
+            partition = self.partition(key_id)
+            if self._keys.get(key_id) is None:
+                self._catch_up(partition)
+            key = self._keys.get(key_id)
+            if key is None:
+                key = AESGCM.generate_key(bit_length=256)
+                written = self._append(partition, key_id, key)
+                if self.ack_each:
+                    written.result(timeout=KEY_ACK_TIMEOUT)
+                else:
+                    self._pending.append(written)
+                self._keys[key_id] = key
+            return key
+
+    def settle(self) -> None:
+        """Wait for the acks of the keys appended without waiting; raises the first failure."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for written in pending:
+            written.result(timeout=KEY_ACK_TIMEOUT)
+
+    def awaited(self, key_id: str, timeout: float = KEY_ARRIVAL_TIMEOUT) -> bytes | None:
+        """The key, read again until it arrives or ``timeout`` passes (a submission's key, written
+        just before it); None if it never does."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                self._catch_up(self.partition(key_id))
+                key = self._keys.get(key_id)
+            if key is not None or time.monotonic() > deadline:
+                return key
+            time.sleep(0.01)
+
+    def destroy(self, key_id: str) -> None:
+        """Append the key's tombstone and wait for its ack; this store forgets the key at once."""
+        with self._lock:
+            self._append(self.partition(key_id), key_id, None).result(timeout=KEY_ACK_TIMEOUT)
+            self._keys[key_id] = None
+
+    def _append(self, partition: int, key_id: str, value: bytes | None) -> Future[int]:
+        return self.log.append(self.topic, partition, key_id.encode(), value)
+
+    def _catch_up(self, partition: int) -> None:
+        low, high = self.log.watermarks(self.topic, partition)
+        start = max(self._read_to.get(partition, low), low)
+        if start < high:
+            for record in self.log.read(self.topic, partition, start, high):
+                if record.key is not None:
+                    self._keys[record.key.decode()] = record.value
+        self._read_to[partition] = max(start, high)
+
+
+class _Cipher:
+    """AES-GCM under one key, with the nonces of this process: a random 8-byte prefix and a 4-byte
+    counter. Every writer under a key (a client, the worker, the next owner) draws its own prefix,
+    so nonces do not repeat (GCM's one requirement) without a system call per value."""
+
+    def __init__(self, key: bytes) -> None:
+        self.aead = AESGCM(key)
+        self._prefix = os.urandom(8)
+        self._counter = itertools.count()
+
+    def nonce(self) -> bytes:
+        n = next(self._counter)
+        if n >= 1 << 32:  # 4 billion values sealed by one process under one key: draw a new prefix
+            self._prefix, self._counter = os.urandom(8), itertools.count(1)
+            n = 0
+        return self._prefix + n.to_bytes(4, "big")
+
+
+class Sealer:
+    """Seals the content fields of records before they are encoded, and opens them after decoding."""
+
+    def __init__(self, keys: KeyStore) -> None:
+        self.keys = keys
+        self._aeads: dict[str, AESGCM] = {}  # key id -> the cipher that opens
+        self._ciphers: dict[str, _Cipher] = {}  # key id -> the cipher that seals, with its nonces
+        # run id -> the key id its contents are sealed under, learnt from what was submitted or read
+        self._key_of_run: dict[str, str] = {}
+
+    def use_subject(self, run_id: str, subject: str) -> None:
+        """Seal ``run_id``'s contents under ``subject``'s key (``Client.submit(..., subject=)``)."""
+        self._key_of_run[run_id] = subject_key_id(subject)
+
+    def key_id_for(self, run_id: str) -> str:
+        return self._key_of_run.get(run_id, run_id)
+
+    def forget(self, key_id: str) -> None:
+        self._aeads.pop(key_id, None)
+        self._ciphers.pop(key_id, None)
+
+    def seal(self, record: Record) -> Record:
+        changes = self.sealed_fields(record)
+        return dataclasses.replace(record, **changes) if changes else record
+
+    def sealed_fields(self, record: Record) -> dict[str, Any] | None:
+        """The content fields of ``record`` sealed, by name; None if it has none to seal. (The
+        serde lays them over the record's own values: copying a record costs more than sealing.)"""
+        fields = CONTENT_FIELDS.get(record.type)
+        if fields is None:
+            return None
+        changes: dict[str, Any] = {}
+        for name in fields:
+            value = getattr(record, name)
+            if isinstance(value, list):  # a prompt's messages, each sealed on its own
+                if any(item and not is_sealed(item) for item in value):
+                    changes[name] = [self.seal_text(item, name, record.run_id) for item in value]
+            elif value and not is_sealed(value):
+                changes[name] = self.seal_text(value, name, record.run_id)
+        return changes or None
+
+    def seal_text(self, value: str, field: str, run_id: str) -> str:
+        """``value`` of ``field`` sealed under the key of ``run_id`` (created if it has none)."""
+        if not value or is_sealed(value):
+            return value
+        key_id = self.key_id_for(run_id)
+        cipher = self._ciphers.get(key_id)
+        if cipher is None:
+            cipher = self._ciphers[key_id] = _Cipher(self.keys.get_or_create(key_id))
+        nonce = cipher.nonce()
+        sealed = cipher.aead.encrypt(nonce, value.encode(), f"{key_id}/{field}".encode())
+        return f"{PREFIX}{key_id}:{base64.b64encode(nonce + sealed).decode('ascii')}"
+
+    def open(self, record: Record) -> Record:
+        fields = CONTENT_FIELDS.get(record.type)
+        if fields is None:
+            return record
+        changes: dict[str, Any] = {}
+        for name in fields:
+            value = getattr(record, name)
+            if isinstance(value, list):
+                if any(is_sealed(item) for item in value):
+                    changes[name] = [self.open_text(item, name, record.run_id) for item in value]
+            elif value and is_sealed(value):
+                changes[name] = self.open_text(
+                    value, name, record.run_id, patient=record.type == "RunSubmitted"
+                )
+        return dataclasses.replace(record, **changes) if changes else record
+
+    def open_text(self, value: str, field: str, run_id: str = "", *, patient: bool = False) -> str:
+        """The plain text of a sealed ``value`` of ``field``; ERASED if its key was destroyed, the
+        text itself if it is not sealed."""
+        if not is_sealed(value):
+            return value
+        key_id = key_id_of(value)
+        if run_id:
+            self._key_of_run.setdefault(run_id, key_id)
+        aead = self._aeads.get(key_id)
+        if aead is None:
+            key = self.keys.get(key_id)
+            if key is None and patient:  # a submission whose key may be a moment behind it
+                key = self.keys.awaited(key_id)
+            if key is None:
+                return ERASED
+            aead = self._aeads[key_id] = AESGCM(key)
+        raw = base64.b64decode(value[value.rindex(":") + 1 :])
+        try:
+            return aead.decrypt(raw[:12], raw[12:], f"{key_id}/{field}".encode()).decode()
+        except InvalidTag as error:
+            raise SealError(
+                f"the sealed {field} of run {run_id or '?'} does not open with key {key_id!r}: altered, "
+                "or sealed under another key"
+            ) from error

@@ -1,0 +1,42 @@
+"""An agent whose input, tool argument and model message carry one marker (`--app support.erasure_apps:app`).
+
+The erasure tests grep every topic and table for the marker after `agentlog erase`. The model is
+a scripted fake that reports usage; fakes live here, in tests/, never in runtime/.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runtime import App, Context
+
+app = App("erasure-tests")
+
+PROMPT_TOKENS = 120
+COMPLETION_TOKENS = 30
+
+
+@app.model("chat")
+def chat(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
+    return {
+        "content": f"noted: {messages[-1]['content']}",
+        "model": "fake-chat-1",
+        "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS},
+    }
+
+
+@app.tool("file_note")
+def file_note(customer: str, note: str) -> dict[str, Any]:
+    return {"filed": note, "customer": customer}
+
+
+@app.workflow("intake")
+async def intake(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
+    """One model call and one tool call about ``request["note"]``; waits for a "go" signal first
+    if ``request["wait"]`` (a run that is still running when erasure is asked for)."""
+    note = str(request["note"])
+    if request.get("wait"):
+        await ctx.wait_signal("go")
+    reply = await ctx.model("chat", messages=[{"role": "user", "content": f"customer says: {note}"}])
+    filed = await ctx.tool("file_note", customer="c-42", note=note)
+    return {"reply": reply["content"], "filed": filed["filed"]}

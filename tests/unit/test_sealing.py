@@ -1,0 +1,153 @@
+"""Crypto-shredding on the in-memory log: contents sealed at the serde, opened for readers, and
+read as "erased" once the run's key is destroyed -- structure, hashes, tokens kept."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from runtime.client import Client
+from runtime.config import Settings
+from runtime.erasure import ErasureRefused, erase_run, erase_subject
+from runtime.log.port.memory import MemoryLog
+from runtime.log.records.events import RunSubmitted, ToolCallScheduled
+from runtime.log.records.sealing import ERASED, KeyStore, Sealer, SealError
+from runtime.log.schemas.serde import Serde
+from runtime.worker.loop import Worker
+from support.erasure_apps import COMPLETION_TOKENS, PROMPT_TOKENS, app
+
+pytestmark = pytest.mark.unit
+
+MARKER = "MARKER-unit-7f3a"
+
+
+class Local:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.log = MemoryLog(settings)
+        self.serde = Serde.offline(settings)
+        self.worker = Worker(
+            app, settings, log=self.log, serde=self.serde, worker_id="w", checkpoint_interval_s=3600
+        )
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.worker.serve()), daemon=True)
+        self.thread.start()
+        self.client = Client(settings, identity="t", log=self.log, serde=self.serde)
+
+    def raw(self, *topics: str) -> bytes:
+        return b"".join(
+            r.value or b""
+            for t in topics
+            for p in range(self.settings.partitions)
+            for r in self.log.read(t, p)
+        )
+
+    def close(self) -> None:
+        self.client.close()
+        self.worker.stop()
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def local() -> Iterator[Local]:
+    deployment = Local(Settings(partitions=2, seal_contents=True))
+    yield deployment
+    deployment.close()
+
+
+def content_topics(s: Settings) -> tuple[str, ...]:
+    return (s.commands_topic, s.events_topic, s.payloads_topic)
+
+
+def test_contents_are_sealed_in_the_log_and_open_for_readers(local: Local) -> None:
+    run_id = local.client.submit("intake", {"note": MARKER + " " + "z" * 40_000})  # a result out of line
+    result = local.client.result(run_id, timeout=20)
+    assert result["filed"].startswith(MARKER)
+    assert MARKER.encode() not in local.raw(*content_topics(local.settings))
+    assert b"sealed:v1:" in local.raw(local.settings.payloads_topic)
+    history = local.client.history(run_id, payloads=True)
+    assert MARKER in json.dumps(history)
+
+
+def test_an_erased_run_reads_erased_and_keeps_its_structure(local: Local) -> None:
+    run_id = local.client.submit("intake", {"note": MARKER + " " + "z" * 40_000})
+    local.client.result(run_id, timeout=20)
+    before = local.client.history(run_id, payloads=True)
+    assert erase_run(local.client, run_id) == run_id
+    fresh = Client(local.settings, identity="reader", log=local.log, serde=Serde.offline(local.settings))
+    for reader in (local.client, fresh):
+        after = reader.history(run_id, payloads=True)
+        assert MARKER not in json.dumps(after)
+        assert [e["type"] for e in after] == [e["type"] for e in before]
+        assert [e.get("args_hash") for e in after] == [e.get("args_hash") for e in before]
+        completed = next(e for e in after if e["type"] == "ModelCallCompleted")
+        assert (completed["input_tokens"], completed["output_tokens"]) == (PROMPT_TOKENS, COMPLETION_TOKENS)
+        assert completed["result"] == ERASED
+        assert reader.status(run_id).result == "erased"
+        assert MARKER not in str(reader.prompts(run_id)[1].messages)
+    fresh.close()
+
+
+def test_a_running_run_refuses_erasure(local: Local) -> None:
+    run_id = local.client.submit("intake", {"note": MARKER, "wait": True})
+    deadline = 200
+    while local.client.status(run_id).status != "running" and deadline:
+        deadline -= 1
+        threading.Event().wait(0.05)
+    with pytest.raises(ErasureRefused, match=f"run {run_id} is running"):
+        erase_run(local.client, run_id)
+    local.client.signal(run_id, "go", None)
+    assert local.client.result(run_id, timeout=20)["filed"] == MARKER
+
+
+def test_a_subject_key_erases_every_run_submitted_with_it(local: Local) -> None:
+    runs = [local.client.submit("intake", {"note": f"{MARKER}-{i}"}, subject="customer-42") for i in range(2)]
+    other = local.client.submit("intake", {"note": f"{MARKER}-other"})
+    for run_id in (*runs, other):
+        local.client.result(run_id, timeout=20)
+    erase_subject(local.client, "customer-42")
+    fresh = Client(local.settings, identity="reader", log=local.log, serde=Serde.offline(local.settings))
+    for run_id in runs:
+        assert MARKER not in json.dumps(fresh.history(run_id))
+    assert f"{MARKER}-other" in json.dumps(fresh.history(other))
+    fresh.close()
+
+
+def test_a_deployment_that_does_not_seal_refuses_erasure() -> None:
+    deployment = Local(Settings(partitions=1))
+    try:
+        run_id = deployment.client.submit("intake", {"note": MARKER})
+        deployment.client.result(run_id, timeout=20)
+        assert MARKER.encode() in deployment.raw(deployment.settings.events_topic)
+        with pytest.raises(ErasureRefused, match="does not seal"):
+            erase_run(deployment.client, run_id)
+    finally:
+        deployment.close()
+
+
+def test_an_altered_sealed_value_is_refused_not_read_as_erased() -> None:
+    settings = Settings(partitions=1)
+    sealer = Sealer(KeyStore(MemoryLog(settings), settings.keys_topic, 1))
+    sealed = sealer.seal(ToolCallScheduled(run_id="r1", position=1, tool="t", args_hash="h", args='{"a":1}'))
+    assert isinstance(sealed, ToolCallScheduled) and sealed.args.startswith("sealed:v1:r1:")
+    assert sealer.open(sealed) == ToolCallScheduled(
+        run_id="r1", position=1, tool="t", args_hash="h", args='{"a":1}'
+    )
+    # the same ciphertext moved to another field does not open (the field is in the associated data)
+    moved = RunSubmitted(run_id="r1", workflow="w", input=sealed.args)
+    with pytest.raises(SealError, match="sealed input of run r1"):
+        sealer.open(moved)
+
+
+def test_a_fork_of_a_sealed_run_reads_its_copied_records_and_is_erased_on_its_own(local: Local) -> None:
+    run_id = local.client.submit("intake", {"note": MARKER})
+    local.client.result(run_id, timeout=20)
+    fork_id = local.client.fork(run_id, 2, {})
+    assert local.client.result(fork_id, timeout=20)["filed"] == MARKER
+    assert MARKER.encode() not in local.raw(*content_topics(local.settings))
+    erase_run(local.client, fork_id)
+    assert MARKER in json.dumps(local.client.history(run_id))
+    assert local.client.status(fork_id).result == "erased"
