@@ -14,6 +14,7 @@ SETTINGS = Settings(
     events_topic="d.events",
     checkpoints_topic="d.checkpoints",
     payloads_topic="d.payloads",
+    keys_topic="d.keys",
     worker_group="d.workers",
 )
 HISTORY = ("d.events", "d.checkpoints", "d.payloads")
@@ -26,9 +27,9 @@ def writes(role: str) -> set[str]:
 
 
 def test_only_the_worker_and_the_admin_write_the_history_topics() -> None:
-    assert writes("submitter") == {"d.commands"}
+    assert writes("submitter") == {"d.commands", "d.keys"}  # a sealed run's key is its submitter's
     assert writes("sink") == set()
-    assert writes("worker") == {"d.commands", *HISTORY}
+    assert writes("worker") == {"d.commands", "d.keys", *HISTORY}
     assert writes("admin") == {"*"}
 
 

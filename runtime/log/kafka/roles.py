@@ -4,7 +4,8 @@ process makes at start (runtime.log.kafka.access).
 The point of the roles is who may write history. Only a ``worker`` writes the events,
 checkpoints and payloads topics; a ``submitter`` asks for work (writes commands) and reads what
 ``Client.result`` / ``status`` / ``history`` read; the ``sink`` only reads what it copies into the
-audit store. ``admin`` may do anything (it creates topics, registers users).
+audit store (sealed contents stay sealed there: it needs no data key). Destroying a key
+(``agentlog erase``) is the ``admin``'s. ``admin`` may do anything (it creates topics, registers users).
 
 Grants name this deployment's topics and groups literally (they come from the settings), except
 two families of consumer groups: ``agentlog-reader-*``, the throwaway group ids of assign-only
@@ -56,15 +57,18 @@ def grants(role: Role, settings: Settings) -> list[Grant]:
     if role == "submitter":
         return [
             Grant("topic", s.commands_topic, "WRITE"),
+            # A sealed run's data key is made by its submitter (runtime.log.records.sealing), which
+            # also reads it to open the run's result.
+            *(Grant("topic", s.keys_topic, op) for op in ("READ", "WRITE")),
             *(Grant("topic", t, "READ") for t in (s.events_topic, s.checkpoints_topic, s.payloads_topic)),
             Grant("group", s.worker_group, "DESCRIBE"),  # who holds a partition, when a result is late
             *common,
         ]
     if role == "worker":
-        topics = (s.commands_topic, s.events_topic, s.checkpoints_topic, s.payloads_topic)
+        topics = (s.commands_topic, s.events_topic, s.checkpoints_topic, s.payloads_topic, s.keys_topic)
         return [
             # Commands too: a worker forwards a command to its run's home partition and submits
-            # the next run of a continue-as-new.
+            # the next run of a continue-as-new (with its data key, when runs are sealed).
             *(Grant("topic", t, op) for t in topics for op in ("READ", "WRITE")),
             Grant("group", s.worker_group, "READ"),
             *common,
