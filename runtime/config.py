@@ -71,6 +71,16 @@ class Settings(BaseModel):
     # The OpenAI-compatible model endpoint used by runtime.models.openai.OpenAIChatModel.from_settings.
     model_base_url: str = "https://api.openai.com/v1"
     model_api_key: SecretStr = SecretStr("")
+    chain_key: SecretStr = Field(
+        default=SecretStr(""),
+        repr=False,
+        description=(
+            "The workers' key of the runs' hash chain (HMAC-SHA256, runtime.log.records.chain): with it a "
+            "worker seals every run record it writes and refuses to replay one that does not verify (the "
+            "run is parked with the reason); `agentlog audit verify` needs it. Empty: records are written "
+            "unchained and nothing is verified. Only workers and auditors may hold it."
+        ),
+    )
     model_name: str = "gpt-4o-mini"
     model_timeout_s: float = Field(default=60.0, gt=0)
     # History-size thresholds (Temporal's defaults).
