@@ -15,7 +15,7 @@ import functools
 from runtime import stagemarks
 from runtime.config import Settings
 from runtime.log.port.protocol import EventLog
-from runtime.log.records.chain import START, seal
+from runtime.log.records.chain import LINK_SIZE, START, seal
 from runtime.log.records.events import TERMINAL_TYPES, Event, RunRejected, RunStarted
 from runtime.log.records.run_index import SEEN, run_key
 from runtime.log.schemas.serde import Serde
@@ -46,7 +46,7 @@ class TurnBatcher:
             run_id = event.run_id
             if key and run_id:
                 value = seal(key, run_id.encode(), tips.get(run_id, START), value)
-                tips[run_id] = value[-16:]
+                tips[run_id] = value[-LINK_SIZE:]
             if isinstance(event, RunStarted):
                 owned.pending_started[len(pending)] = run_id
             if isinstance(event, (RunStarted, RunRejected)):

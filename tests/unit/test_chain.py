@@ -47,8 +47,8 @@ def test_a_sealed_chain_verifies_and_decodes_with_its_link(serde: Serde) -> None
     assert first_break(KEY, RUN, values) is None
     decoded = serde.decode(values[2], RUN.encode())
     assert isinstance(decoded, ToolCallCompleted) and decoded.result == '"ok"'
-    assert decoded.chain == link_of(values[2]) and len(decoded.chain) == 16
-    assert len(values[2]) - len(serde.encode(decoded.__class__(run_id=RUN, seq=3, position=1, result='"ok"'))) == 16
+    assert decoded.chain == link_of(values[2]) and len(decoded.chain) == 8
+    assert len(values[2]) - len(serde.encode(decoded.__class__(run_id=RUN, seq=3, position=1, result='"ok"'))) == 8
 
 
 def test_each_kind_of_tampering_is_named_at_its_record(serde: Serde) -> None:
