@@ -10,15 +10,26 @@ ClickHouse no longer matches the link the worker sealed.
 
 from __future__ import annotations
 
+import io
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
+
+from fastavro import parse_schema, schemaless_writer
 
 from runtime.client import Client
 from runtime.errors import TerminalError
-from runtime.log.records.chain import Chain
+from runtime.log.records.chain import LINK_SIZE, Chain
 from runtime.log.records.events import Event
 from runtime.log.records.fencing import FenceFilter
 from runtime.log.schemas.datum import DecodeError
+from runtime.log.schemas.frame import frame_header
+from runtime.log.schemas.serde import Serde
+
+from .audit import run_events
+from .store import QueryStore
+from .tables import EVENTS
 
 
 class ChainKeyMissing(TerminalError):
@@ -120,3 +131,71 @@ def log_entries(client: Client, run_id: str) -> Iterator[Entry]:
 
 def verify_log(client: Client, run_id: str) -> Verdict:
     return verify_entries(chain_key_of(client), run_id, log_entries(client, run_id))
+
+
+def _datum(schema: Any, value: Any) -> Any:
+    """A store column's value (as a query returns it) as the Avro value of ``schema``."""
+    if isinstance(schema, list):
+        if value is None and "null" in schema:
+            return None
+        other = [s for s in schema if s != "null"]
+        return _datum(other[0], value) if len(other) == 1 else value
+    kind = schema.get("type") if isinstance(schema, dict) else schema
+    if isinstance(kind, (dict, list)):
+        return _datum(kind, value)
+    if kind in ("int", "long"):
+        return int(value)
+    if kind == "boolean":
+        return bool(value)
+    if kind == "string":
+        return str(value)
+    if kind == "bytes":
+        return b""  # only ``chain``: the bytes before it are what its link covers
+    if kind == "array":
+        return [_datum(schema["items"], item) for item in value]
+    if kind == "map":
+        return {str(k): _datum(schema["values"], v) for k, v in dict(value).items()}
+    return value
+
+
+def _reencoded(serde: Serde, schema_id: int, event: dict[str, Any], link: bytes) -> bytes:
+    """The framed Avro value the row was decoded from (its link put back in)."""
+    text = serde.resolver.writer_text(schema_id)
+    if text is None:
+        raise DecodeError(f"schema id {schema_id} is not in the registry")
+    writer = json.loads(text)
+    datum = {f["name"]: _datum(f["type"], event.get(f["name"])) for f in writer["fields"]}
+    out = io.BytesIO()
+    out.write(frame_header(schema_id))
+    schemaless_writer(out, parse_schema(writer), datum)
+    value = out.getvalue()
+    if not link:
+        return value
+    return value[:-1] + bytes((LINK_SIZE * 2,)) + link
+
+
+def store_entries(client: Client, store: QueryStore, run_id: str) -> Iterator[Entry]:
+    """The run's rows in the store, in log order (fenced rows left out), as the bytes they came from."""
+    topic = client.settings.events_topic
+    events = run_events(store, run_id, topic)
+    links = store.query(
+        f"SELECT partition, offset, schema_id, hex(ifNull(chain, '')) FROM {EVENTS} "
+        "WHERE run_id = {run:String} AND topic = {topic:String} AND fenced = 0 ORDER BY partition, offset",
+        {"run": run_id, "topic": topic},
+    ).rows
+    for event, (partition, offset, schema_id, link) in zip(events, links, strict=True):
+        where = f"store row {topic}[{partition}]@{offset}"
+        if event.get("type") is None:
+            yield Entry(where, None, -1, "?", f"the sink could not decode it: {event.get('decode_error')}")
+            continue
+        seq = int(str(event["seq"]))
+        try:
+            value = _reencoded(client.serde, int(str(schema_id)), event, bytes.fromhex(str(link)))
+        except (ValueError, TypeError, KeyError, DecodeError) as error:
+            yield Entry(where, None, seq, str(event["type"]), f"its columns do not make a record: {error}")
+            continue
+        yield Entry(where, value, seq, str(event["type"]))
+
+
+def verify_store(client: Client, store: QueryStore, run_id: str) -> Verdict:
+    return verify_entries(chain_key_of(client), run_id, store_entries(client, store, run_id))
