@@ -20,7 +20,7 @@ from fastavro import parse_schema, schemaless_writer
 
 from runtime.client import Client
 from runtime.errors import TerminalError
-from runtime.log.records.chain import LINK_SIZE, Chain
+from runtime.log.records.chain import LINK_SIZE, Chain, ChainKey
 from runtime.log.records.events import Event
 from runtime.log.records.fencing import FenceFilter
 from runtime.log.schemas.datum import DecodeError
@@ -76,7 +76,7 @@ class Verdict:
         )
 
 
-def verify_entries(key: bytes, run_id: str, entries: Iterable[Entry]) -> Verdict:
+def verify_entries(key: ChainKey, run_id: str, entries: Iterable[Entry]) -> Verdict:
     """The first of ``entries`` (the run's records in log order) that breaks its chain."""
     chain = Chain(key, run_id)
     count = 0
@@ -100,11 +100,11 @@ def verify_entries(key: bytes, run_id: str, entries: Iterable[Entry]) -> Verdict
     return Verdict(run_id, count, None)
 
 
-def chain_key_of(client: Client) -> bytes:
-    key = client.settings.chain_key.get_secret_value().encode()
-    if not key:
+def chain_key_of(client: Client) -> ChainKey:
+    secret = client.settings.chain_key.get_secret_value()
+    if not secret:
         raise ChainKeyMissing()
-    return key
+    return ChainKey(secret.encode())
 
 
 def log_entries(client: Client, run_id: str) -> Iterator[Entry]:

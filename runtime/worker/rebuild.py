@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from runtime.config import Settings
 from runtime.log.port.protocol import EventLog, LogRecord
-from runtime.log.records.chain import Chain
+from runtime.log.records.chain import Chain, chain_key_of
 from runtime.log.records.events import (
     TERMINAL_TYPES,
     CheckpointSnapshots,
@@ -218,7 +218,7 @@ class _PartitionRebuild:
         self.terminal: set[str] = set()
         # With a chain key, each run's records must extend its chain (runtime.log.records.chain):
         # a forged one is not replayed, and its run is parked with the reason.
-        self.chain_key = settings.chain_key.get_secret_value().encode()
+        self.chain_key = chain_key_of(settings.chain_key.get_secret_value())
         self.chains: dict[str, Chain] = {}
         self.forged: dict[str, str] = {}  # run id -> the first record that broke its chain
         for run_id, snapshot in loaded.items():
@@ -229,12 +229,13 @@ class _PartitionRebuild:
             result.snapshots[run_id] = (snapshot.snapshot.through_offset, len(snapshot.events))
             result.known_runs.add(run_id)
             self.through[run_id] = snapshot.snapshot.through_offset
-            if self.chain_key:
+            if self.chain_key is not None:
                 for index, value in enumerate(snapshot.snapshot.records):
                     self._follow(run_id, value, f"record {index + 1} of its HistorySnapshot")
 
     def _follow(self, run_id: str, value: bytes, where: str) -> bool:
         """True if ``value`` extends the run's chain; else the run is noted as forged (its first break)."""
+        assert self.chain_key is not None
         chain = self.chains.get(run_id)
         if chain is None:
             chain = self.chains[run_id] = Chain(self.chain_key, run_id)
@@ -276,7 +277,7 @@ class _PartitionRebuild:
         run_id = event.run_id
         result.known_runs.add(run_id)
         if (
-            self.chain_key
+            self.chain_key is not None
             and record.offset >= self.through.get(run_id, -1)
             and not self._follow(
                 run_id, record.value, f"{self.settings.events_topic}[{result.partition}]@{record.offset} ({event.type})"

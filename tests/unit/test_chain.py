@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from runtime.config import Settings
-from runtime.log.records.chain import START, UnsealableRecord, first_break, link_of, seal
+from runtime.log.records.chain import START, ChainKey, UnsealableRecord, first_break, link_of, seal
 from runtime.log.records.events import RunStarted, SignalSent, ToolCallCompleted, ToolCallScheduled
 from runtime.log.schemas.catalog import load_catalog
 from runtime.log.schemas.serde import Serde
 
 pytestmark = pytest.mark.unit
 
-KEY = b"worker key"
+KEY = ChainKey(b"worker key")
 RUN = "run-1"
 
 
@@ -62,7 +62,7 @@ def test_each_kind_of_tampering_is_named_at_its_record(serde: Serde) -> None:
     assert found is not None and (found.index, found.kind) == (2, "reordered")
     found = first_break(KEY, RUN, [values[0], values[2], values[1]])
     assert found is not None and found.index == 1
-    found = first_break(b"another key", RUN, values)
+    found = first_break(ChainKey(b"another key"), RUN, values)
     assert found is not None and found.index == 0
     found = first_break(KEY, "run-2", values)  # a record moved to another run
     assert found is not None and found.index == 0

@@ -25,6 +25,7 @@ Kafka a record cannot be removed, and the store is checked against Kafka's tip.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from runtime.errors import AgentlogError
 
 LINK_SIZE = 8
 _LENGTH_BYTE = LINK_SIZE * 2  # Avro's zigzag varint of the bytes' length, 8
+_LENGTH_PREFIX = bytes((_LENGTH_BYTE,))
 _UNSEALED = 0  # the empty ``chain`` field: its length 0, the value's last byte
 START = b""  # the link a run's first record chains from
 
@@ -48,24 +50,35 @@ def link_of(value: bytes) -> bytes | None:
     return None
 
 
-def _mac(key: bytes, run_id: bytes, previous: bytes, body: bytes) -> bytes:
-    return hmac.digest(key, b"%d:%b%b%b" % (len(run_id), run_id, previous, body), "sha256")[:LINK_SIZE]
+class ChainKey:
+    """The workers' key, keyed once: each link then costs one copy of the keyed HMAC state (the
+    key's own two compression blocks are not hashed again per record: 35% of a link's time)."""
+
+    def __init__(self, secret: bytes) -> None:
+        if not secret:
+            raise ValueError("a chain key cannot be empty")
+        self._keyed = hmac.new(secret, digestmod=hashlib.sha256)
+
+    def mac(self, run_id: bytes, previous: bytes, body: bytes | memoryview) -> bytes:
+        h = self._keyed.copy()
+        h.update(b"%d:%b%b" % (len(run_id), run_id, previous))  # the length: no run id is another's prefix
+        h.update(body)
+        return h.digest()[:LINK_SIZE]
 
 
-def seal(key: bytes, run_id: bytes, previous: bytes, value: bytes) -> bytes:
+def seal(key: ChainKey, run_id: bytes, previous: bytes, value: bytes) -> bytes:
     """``value`` (encoded with an empty ``chain``) with its link in place of the empty field."""
     if not value or value[-1] != _UNSEALED:
         raise UnsealableRecord("the encoded record does not end with an empty chain field")
-    body = value[:-1]
-    return body + bytes((_LENGTH_BYTE,)) + _mac(key, run_id, previous, body)
+    return value[:-1] + _LENGTH_PREFIX + key.mac(run_id, previous, memoryview(value)[:-1])
 
 
-def verifies(key: bytes, run_id: bytes, previous: bytes, value: bytes) -> bool:
+def verifies(key: ChainKey, run_id: bytes, previous: bytes, value: bytes) -> bool:
     """True if ``value``'s link is the one its bytes and ``previous`` make."""
     link = link_of(value)
     if link is None:
         return False
-    return hmac.compare_digest(link, _mac(key, run_id, previous, value[: -LINK_SIZE - 1]))
+    return hmac.compare_digest(link, key.mac(run_id, previous, memoryview(value)[: -LINK_SIZE - 1]))
 
 
 @dataclass(frozen=True)
@@ -83,7 +96,7 @@ class Break:
 class Chain:
     """Follows one run's records in order; ``admit`` says whether each one extends the chain."""
 
-    def __init__(self, key: bytes, run_id: str, tip: bytes = START) -> None:
+    def __init__(self, key: ChainKey, run_id: str, tip: bytes = START) -> None:
         self.key = key
         self.run_id = run_id.encode()
         self.tip = tip
@@ -113,7 +126,7 @@ class Chain:
         )
 
 
-def first_break(key: bytes, run_id: str, values: Iterable[bytes], tip: bytes = START) -> Break | None:
+def first_break(key: ChainKey, run_id: str, values: Iterable[bytes], tip: bytes = START) -> Break | None:
     """The first record of ``values`` (a run's records, in order) that breaks the chain."""
     chain = Chain(key, run_id, tip)
     for value in values:
@@ -121,3 +134,8 @@ def first_break(key: bytes, run_id: str, values: Iterable[bytes], tip: bytes = S
         if found is not None:
             return found
     return None
+
+
+def chain_key_of(secret: str) -> ChainKey | None:
+    """The key of the ``chain_key`` setting's value; None when it is empty (records unchained)."""
+    return ChainKey(secret.encode()) if secret else None
