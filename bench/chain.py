@@ -16,6 +16,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -35,7 +36,7 @@ KEY = ChainKey(b"bench chain key")
 
 
 def step_records(step: int) -> list[Event]:
-    envelope = {"run_id": RUN, "occurred_at": 1_764_750_000_000 + step, "worker": "bench-0", "epoch": 1234}
+    envelope: dict[str, Any] = {"run_id": RUN, "occurred_at": 1_764_750_000_000 + step, "worker": "bench-0", "epoch": 1234}
     return [
         ModelCallScheduled(
             **envelope,

@@ -75,7 +75,7 @@ class Settings(BaseModel):
         default=SecretStr(""),
         repr=False,
         description=(
-            "The workers' key of the runs' hash chain (HMAC-SHA256, runtime.log.records.chain): with it a "
+            "The workers' key of the runs' hash chain (keyed BLAKE2b, runtime.log.records.chain): with it a "
             "worker seals every run record it writes and refuses to replay one that does not verify (the "
             "run is parked with the reason); `agentlog audit verify` needs it. Empty: records are written "
             "unchained and nothing is verified. Only workers and auditors may hold it."
