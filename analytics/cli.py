@@ -68,6 +68,15 @@ def add_audit_commands(subparsers: Subparsers) -> None:
     diff.add_argument("run_b", metavar="RUN_B")
     diff.set_defaults(func=_audit_diff)
 
+    verify = commands.add_parser(
+        "verify",
+        parents=[common],
+        help="recompute a run's hash chain from Kafka (and the store) and name the first bad record",
+    )
+    verify.add_argument("run_id", metavar="RUN")
+    verify.add_argument("--from-store", action="store_true", help="also verify the store's rows of the run")
+    verify.set_defaults(func=_audit_verify)
+
     sql = commands.add_parser("sql", parents=[common], help="one read-only SQL statement")
     sql.add_argument("statement", metavar="SQL")
     sql.set_defaults(func=_audit_sql)
@@ -100,6 +109,42 @@ def _audit_run(args: argparse.Namespace, settings: Settings) -> int:
     rows = audit.timeline(events)
     render.table(rows.columns, rows.rows, sys.stdout)
     return 0
+
+
+def _audit_verify(args: argparse.Namespace, settings: Settings) -> int:
+    """Exit 0 only if every source asked holds the run and its chain verifies."""
+    from runtime.client import Client
+
+    from . import verify
+
+    client = Client(settings)
+    try:
+        verdicts = [("kafka", verify.verify_log(client, args.run_id))]
+        if args.from_store:
+            with connect(_dsn(args, settings)) as store:
+                verdicts.append(("store", verify.verify_store(client, store, args.run_id)))
+    finally:
+        client.close()
+    if args.json:
+        render.as_json(
+            [
+                {
+                    "source": source,
+                    "ok": v.ok,
+                    "records": v.records,
+                    "at": v.broken_at.where if v.broken_at else None,
+                    "seq": v.broken_at.seq if v.broken_at else None,
+                    "type": v.broken_at.type if v.broken_at else None,
+                    "kind": v.kind or None,
+                }
+                for source, v in verdicts
+            ],
+            sys.stdout,
+        )
+    else:
+        for source, v in verdicts:
+            print(f"{source}: {v.describe()}")
+    return 0 if all(v.ok for _, v in verdicts) else 1
 
 
 def _audit_tools(args: argparse.Namespace, settings: Settings) -> int:

@@ -378,6 +378,13 @@ _COMPENSATION_COLUMNS = f"ALTER TABLE {EVENTS} " + ", ".join(
     f"ADD COLUMN IF NOT EXISTS {quote_identifier(name)} {ch_type}" for name, ch_type in _V12_FIELD_COLUMNS
 )
 
+# Every event's link in its run's hash chain (runtime.log.records.chain), the Avro bytes as they
+# are: `agentlog audit verify --from-store` re-encodes each row and checks it against its link.
+_V14_FIELD_COLUMNS: tuple[tuple[str, str], ...] = (("chain", "Nullable(String)"),)
+_CHAIN_COLUMNS = f"ALTER TABLE {EVENTS} " + ", ".join(
+    f"ADD COLUMN IF NOT EXISTS {quote_identifier(name)} {ch_type}" for name, ch_type in _V14_FIELD_COLUMNS
+)
+
 # Prices are data, not code: `agentlog audit prices load FILE` replaces the rows; cost is computed
 # when a view is read, so a corrected price re-prices history. A row holds from from_date until
 # the model's next row. Prices per token, in USD; cached tokens are part of input_tokens.
@@ -623,6 +630,7 @@ MIGRATIONS_LIST: tuple[Migration, ...] = (
         "model_calls priced by the reported model, the call's model parameter or the registered name",
         (_MODEL_CALLS_VIEW_V12,),
     ),
+    Migration(14, "chain: each event's link in its run's hash chain", (_CHAIN_COLUMNS,)),
 )
 
 _LEDGER = f"""CREATE TABLE IF NOT EXISTS {MIGRATIONS} (

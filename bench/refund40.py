@@ -322,12 +322,15 @@ def main() -> None:
         # BENCH_METRICS_PORT=N: the first worker serves its metrics port and this process scrapes it
         # every second while the benchmark runs (the cost of being watched, see docs/operating-metrics.md).
         metrics_port = os.environ.get("BENCH_METRICS_PORT")
+        # BENCH_CHAIN_KEY=K: the workers seal the runs' hash chain with K (runtime.log.records.chain).
+        chain = {"AGENTLOG_CHAIN_KEY": key} if (key := os.environ.get("BENCH_CHAIN_KEY")) else {}
         workers = [
             start_worker(
                 settings,
                 "bench-0",
                 workdir / "worker-0.log",
                 *(("--metrics-port", metrics_port) if metrics_port else ()),
+                **chain,
             )
         ]
         scraper = _Scraper(int(metrics_port)) if metrics_port else None
@@ -341,7 +344,7 @@ def main() -> None:
                 bench_throughput(settings, serde, client, 1, [workers[0].pid])
                 if processes > 1:
                     workers += [
-                        start_worker(settings, f"bench-{i}", workdir / f"worker-{i}.log")
+                        start_worker(settings, f"bench-{i}", workdir / f"worker-{i}.log", **chain)
                         for i in range(1, processes)
                     ]
                     time.sleep(3 + 2 * processes)  # the group rebalances the partitions

@@ -320,6 +320,7 @@ class Client:
                 "seq": event.seq,
                 "type": event.type,
                 **record_to_dict(event),
+                "chain": event.chain.hex(),  # the link as hex text (runtime.log.records.chain): JSON has no bytes
                 **(prompts.get(event.position, {}) if isinstance(event, ModelCallScheduled) else {}),
                 "partition": partition,
                 "offset": e.offset,

@@ -140,6 +140,16 @@ class Settings(BaseModel):
     model_timeout_s: float = Field(
         default=60.0, gt=0, description="Seconds before a request to that endpoint times out."
     )
+    chain_key: SecretStr = Field(
+        default=SecretStr(""),
+        repr=False,
+        description=(
+            "The workers' key of the runs' hash chain (keyed BLAKE2b, runtime.log.records.chain): with it a "
+            "worker seals every run record it writes and refuses to replay one that does not verify (the "
+            "run is parked with the reason); `agentlog audit verify` needs it. Empty: records are written "
+            "unchained and nothing is verified. Only workers and auditors may hold it."
+        ),
+    )
     # History-size thresholds (Temporal's defaults).
     history_warn_events: int = Field(
         default=10_240,

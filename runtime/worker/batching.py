@@ -15,6 +15,7 @@ import functools
 from runtime import stagemarks
 from runtime.config import Settings
 from runtime.log.port.protocol import EventLog
+from runtime.log.records.chain import LINK_SIZE, START, chain_key_of, seal
 from runtime.log.records.events import TERMINAL_TYPES, Event, RunRejected, RunStarted
 from runtime.log.records.run_index import SEEN, run_key
 from runtime.log.schemas.serde import Serde
@@ -29,6 +30,8 @@ class TurnBatcher:
         self.serde = serde
         self.log = log
         self._dirty: list[OwnedPartition] = []  # partitions with records queued this turn
+        # The chain key (runtime.log.records.chain); empty: records are written unchained.
+        self.chain_key = chain_key_of(settings.chain_key.get_secret_value())
 
     def append(self, owned: OwnedPartition, events: list[Event]) -> asyncio.Future[int] | None:
         """Queue ``events``; the future resolves with the offset of the last record queued for the
@@ -36,9 +39,14 @@ class TurnBatcher:
         if not events:
             return None
         pending = owned.pending
+        key = self.chain_key
+        tips = owned.chain_tips
         for event in events:
             value = self.serde.encode(event)
             run_id = event.run_id
+            if key is not None and run_id:
+                value = seal(key, run_id.encode(), tips.get(run_id, START), value)
+                tips[run_id] = value[-LINK_SIZE:]
             if isinstance(event, RunStarted):
                 owned.pending_started[len(pending)] = run_id
             if isinstance(event, (RunStarted, RunRejected)):

@@ -64,6 +64,9 @@ class OwnedPartition:
     # Ended runs whose location the run index does not hold yet: (first offset, ending's ack).
     endings: dict[str, tuple[int | asyncio.Future[int], asyncio.Future[int]]] = field(default_factory=dict)
     located: set[str] = field(default_factory=set)  # live runs whose first offset the index holds
+    # Run -> the link of its last record written or read (runtime.log.records.chain): the next
+    # record's chains from it.
+    chain_tips: dict[str, bytes] = field(default_factory=dict)
 
     def spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         """Run ``coroutine`` as a task of this partition (cancelled when the partition is lost)."""
@@ -78,6 +81,7 @@ class OwnedPartition:
         self.first_offsets.pop(run_id, None)
         self.started_acks.pop(run_id, None)
         self.sizes.pop(run_id, None)
+        self.chain_tips.pop(run_id, None)
         self.records.pop(run_id, None)
         self.located.discard(run_id)
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from runtime.config import Settings
 from runtime.log.port.protocol import EventLog, LogRecord
+from runtime.log.records.chain import Chain, chain_key_of
 from runtime.log.records.events import (
     TERMINAL_TYPES,
     CheckpointSnapshots,
@@ -79,6 +80,7 @@ class RebuiltPartition:
     to_continue: dict[str, tuple[RunContinuedAsNew, str]] = field(default_factory=dict)
     records: dict[str, list[bytes]] = field(default_factory=dict)  # active run -> its framed records
     snapshots: dict[str, tuple[int, int]] = field(default_factory=dict)  # run -> (through, count) used
+    chain_tips: dict[str, bytes] = field(default_factory=dict)  # active run -> its last record's link
 
 
 def claim(settings: Settings, serde: Serde, log: EventLog, partition: int, worker: str) -> Future[int]:
@@ -224,6 +226,11 @@ class _PartitionRebuild:
         self.records_by_run: dict[str, list[bytes]] = defaultdict(list)
         self.through: dict[str, int] = {}  # run -> below this offset, its records come from its snapshot
         self.terminal: set[str] = set()
+        # With a chain key, each run's records must extend its chain (runtime.log.records.chain):
+        # a forged one is not replayed, and its run is parked with the reason.
+        self.chain_key = chain_key_of(settings.chain_key.get_secret_value())
+        self.chains: dict[str, Chain] = {}
+        self.forged: dict[str, str] = {}  # run id -> the first record that broke its chain
         for run_id, snapshot in loaded.items():
             self.events_by_run[run_id] = list(snapshot.events)
             self.records_by_run[run_id] = list(snapshot.snapshot.records)
@@ -232,6 +239,21 @@ class _PartitionRebuild:
             result.snapshots[run_id] = (snapshot.snapshot.through_offset, len(snapshot.events))
             result.known_runs.add(run_id)
             self.through[run_id] = snapshot.snapshot.through_offset
+            if self.chain_key is not None:
+                for index, value in enumerate(snapshot.snapshot.records):
+                    self._follow(run_id, value, f"record {index + 1} of its HistorySnapshot")
+
+    def _follow(self, run_id: str, value: bytes, where: str) -> bool:
+        """True if ``value`` extends the run's chain; else the run is noted as forged (its first break)."""
+        assert self.chain_key is not None
+        chain = self.chains.get(run_id)
+        if chain is None:
+            chain = self.chains[run_id] = Chain(self.chain_key, run_id)
+        found = chain.admit(value)
+        if found is None:
+            return True
+        self.forged.setdefault(run_id, f"its chain is broken at {found.describe(where)}; not replayed")
+        return False
 
     def admit(self, record: LogRecord) -> None:
         result = self.result
@@ -264,6 +286,14 @@ class _PartitionRebuild:
             return
         run_id = event.run_id
         result.known_runs.add(run_id)
+        if (
+            self.chain_key is not None
+            and record.offset >= self.through.get(run_id, -1)
+            and not self._follow(
+                run_id, record.value, f"{self.settings.events_topic}[{result.partition}]@{record.offset} ({event.type})"
+            )
+        ):
+            return  # a forged record neither ends the run nor joins its history
         offset_of_command = getattr(event, "command_offset", None)
         if isinstance(offset_of_command, int):
             result.commands_offset = max(result.commands_offset, offset_of_command + 1)
@@ -289,6 +319,7 @@ class _PartitionRebuild:
                 logger.error("run %s continued as new, but its RunStarted was not read", run_id)
         if run_id in self.terminal:  # an ended run is not replayed: its records need not be kept
             del self.events_by_run[run_id], self.records_by_run[run_id]
+            self.chains.pop(run_id, None)
 
     def finish(self) -> RebuiltPartition:
         result = self.result
@@ -298,7 +329,11 @@ class _PartitionRebuild:
                 continue
             result.active[run_id] = logged
             result.records[run_id] = self.records_by_run[run_id]
-            if run_id in self.undecodable_runs:
+            if run_id in self.chains:
+                result.chain_tips[run_id] = self.chains[run_id].tip
+            if run_id in self.forged:
+                result.unloadable[run_id] = self.forged[run_id]
+            elif run_id in self.undecodable_runs:
                 result.unloadable[run_id] = self.undecodable_runs[run_id]
             elif any(is_outlined(e) for e in logged):  # replay hands the workflow the stored results
                 try:

@@ -61,6 +61,8 @@ class Takeover:
             owned.first_offsets[run_id] = rebuilt.first_offsets[run_id]
             owned.sizes[run_id] = rebuilt.sizes.get(run_id, [0, 0])
             owned.records[run_id] = rebuilt.records.get(run_id, [])
+            if run_id in rebuilt.chain_tips:
+                owned.chain_tips[run_id] = rebuilt.chain_tips[run_id]
             if run_id in rebuilt.snapshots:
                 owned.snapshots[run_id] = rebuilt.snapshots[run_id]
             if run_id in rebuilt.unloadable:

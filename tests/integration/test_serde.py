@@ -48,6 +48,8 @@ def sample(cls: type[Record], n: int) -> Record:
             values[name] = [b"\x00\x01", name.encode()]
         elif "list" in text:
             values[name] = [name, json.dumps({"field": name})]
+        elif text == "bytes":
+            values[name] = b"\x10" + name.encode()
         elif "bool" in text:
             values[name] = True
         elif "int" in text:

@@ -94,6 +94,7 @@ def test_released_migrations_keep_their_text() -> None:
         11: "75032f55a3b44b2b",
         12: "40b7cec9f5db6dcb",
         13: "9754e87d5d7a1183",
+        14: "98784e217b063b42",
     }
 
 

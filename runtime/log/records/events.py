@@ -56,6 +56,10 @@ class Command(Record):
 class Event(Record):
     """A record of ``agentlog.events``: the journal of a run."""
 
+    # The record's link in its run's hash chain, as read (runtime.log.records.chain); the writer
+    # seals it into the encoded bytes, so a record built in code leaves it empty.
+    chain: bytes = b""
+
 
 @record_type
 class CancelRequested(Command):

@@ -79,6 +79,13 @@ def _write_string(value: Any, out: list[bytes]) -> None:
     out.append(data)
 
 
+def _write_bytes(value: Any, out: list[bytes]) -> None:
+    if type(value) is not bytes:
+        raise Unencodable(value)
+    out.append(_long_bytes(len(value)))
+    out.append(value)
+
+
 def _write_boolean(value: Any, out: list[bytes]) -> None:
     if value is True:
         out.append(b"\x01")
@@ -99,6 +106,7 @@ _PRIMITIVES: dict[str, Writer] = {
     "int": _write_int,
     "long": _write_long,
     "string": _write_string,
+    "bytes": _write_bytes,
 }
 _LOGICAL_LONGS = {"timestamp-millis", "timestamp-micros"}
 
@@ -227,6 +235,12 @@ def _inline(schema: Any, value: str, writers: dict[str, Writer]) -> list[str] | 
         return [
             f"if type({value}) is not str: raise Unencodable({value})",
             f"{value} = {value}.encode()",
+            f"append(SMALL[len({value}) + {_SMALL}] if len({value}) < {_SMALL} else long_bytes(len({value})))",
+            f"append({value})",
+        ]
+    if kind == "bytes":
+        return [
+            f"if type({value}) is not bytes: raise Unencodable({value})",
             f"append(SMALL[len({value}) + {_SMALL}] if len({value}) < {_SMALL} else long_bytes(len({value})))",
             f"append({value})",
         ]

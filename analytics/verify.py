@@ -1,0 +1,201 @@
+"""``agentlog audit verify RUN``: recompute a run's hash chain (runtime.log.records.chain) and name
+the first record that does not follow from the ones before it.
+
+From Kafka the chain is checked over the records' bytes as the log holds them, fenced (zombie)
+records left out as every reader leaves them out. From the store (``--from-store``) each row is
+first turned back into the bytes it was decoded from -- the writer schema of its ``schema_id``
+encodes the row's columns, and Avro has one encoding per value -- so a column altered in
+ClickHouse no longer matches the link the worker sealed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from fastavro import parse_schema, schemaless_writer
+
+from runtime.client import Client
+from runtime.errors import TerminalError
+from runtime.log.records.chain import LINK_SIZE, Chain, ChainKey
+from runtime.log.records.events import Event
+from runtime.log.records.fencing import FenceFilter
+from runtime.log.schemas.datum import DecodeError
+from runtime.log.schemas.frame import frame_header
+from runtime.log.schemas.serde import Serde
+
+from .audit import run_events
+from .store import QueryStore
+from .tables import EVENTS
+
+
+class ChainKeyMissing(TerminalError):
+    """``audit verify`` was asked without the workers' chain key."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "agentlog audit verify needs the workers' chain key: set AGENTLOG_CHAIN_KEY "
+            "(the key the workers seal the runs' records with)"
+        )
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One of the run's records as the verifier sees it."""
+
+    where: str  # e.g. "agentlog.events[3]@42"
+    value: bytes | None  # None: undecodable or not re-encodable (``problem`` says why)
+    seq: int
+    type: str
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    run_id: str
+    records: int
+    broken_at: Entry | None
+    kind: str = ""
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.broken_at is None and self.records > 0
+
+    def describe(self) -> str:
+        if self.records == 0:
+            return f"run {self.run_id}: no records found"
+        if self.broken_at is None:
+            return f"run {self.run_id}: {self.records} records, chain verified"
+        at = self.broken_at
+        return (
+            f"run {self.run_id}: first bad record {at.where} (seq {at.seq}, {at.type}): {self.kind} -- {self.detail}"
+        )
+
+
+def verify_entries(key: ChainKey, run_id: str, entries: Iterable[Entry]) -> Verdict:
+    """The first of ``entries`` (the run's records in log order) that breaks its chain."""
+    chain = Chain(key, run_id)
+    count = 0
+    last_seq = 0
+    for entry in entries:
+        count += 1
+        if entry.value is None:
+            return Verdict(run_id, count, entry, "unreadable", entry.problem)
+        found = chain.admit(entry.value)
+        if found is not None:
+            kind = found.kind
+            if kind.startswith("added"):  # the seq it claims tells a removal from an addition
+                if entry.seq > last_seq + 1:
+                    kind = f"a record before it was removed (seq {last_seq + 1} is missing)"
+                elif entry.seq <= last_seq:
+                    kind = f"added (a second record at seq {entry.seq}) or reordered"
+                else:
+                    kind = "added or altered"
+            return Verdict(run_id, count, entry, kind, found.detail)
+        last_seq = entry.seq
+    return Verdict(run_id, count, None)
+
+
+def chain_key_of(client: Client) -> ChainKey:
+    secret = client.settings.chain_key.get_secret_value()
+    if not secret:
+        raise ChainKeyMissing()
+    return ChainKey(secret.encode())
+
+
+def log_entries(client: Client, run_id: str) -> Iterator[Entry]:
+    """The run's records in the events topic, bytes as written, fenced records left out."""
+    settings = client.settings
+    partition = client.partition(run_id)
+    key = run_id.encode()
+    fence = FenceFilter()
+    topic = settings.events_topic
+    for record in client.log.read(topic, partition, keep=lambda k: k == key or k is None):
+        if record.value is None:
+            continue
+        where = f"{topic}[{partition}]@{record.offset}"
+        try:
+            event = client.serde.decode(record.value, record.key)
+        except DecodeError as error:
+            if record.key == key:
+                yield Entry(where, None, -1, "?", f"cannot be decoded: {error}")
+            continue
+        if not isinstance(event, Event) or not fence.admit(event, record.offset) or event.run_id != run_id:
+            continue
+        yield Entry(where, record.value, event.seq, event.type)
+
+
+def verify_log(client: Client, run_id: str) -> Verdict:
+    return verify_entries(chain_key_of(client), run_id, log_entries(client, run_id))
+
+
+def _datum(schema: Any, value: Any) -> Any:
+    """A store column's value (as a query returns it) as the Avro value of ``schema``."""
+    if isinstance(schema, list):
+        if value is None and "null" in schema:
+            return None
+        other = [s for s in schema if s != "null"]
+        return _datum(other[0], value) if len(other) == 1 else value
+    kind = schema.get("type") if isinstance(schema, dict) else schema
+    if isinstance(kind, (dict, list)):
+        return _datum(kind, value)
+    if kind in ("int", "long"):
+        return int(value)
+    if kind == "boolean":
+        return bool(value)
+    if kind == "string":
+        return str(value)
+    if kind == "bytes":
+        return b""  # only ``chain``: the bytes before it are what its link covers
+    if kind == "array":
+        return [_datum(schema["items"], item) for item in value]
+    if kind == "map":
+        return {str(k): _datum(schema["values"], v) for k, v in dict(value).items()}
+    return value
+
+
+def _reencoded(serde: Serde, schema_id: int, event: dict[str, Any], link: bytes) -> bytes:
+    """The framed Avro value the row was decoded from (its link put back in)."""
+    text = serde.resolver.writer_text(schema_id)
+    if text is None:
+        raise DecodeError(f"schema id {schema_id} is not in the registry")
+    writer = json.loads(text)
+    datum = {f["name"]: _datum(f["type"], event.get(f["name"])) for f in writer["fields"]}
+    out = io.BytesIO()
+    out.write(frame_header(schema_id))
+    schemaless_writer(out, parse_schema(writer), datum)
+    value = out.getvalue()
+    if not link:
+        return value
+    return value[:-1] + bytes((LINK_SIZE * 2,)) + link
+
+
+def store_entries(client: Client, store: QueryStore, run_id: str) -> Iterator[Entry]:
+    """The run's rows in the store, in log order (fenced rows left out), as the bytes they came from."""
+    topic = client.settings.events_topic
+    events = run_events(store, run_id, topic)
+    links = store.query(
+        f"SELECT partition, offset, schema_id, hex(ifNull(chain, '')) FROM {EVENTS} "
+        "WHERE run_id = {run:String} AND topic = {topic:String} AND fenced = 0 ORDER BY partition, offset",
+        {"run": run_id, "topic": topic},
+    ).rows
+    for event, (partition, offset, schema_id, link) in zip(events, links, strict=True):
+        where = f"store row {topic}[{partition}]@{offset}"
+        if event.get("type") is None:
+            yield Entry(where, None, -1, "?", f"the sink could not decode it: {event.get('decode_error')}")
+            continue
+        seq = int(str(event["seq"]))
+        try:
+            value = _reencoded(client.serde, int(str(schema_id)), event, bytes.fromhex(str(link)))
+        except (ValueError, TypeError, KeyError, DecodeError) as error:
+            yield Entry(where, None, seq, str(event["type"]), f"its columns do not make a record: {error}")
+            continue
+        yield Entry(where, value, seq, str(event["type"]))
+
+
+def verify_store(client: Client, store: QueryStore, run_id: str) -> Verdict:
+    return verify_entries(chain_key_of(client), run_id, store_entries(client, store, run_id))
