@@ -9,11 +9,13 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from pydantic import SecretStr
 
 from runtime.client import Client
 from runtime.config import Settings
 from runtime.erasure import ErasureRefused, erase_run, erase_subject
 from runtime.log.port.memory import MemoryLog
+from runtime.log.records.chain import chain_key_of, first_break, link_of
 from runtime.log.records.events import RunSubmitted, ToolCallScheduled
 from runtime.log.records.sealing import ERASED, KeyStore, Sealer, SealError
 from runtime.log.schemas.serde import Serde
@@ -151,3 +153,27 @@ def test_a_fork_of_a_sealed_run_reads_its_copied_records_and_is_erased_on_its_ow
     erase_run(local.client, fork_id)
     assert MARKER in json.dumps(local.client.history(run_id))
     assert local.client.status(fork_id).result == "erased"
+
+
+def test_a_sealed_and_chained_run_still_verifies_after_its_erasure() -> None:
+    # The chain covers the bytes as written -- the sealed text -- so destroying the key changes
+    # nothing an auditor verifies: the erased run's chain still holds, link by link.
+    settings = Settings(partitions=1, seal_contents=True, chain_key=SecretStr("workers-only"))
+    deployment = Local(settings)
+    try:
+        run_id = deployment.client.submit("intake", {"note": MARKER})
+        deployment.client.result(run_id, timeout=20)
+        erase_run(deployment.client, run_id)
+        values = [
+            r.value
+            for r in deployment.log.read(settings.events_topic, 0)
+            if r.key == run_id.encode() and r.value is not None
+        ]
+        assert values and all(link_of(v) for v in values)  # every record of the run carries a link
+        key = chain_key_of("workers-only")
+        assert key is not None
+        assert first_break(key, run_id, values) is None
+        assert MARKER.encode() not in b"".join(values)
+        assert deployment.client.status(run_id).result == "erased"
+    finally:
+        deployment.close()
