@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from analytics.diff import diff_runs
+from analytics.store import connect
 from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.records.sealing import PREFIX
@@ -36,6 +38,7 @@ class Sealed:
     settings: Settings
     dsn: str
     run_id: str
+    twin_id: str
     sink: SinkProcess
     ui: UiServer
     tool_position: int
@@ -56,7 +59,9 @@ def sealed(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
         worker.wait_ready(2)
         with Client(settings) as client:
             run_id = client.submit("intake", {"note": MARKER})
+            twin_id = client.submit("intake", {"note": MARKER})  # the same run again, under its own key
             assert client.result(run_id, timeout=60)["filed"] == MARKER
+            assert client.result(twin_id, timeout=60)["filed"] == MARKER
     finally:
         worker.stop()
     dsn = f"chdb://{tmp}/store"
@@ -78,6 +83,7 @@ def sealed(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
             settings,
             dsn,
             run_id,
+            twin_id,
             sink,
             ui,
             int(positions["ToolCallScheduled"]),
@@ -115,6 +121,11 @@ def test_audit_and_ui_read_a_sealed_run_then_show_it_erased(sealed: Sealed) -> N
     assert f"user: customer says: {MARKER}" in model and "verified: True" in model
     code, events = _audit(s, "run", s.run_id, "--json")
     assert code == 0 and MARKER in events and PREFIX not in events, events
+    # Two runs alike: the same results once opened (sealed, each run's ciphertext differs).
+    code, diffed = _audit(s, "diff", s.run_id, s.twin_id, "--json")
+    assert code == 0 and json.loads(diffed)["identical"] is True, diffed
+    with connect(s.dsn) as store:
+        assert diff_runs(store, s.run_id, s.twin_id, s.settings.events_topic)["identical"] is False
     html = _calls_html(s.ui, s.run_id)
     assert MARKER in html and PREFIX not in html
     assert 'class="args"' in html and 'class="prompt"' in html
@@ -147,5 +158,9 @@ def test_audit_and_ui_read_a_sealed_run_then_show_it_erased(sealed: Sealed) -> N
     assert "input_tokens: 120" in model
     code, events = _audit(s, "run", s.run_id, "--json")
     assert code == 0 and MARKER not in events and PREFIX not in events and "erased" in events
+    code, diffed = _audit(s, "diff", s.run_id, s.twin_id, "--json")
+    assert code == 0 and json.loads(diffed)["identical"] is False, diffed  # erased vs its twin's text
+    code, twin = _audit(s, "call", s.twin_id, str(s.tool_position), "--json")
+    assert code == 0 and json.loads(twin)["args"]["note"] == MARKER  # its own key: still readable
 
     _store_is_sealed(s)
