@@ -132,7 +132,8 @@ class Opener:
         if self._sealer is None:
             self._sealer = Sealer(self._make_keys())
         now = time.monotonic()
-        if now - self._looked_up.get(key_id, -self.max_age - 1.0) > self.max_age:
+        last = self._looked_up.get(key_id)
+        if last is None or now - last > self.max_age:
             keys = self._sealer.keys
             # One incremental read of the key's partition from where the store last stopped.
             if keys.awaited(key_id, timeout=0.0) is None:
