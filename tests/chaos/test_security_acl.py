@@ -4,20 +4,18 @@ topics; a process started with a user that lacks its role's permissions ends wit
 them; a wrong password ends it with one line; a run served by role users leaks no password into a
 record, a log line or the process listing; ``infra users add`` again rotates the password.
 
-A 3-node secure cluster of its own (infra.kafka, what ``infra up --brokers 3 --secure`` starts) on
-19720-19722 (controllers 19730-19732), the shared registry.
+The table's 3-node secure cluster (support.secure_cluster: what ``infra up --brokers 3 --secure``
+starts), shared with test_security_chain.py.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,40 +28,17 @@ from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.kafka import access
 from runtime.log.kafka.auth import KafkaAuthenticationError, check_credentials
+from support.secure_cluster import ADMIN_PASSWORD, CONTROLLER_PORT, PORT, as_user
 from support.services import ROOT, deployment_env
 from support.sink import SinkProcess, read_partition, wait_for_rows
 from support.workers import APP, WorkerProcess
 
 pytestmark = pytest.mark.chaos
 
-PORT = 19720
-CONTROLLER_PORT = 19730
-NODES = 3
-ADMIN_PASSWORD = f"adm-{uuid.uuid4().hex}"  # unique: finding it anywhere is a leak, not a coincidence
-
 
 @pytest.fixture(scope="module")
-def cluster(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    settings = services.model_copy(
-        update={
-            "state_dir": tmp_path_factory.mktemp("secure-acl"),
-            "kafka_port": PORT,
-            "kafka_controller_port": CONTROLLER_PORT,
-            "bootstrap_servers": ",".join(f"127.0.0.1:{PORT + i}" for i in range(NODES)),
-            "kafka": {
-                "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanism": "SCRAM-SHA-512",
-                "sasl.username": "agent-admin",
-                "sasl.password": ADMIN_PASSWORD,
-            },
-        }
-    )
-    kafka.configure(settings, NODES, secure=True)
-    try:
-        kafka.start(settings, lambda _m: None)
-        yield settings
-    finally:
-        kafka.stop(settings)
+def cluster(secure_cluster: Settings) -> Settings:
+    return secure_cluster
 
 
 @pytest.fixture(scope="module")
@@ -73,11 +48,6 @@ def deployment(cluster: Settings) -> Settings:
     for role in ("submitter", "worker", "sink"):
         kafka_users.add_user(settings, role, role)
     return settings
-
-
-def as_user(deployment: Settings, name: str) -> Settings:
-    conf = json.loads(kafka_users.credentials_path(deployment, name).read_text())
-    return deployment.model_copy(update={"kafka": conf})
 
 
 def password(deployment: Settings, name: str) -> str:
