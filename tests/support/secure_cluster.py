@@ -1,5 +1,5 @@
-"""The security table's 3-node secure cluster (infra.kafka: what ``infra up --brokers 3 --secure``
-starts), shared by the modules of the table so the suite starts one, not one per module.
+"""The security table's 3-node secure cluster (infra.kafka: what ``infra up --brokers 3 --secure
+--tls`` starts: SASL/SCRAM over TLS, the StandardAuthorizer, a CA of the stack's own), shared by the modules of the table so the suite starts one, not one per module.
 
 It runs on 19720-19722 (controllers 19730-19732) in front of the shared registry. The modules that
 use it (``secure_cluster`` fixture, tests/conftest.py) are one xdist group (SAME_PORTS) and run back
@@ -13,7 +13,7 @@ import json
 import uuid
 from pathlib import Path
 
-from infra import kafka, kafka_users, process
+from infra import kafka, kafka_tls, kafka_users, process
 from runtime.config import Settings
 
 PORT = 19720
@@ -36,7 +36,8 @@ class SecureCluster:
                 "kafka_controller_port": CONTROLLER_PORT,
                 "bootstrap_servers": ",".join(f"127.0.0.1:{PORT + i}" for i in range(NODES)),
                 "kafka": {
-                    "security.protocol": "SASL_PLAINTEXT",
+                    "security.protocol": "SASL_SSL",
+                    "ssl.ca.location": str(kafka_tls.ca_path(state / "kafka")),
                     "sasl.mechanism": "SCRAM-SHA-512",
                     "sasl.username": ADMIN,
                     "sasl.password": ADMIN_PASSWORD,
@@ -47,7 +48,7 @@ class SecureCluster:
 
     def up(self) -> Settings:
         if not self.running:
-            kafka.configure(self.settings, NODES, secure=True)
+            kafka.configure(self.settings, NODES, secure=True, tls=True)
             busy = [
                 p
                 for n in kafka.nodes(self.settings)
