@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 
 from runtime.config import Settings
+from support.secure_cluster import FIXTURE as SECURE_CLUSTER
+from support.secure_cluster import SecureCluster
 from support.services import make_deployment, reach_services
 from support.workers import WorkerProcess
 
@@ -34,6 +36,7 @@ SLOW_FIRST = (
     "tests/chaos/test_ui_browser.py",
     "tests/integration/test_kafka_sasl.py",
     "tests/chaos/test_security_acl.py",
+    "tests/chaos/test_security_chain.py",  # right after: the same secure cluster (support.secure_cluster)
     "tests/integration/test_kafka_tls.py",
     "tests/chaos/test_audit_runtime.py",
     "tests/chaos/test_audit_store_handoff.py",
@@ -45,7 +48,11 @@ SLOW_FIRST = (
 SAME_PORTS = {
     "tests/integration/test_infra.py": "private-stack-ports",
     "tests/chaos/test_infra_restarts.py": "private-stack-ports",
+    # One 3-node secure cluster for the security table, started once for both (support.secure_cluster).
+    "tests/chaos/test_security_acl.py": "secure-cluster",
+    "tests/chaos/test_security_chain.py": "secure-cluster",
 }
+_SECURE: list[SecureCluster] = []
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -109,6 +116,32 @@ def services() -> Settings:
         return reach_services()
     except AssertionError as missing:
         pytest.fail(str(missing))
+
+
+@pytest.fixture(scope="session")
+def secure_cluster_handle(
+    services: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SecureCluster]:
+    handle = SecureCluster(services, tmp_path_factory.mktemp("secure-cluster"))
+    _SECURE.append(handle)
+    try:
+        yield handle
+    finally:
+        handle.down()
+
+
+@pytest.fixture(scope="module")
+def secure_cluster(secure_cluster_handle: SecureCluster) -> Settings:
+    """The security table's 3-node secure cluster, as its admin (support.secure_cluster)."""
+    return secure_cluster_handle.up()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the secure cluster once no test that follows on this worker needs it."""
+    if nextitem is None or SECURE_CLUSTER not in getattr(nextitem, "fixturenames", ()):
+        for handle in _SECURE:
+            handle.down()
 
 
 @pytest.fixture

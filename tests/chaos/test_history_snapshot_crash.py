@@ -74,7 +74,14 @@ def test_a_worker_killed_right_after_a_snapshot_leaves_the_waiting_run_to_comple
             )
         )
 
-    wait_until(snapshot_written, 60, "the waiting run's snapshot", interval=0.005, process=first.proc, detail=first.log_tail)
+    wait_until(
+        snapshot_written,
+        60,
+        "the waiting run's snapshot",
+        interval=0.005,
+        process=first.proc,
+        detail=first.log_tail,
+    )
     os.kill(first.proc.pid, signal.SIGKILL)
     first.proc.wait(timeout=10)
     killed.set()

@@ -106,7 +106,9 @@ def test_readers_and_cold_starts_survive_a_registry_outage(
             assert failed.returncode == 1, (args, failed.stdout, failed.stderr)
             assert f"schema registry at {own_registry.schema_registry_url} unreachable" in failed.stderr
             assert "Traceback" not in failed.stderr, failed.stderr
-        assert Serde(empty).warm_up() == 0  # a worker's warm-up is best effort: its first record fails as above
+        assert (
+            Serde(empty).warm_up() == 0
+        )  # a worker's warm-up is best effort: its first record fails as above
         print(f"outage checks took {time.monotonic() - started:.1f}s")
     finally:
         registry.start(own_registry, lambda _m: None)

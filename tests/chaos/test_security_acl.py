@@ -1,69 +1,50 @@
 """Who may write history, on a real secure Kafka (``infra up --secure``'s StandardAuthorizer and
 role users, infra.kafka_users): a submitter cannot append to the events, checkpoints or payloads
 topics; a process started with a user that lacks its role's permissions ends with one line naming
-them; a wrong password ends it with one line; a run served by role users leaks no password into a
+them; a wrong password ends it with one line, and so does a CA that is expired or did not sign the
+nodes' certificates (TLS); a run served by role users leaks no password into a
 record, a log line or the process listing; ``infra users add`` again rotates the password.
 
-A 3-node secure cluster of its own (infra.kafka, what ``infra up --brokers 3 --secure`` starts) on
-19720-19722 (controllers 19730-19732), the shared registry.
+The table's 3-node secure cluster (support.secure_cluster: what ``infra up --brokers 3 --secure``
+starts), shared with test_security_chain.py.
 """
 
 from __future__ import annotations
 
-import json
+import datetime
 import os
 import stat
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from infra import kafka, kafka_acl, kafka_auth, kafka_users
 from infra.deployment import scratch_deployment
 from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.kafka import access
-from runtime.log.kafka.auth import KafkaAuthenticationError, check_credentials
+from runtime.log.kafka.auth import KafkaAuthenticationError, KafkaTLSError, check_credentials
+from support.secure_cluster import ADMIN_PASSWORD, CONTROLLER_PORT, PORT, as_user
 from support.services import ROOT, deployment_env
 from support.sink import SinkProcess, read_partition, wait_for_rows
 from support.workers import APP, WorkerProcess
 
 pytestmark = pytest.mark.chaos
 
-PORT = 19720
-CONTROLLER_PORT = 19730
-NODES = 3
-ADMIN_PASSWORD = f"adm-{uuid.uuid4().hex}"  # unique: finding it anywhere is a leak, not a coincidence
-
 
 @pytest.fixture(scope="module")
-def cluster(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    settings = services.model_copy(
-        update={
-            "state_dir": tmp_path_factory.mktemp("secure-acl"),
-            "kafka_port": PORT,
-            "kafka_controller_port": CONTROLLER_PORT,
-            "bootstrap_servers": ",".join(f"127.0.0.1:{PORT + i}" for i in range(NODES)),
-            "kafka": {
-                "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanism": "SCRAM-SHA-512",
-                "sasl.username": "agent-admin",
-                "sasl.password": ADMIN_PASSWORD,
-            },
-        }
-    )
-    kafka.configure(settings, NODES, secure=True)
-    try:
-        kafka.start(settings, lambda _m: None)
-        yield settings
-    finally:
-        kafka.stop(settings)
+def cluster(secure_cluster: Settings) -> Settings:
+    return secure_cluster
 
 
 @pytest.fixture(scope="module")
@@ -73,11 +54,6 @@ def deployment(cluster: Settings) -> Settings:
     for role in ("submitter", "worker", "sink"):
         kafka_users.add_user(settings, role, role)
     return settings
-
-
-def as_user(deployment: Settings, name: str) -> Settings:
-    conf = json.loads(kafka_users.credentials_path(deployment, name).read_text())
-    return deployment.model_copy(update={"kafka": conf})
 
 
 def password(deployment: Settings, name: str) -> str:
@@ -152,6 +128,50 @@ def test_a_wrong_password_ends_a_role_user_with_one_line(deployment: Settings) -
     assert f"Kafka at {worker.bootstrap_servers}: authentication failed for user 'worker'" in done.stderr
     assert "Traceback" not in done.stderr
     assert wrong not in done.stderr + done.stdout
+
+
+def _ca(path: Path, *, expired: bool) -> Path:
+    """A self-signed CA certificate of a key of its own (it signed none of the nodes' certificates),
+    valid for a day around now, or one that expired yesterday."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"agentlog test CA {path.stem}")])
+    now = datetime.datetime.now(datetime.UTC)
+    day = datetime.timedelta(days=1)
+    start, end = (now - 30 * day, now - day) if expired else (now - day, now + day)
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    path.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    return path
+
+
+@pytest.mark.parametrize("expired", [True, False], ids=["expired-ca", "wrong-ca"])
+def test_a_ca_that_does_not_verify_the_nodes_ends_a_process_with_one_line(
+    deployment: Settings, tmp_path: Path, expired: bool
+) -> None:
+    ca = _ca(tmp_path / "ca.pem", expired=expired)
+    worker = as_user(deployment, "worker")
+    assert worker.kafka["security.protocol"] == "SASL_SSL"
+    untrusting = worker.model_copy(update={"kafka": {**worker.kafka, "ssl.ca.location": str(ca)}})
+    done = cli(untrusting, "worker", "--app", APP, "--worker-id", "untrusting", "--respawn")
+    assert done.returncode == 1, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "TLS handshake failed" in line]
+    assert len(lines) == 1, done.stderr
+    assert f"Kafka at {worker.bootstrap_servers}: TLS handshake failed" in lines[0]
+    assert "certificate" in lines[0] and str(ca) in lines[0]
+    assert "Traceback" not in done.stderr
+    assert worker.kafka["sasl.password"] not in done.stderr + done.stdout
+    submitter = as_user(deployment, "submitter")
+    with pytest.raises(KafkaTLSError, match="TLS handshake failed"):
+        Client(submitter.model_copy(update={"kafka": {**submitter.kafka, "ssl.ca.location": str(ca)}}))
 
 
 def test_users_add_again_rotates_the_password_and_never_prints_it(deployment: Settings) -> None:

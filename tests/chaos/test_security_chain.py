@@ -1,31 +1,52 @@
 """The runs' hash chain against forgery, on real Kafka, registry and chDB (runtime.log.records.chain).
 
-A record produced straight to the events topic by someone without the workers' chain key -- an
-admin, or any principal that may write there -- is named by ``agentlog audit verify``, and a
-worker taking the partition over (after the owner is SIGKILLed) parks the run with the reason
-instead of replaying it. A row altered in the ClickHouse store is named by ``--from-store``.
+A record produced straight to the events topic by someone without the workers' chain key -- the
+admin principal, the one that may write there besides the workers -- is named by ``agentlog audit
+verify``, and a worker taking the partition over (after the owner is SIGKILLed) parks the run with
+the reason instead of replaying it. A row altered in the ClickHouse store is named by
+``--from-store``. Neither the chain key nor a password shows in a record, a log line or the
+process listing of a chained run.
+
+On the table's 3-node secure cluster (support.secure_cluster, shared with test_security_acl.py):
+workers run as ``agentlog-worker``, runs are submitted as ``agentlog-submitter``, the sink reads
+as ``agentlog-sink``; the admin forges, reads the log and verifies.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
 
 from analytics.store import open_client, parse_dsn
+from infra import kafka, kafka_auth, kafka_users
+from infra.deployment import scratch_deployment
 from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.records.chain import LINK_SIZE
 from runtime.log.records.events import RunCompleted, RunParked, SignalReceived, ToolCallCompleted
-from support.sink import EventLog, InProcessSink, agentlog
+from support.secure_cluster import ADMIN_PASSWORD, as_user
+from support.sink import EventLog, SinkProcess, agentlog, read_partition
 from support.wait import wait_until
 from support.workers import WorkerProcess, start_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
-KEY = "test-chain-key-not-a-secret"
+KEY = f"chain-{uuid.uuid4().hex}"  # unique: finding it anywhere is a leak, not a coincidence
+WORKER, SUBMITTER, SINK = "agentlog-worker", "agentlog-submitter", "agentlog-sink"
+
+
+@pytest.fixture
+def deployment(secure_cluster: Settings) -> Settings:
+    """Fresh topics (3 partitions) on the secure cluster, made as the admin, and the role users
+    of ``infra up --secure`` granted on them (infra.kafka_users)."""
+    settings = scratch_deployment(secure_cluster, partitions=3)
+    kafka_users.ensure_default_users(settings)
+    return settings
 
 
 def _run_records(settings: Settings, run_id: str) -> list[tuple[int, object]]:
@@ -39,9 +60,10 @@ def _run_records(settings: Settings, run_id: str) -> list[tuple[int, object]]:
 def test_a_forged_record_is_named_by_verify_and_parks_the_run_on_takeover(
     deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
 ) -> None:
-    first = start_worker(deployment, workers, tmp_path, "w1", AGENTLOG_CHAIN_KEY=KEY)
+    worker = as_user(deployment, WORKER)
+    first = start_worker(worker, workers, tmp_path, "w1", AGENTLOG_CHAIN_KEY=KEY)
     first.wait_ready(deployment.partitions)
-    client = Client(deployment)
+    client = Client(as_user(deployment, SUBMITTER))
     run_id = client.submit("waiter", {})
     client.flush()
     wait_until(lambda: len(_run_records(deployment, run_id)) >= 1, 30, "the run to start", process=first.proc)
@@ -51,7 +73,7 @@ def test_a_forged_record_is_named_by_verify_and_parks_the_run_on_takeover(
     # and with a link, made without the key.
     (_, last), *_ = reversed(_run_records(deployment, run_id))
     assert last.chain and len(last.chain) == LINK_SIZE
-    log = EventLog(deployment)
+    log = EventLog(deployment)  # the admin: may write anywhere, holds no chain key
     forged = SignalReceived(
         run_id=run_id,
         seq=last.seq + 1,
@@ -69,13 +91,17 @@ def test_a_forged_record_is_named_by_verify_and_parks_the_run_on_takeover(
 
     verified = agentlog(deployment, "audit", "verify", run_id, AGENTLOG_CHAIN_KEY=KEY)
     assert verified.returncode == 1, verified.stdout + verified.stderr
-    assert where in verified.stdout and "SignalReceived" in verified.stdout and "added or altered" in verified.stdout
+    assert (
+        where in verified.stdout
+        and "SignalReceived" in verified.stdout
+        and "added or altered" in verified.stdout
+    )
     unkeyed = agentlog(deployment, "audit", "verify", run_id)
     assert unkeyed.returncode != 0 and "AGENTLOG_CHAIN_KEY" in unkeyed.stderr
 
     os.kill(first.proc.pid, signal.SIGKILL)
     first.proc.wait()
-    second = start_worker(deployment, workers, tmp_path, "w2", AGENTLOG_CHAIN_KEY=KEY)
+    second = start_worker(worker, workers, tmp_path, "w2", AGENTLOG_CHAIN_KEY=KEY)
     second.wait_ready(deployment.partitions)
     parked = wait_until(
         lambda: next((e for _, e in _run_records(deployment, run_id) if isinstance(e, RunParked)), None),
@@ -92,25 +118,36 @@ def test_a_forged_record_is_named_by_verify_and_parks_the_run_on_takeover(
     client.close()
 
 
-def test_a_row_altered_in_the_store_is_named_by_verify_from_store(
-    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+def test_a_row_altered_in_the_store_is_named_by_verify_from_store_and_no_secret_leaks(
+    deployment: Settings, secure_cluster: Settings, workers: list[WorkerProcess], tmp_path: Path
 ) -> None:
-    worker = start_worker(deployment, workers, tmp_path, "w1", AGENTLOG_CHAIN_KEY=KEY)
+    worker = start_worker(as_user(deployment, WORKER), workers, tmp_path, "w1", AGENTLOG_CHAIN_KEY=KEY)
     worker.wait_ready(deployment.partitions)
-    client = Client(deployment)
-    run_id = client.submit("short", {"order": "48211"})
-    client.flush()
-    client.result(run_id, timeout=60)
-    records = _run_records(deployment, run_id)
     dsn = f"chdb://{tmp_path}/store"
-    with InProcessSink(deployment, dsn):
+    sink = SinkProcess(as_user(deployment, SINK), dsn, tmp_path / "sink.log")
+    try:
+        with Client(as_user(deployment, SUBMITTER)) as client:
+            run_id = client.submit("short", {"order": "48211"})
+            client.result(run_id, timeout=60)
+        records = _run_records(deployment, run_id)
         wait_until(
-            lambda: agentlog(deployment, "audit", "run", run_id, "--dsn", dsn, "--json").stdout.count('"seq"')
-            >= len(records),
+            lambda: (
+                agentlog(deployment, "audit", "run", run_id, "--dsn", dsn, "--json").stdout.count('"seq"')
+                >= len(records)
+            ),
             60,
             "the sink to store the run",
+            process=sink.proc,
         )
-    good = agentlog(deployment, "audit", "verify", run_id, "--from-store", "--dsn", dsn, AGENTLOG_CHAIN_KEY=KEY)
+        # While the chained run's worker and sink are up, with the key and passwords in their settings.
+        listing = subprocess.run(
+            ["ps", "-eww", "-o", "args"], capture_output=True, text=True, check=True
+        ).stdout
+    finally:
+        sink.stop()
+    good = agentlog(
+        deployment, "audit", "verify", run_id, "--from-store", "--dsn", dsn, AGENTLOG_CHAIN_KEY=KEY
+    )
     assert good.returncode == 0, good.stdout + good.stderr
     assert f"store: run {run_id}: {len(records)} records, chain verified" in good.stdout
 
@@ -123,8 +160,48 @@ def test_a_row_altered_in_the_store_is_named_by_verify_from_store(
         )
     finally:
         vandal.close()
-    bad = agentlog(deployment, "audit", "verify", run_id, "--from-store", "--dsn", dsn, AGENTLOG_CHAIN_KEY=KEY)
+    bad = agentlog(
+        deployment, "audit", "verify", run_id, "--from-store", "--dsn", dsn, AGENTLOG_CHAIN_KEY=KEY
+    )
     assert bad.returncode == 1, bad.stdout + bad.stderr
-    assert "kafka: " in bad.stdout and "chain verified" in bad.stdout.splitlines()[0]  # Kafka still holds the truth
+    assert (
+        "kafka: " in bad.stdout and "chain verified" in bad.stdout.splitlines()[0]
+    )  # Kafka still holds the truth
     assert f"@{offset} (seq {target.seq}, ToolCallCompleted): added or altered" in bad.stdout
-    client.close()
+
+    secrets = {
+        "the chain key": KEY,
+        "the admin's password": ADMIN_PASSWORD,
+        "the nodes' password": kafka_auth.broker_password(kafka.cluster_home(secure_cluster)),
+        **{
+            f"{u}'s password": as_user(deployment, u).kafka["sasl.password"]
+            for u in (WORKER, SUBMITTER, SINK)
+        },
+    }
+    topics = (deployment.commands_topic, deployment.events_topic, deployment.checkpoints_topic)
+    messages = [
+        m
+        for topic in topics
+        for p in range(deployment.partitions)
+        for m in read_partition(deployment, p, topic)
+    ]
+    assert len(messages) > len(records) > 0
+    logs = [worker.log_path, tmp_path / "sink.log", *(n.log_path for n in kafka.nodes(secure_cluster))]
+    outputs = good.stdout + good.stderr + bad.stdout + bad.stderr
+    for what, secret in secrets.items():
+        assert secret not in listing, f"{what} in the process listing"
+        assert secret not in outputs, f"{what} in audit verify's output"
+        for message in messages:
+            headers = b"".join(k.encode() + (v or b"") for k, v in message.headers() or [])
+            blob = (message.key() or b"") + (message.value() or b"") + headers
+            assert secret.encode() not in blob, f"{what} in a record of {message.topic()}"
+        for log in logs:
+            assert secret not in log.read_text(errors="replace"), f"{what} in {log}"
+    vandal_rows = open_client(parse_dsn(dsn))
+    try:
+        stored = vandal_rows.query(f"SELECT * FROM agentlog.events WHERE run_id = '{run_id}'").result_rows
+    finally:
+        vandal_rows.close()
+    assert stored and not any(secret in repr(stored) for secret in secrets.values()), (
+        "a secret in a stored row"
+    )

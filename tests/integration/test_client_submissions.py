@@ -26,7 +26,9 @@ def _commands(client: Client, run_id: str) -> list[str]:
     key = run_id.encode()
     return [
         type(client.serde.decode(record.value or b"", record.key)).__name__
-        for record in client.log.read(settings.commands_topic, client.partition(run_id), keep=lambda k: k == key)
+        for record in client.log.read(
+            settings.commands_topic, client.partition(run_id), keep=lambda k: k == key
+        )
     ]
 
 

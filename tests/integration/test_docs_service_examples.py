@@ -13,7 +13,9 @@ from support.workers import WorkerProcess
 pytestmark = pytest.mark.integration
 
 
-def test_client_usage_program_runs(deployment: Settings, workers: list[WorkerProcess], tmp_path: Path) -> None:
+def test_client_usage_program_runs(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
     from examples.docs import client_usage
 
     worker = WorkerProcess(deployment, "examples.docs.client_usage:app", "docs-w1", tmp_path / "worker.log")

@@ -73,7 +73,9 @@ def test_a_go_client_submits_a_run_and_reads_its_result(
     assert code == 0, (lines, stderr, workers[0].log_tail())
     submitted, outcome = lines
     run_id = str(submitted["submitted"])
-    assert submitted["partition"] == submitted["home_partition"] == partition_for(run_id, deployment.partitions)
+    assert (
+        submitted["partition"] == submitted["home_partition"] == partition_for(run_id, deployment.partitions)
+    )
     assert outcome == {
         "run_id": run_id,
         "status": "completed",
@@ -134,7 +136,11 @@ def test_librdkafka_default_partitioner_and_keyless_submissions_are_never_silent
     # librdkafka's default partitioner (consistent_random: CRC32) disagrees with murmur2 for most keys.
     producer = Producer({"bootstrap.servers": deployment.bootstrap_servers})
     runs = [f"crc32-run-{i}" for i in range(12)]
-    misrouted = [r for r in runs if zlib.crc32(r.encode()) % deployment.partitions != partition_for(r, deployment.partitions)]
+    misrouted = [
+        r
+        for r in runs
+        if zlib.crc32(r.encode()) % deployment.partitions != partition_for(r, deployment.partitions)
+    ]
     assert len(misrouted) >= 4, "the test needs submissions that land on the wrong partition"
     for run_id in runs:
         producer.produce(deployment.commands_topic, key=run_id.encode(), value=value(run_id))

@@ -94,7 +94,12 @@ def test_worker_client_and_sink_authenticate_and_the_password_shows_nowhere(
         assert secret not in (message.key() or b"") + (message.value() or b"") + headers, message.topic()
     for log in (tmp_path / "worker.log", tmp_path / "sink.log"):
         assert PASSWORD not in log.read_text(errors="replace"), log
-    tables = [row[0] for row in query(dsn, "SELECT name FROM system.tables WHERE database = 'agentlog' AND engine != 'View'").rows]
+    tables = [
+        row[0]
+        for row in query(
+            dsn, "SELECT name FROM system.tables WHERE database = 'agentlog' AND engine != 'View'"
+        ).rows
+    ]
     assert "events" in tables
     for table in tables:
         rows = query(dsn, f"SELECT * FROM agentlog.`{table}`").rows

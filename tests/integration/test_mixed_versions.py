@@ -64,8 +64,7 @@ def make_v2(root: Path) -> Path:
     patch(
         root / "runtime" / "log" / "records" / "events.py",
         "    result_size: int = 0\n\n\n@record_type\nclass ToolCallFailed",
-        "    result_size: int = 0\n    note: str | None = None\n\n\n"
-        "@record_type\nclass ToolCallFailed",
+        "    result_size: int = 0\n    note: str | None = None\n\n\n@record_type\nclass ToolCallFailed",
     )
     patch(
         root / "runtime" / "worker" / "calls.py",

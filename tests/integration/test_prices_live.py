@@ -25,7 +25,10 @@ pytestmark = pytest.mark.integration
 HEADER = "model,from_date,input_per_million,output_per_million,cached_per_million\n"
 # ``bare`` is a registered model name and ``acme-small`` a call's model parameter; the chat
 # model reports ``fake-chat-1`` although its call passes ``model="acme-small"``.
-PRICES = HEADER + "fake-chat-1,2020-01-01,2.00,8.00,0.00\nacme-small,2020-01-01,1.00,3.00,0.00\nbare,2020-01-01,5.00,7.00,0.00\n"
+PRICES = (
+    HEADER
+    + "fake-chat-1,2020-01-01,2.00,8.00,0.00\nacme-small,2020-01-01,1.00,3.00,0.00\nbare,2020-01-01,5.00,7.00,0.00\n"
+)
 
 
 def cost_by_run(settings: Settings, dsn: str) -> dict[str, dict[str, object]]:

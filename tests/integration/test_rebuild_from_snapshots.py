@@ -74,14 +74,18 @@ def test_a_rebuild_takes_the_waiting_run_from_its_snapshot_and_equals_a_full_rea
     finally:
         log.close()
         reader.close()
-    assert rebuilt.snapshots == {waiting: (read.vouched()[waiting], 3)}  # RunStarted, lookup Scheduled, Completed
+    assert rebuilt.snapshots == {
+        waiting: (read.vouched()[waiting], 3)
+    }  # RunStarted, lookup Scheduled, Completed
     assert rebuilt.records_read == end - read.checkpoint.covered_offset  # nothing below the checkpoint
     assert full.records_read == end > ended * 8
     assert state_of(rebuilt) == state_of(full)
 
     second = start_worker(deployment, workers, tmp_path, AGENTLOG_RUN_SNAPSHOT_LAG=LAG)
     second.wait_ready(1)
-    taken = wait_until(lambda: partition_taken(second), 30, "the partition_taken line", detail=second.log_tail)
+    taken = wait_until(
+        lambda: partition_taken(second), 30, "the partition_taken line", detail=second.log_tail
+    )
     assert taken["from_snapshots"] == 1 and taken["active_runs"] == 1
     client.signal(waiting, "go", "approved")
     assert client.result(waiting, timeout=30) == "charged"

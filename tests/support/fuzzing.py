@@ -79,7 +79,9 @@ JSON_LEAVES = (
 )
 JSON_VALUES = st.recursive(
     JSON_LEAVES,
-    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=10), children, max_size=5),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=10), children, max_size=5)
+    ),
     max_leaves=20,
 )
 
@@ -96,8 +98,21 @@ def cases(serde: Serde) -> st.SearchStrategy[Case]:
         lambda b: Case("corrupt-datum", None, frame_header(run_submitted_id) + b)
     )
     workflow_names = st.sampled_from(["echo", "order", "Echo", "", "echo ", "nope"]) | st.text(max_size=20)
-    json_text = st.text(max_size=80) | JSON_VALUES.map(canonical_json) | st.sampled_from(
-        ['{"order": ', "{}", "[]", "null", '{"order": 1e999}', '{"order": "\\ud800"}', "NaN", '{"order": {}}']
+    json_text = (
+        st.text(max_size=80)
+        | JSON_VALUES.map(canonical_json)
+        | st.sampled_from(
+            [
+                '{"order": ',
+                "{}",
+                "[]",
+                "null",
+                '{"order": 1e999}',
+                '{"order": "\\ud800"}',
+                "NaN",
+                '{"order": {}}',
+            ]
+        )
     )
     fuzzed_submissions = st.tuples(workflow_names, json_text).map(
         lambda wt: Case("submission", None, _submitted(serde, wt[0], wt[1]))
@@ -111,11 +126,13 @@ def cases(serde: Serde) -> st.SearchStrategy[Case]:
             expect_result_set=True,
         )
     )
-    orders = st.dictionaries(
-        st.sampled_from(["order", "n", "x"]), JSON_LEAVES, max_size=3
-    ).map(lambda d: Case("order-input", None, _submitted(serde, "order", canonical_json(d))))
+    orders = st.dictionaries(st.sampled_from(["order", "n", "x"]), JSON_LEAVES, max_size=3).map(
+        lambda d: Case("order-input", None, _submitted(serde, "order", canonical_json(d)))
+    )
     body = st.one_of(raw_values, corrupt_datum, fuzzed_submissions, inputs, orders)
-    keys = st.sampled_from(["run-id", "run-id", "run-id", "run-id", "none", "empty", "not-utf8", "wrong-partition"])
+    keys = st.sampled_from(
+        ["run-id", "run-id", "run-id", "run-id", "none", "empty", "not-utf8", "wrong-partition"]
+    )
     return st.tuples(body, keys, st.binary(min_size=1, max_size=8)).map(lambda t: _keyed(*t))
 
 
@@ -213,7 +230,9 @@ class FuzzDeployment:
                 break
             if time.monotonic() > deadline:
                 case, run = missing[0]
-                raise AssertionError(f"{len(missing)} case(s) never ended, e.g. {case.kind} as run {run}: {case!r}")
+                raise AssertionError(
+                    f"{len(missing)} case(s) never ended, e.g. {case.kind} as run {run}: {case!r}"
+                )
             time.sleep(0.002)
         for case, run in batch:
             ended = self.outcomes[run]

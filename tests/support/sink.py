@@ -38,7 +38,7 @@ __all__ = ["ROOT", "agentlog", "make_deployment"]
 def producer(settings: Settings, **extra: Any) -> Producer:
     return Producer(
         {
-            "bootstrap.servers": settings.bootstrap_servers,
+            **settings.kafka_common(),  # a secure cluster's SASL/TLS settings, as the settings' user
             "enable.idempotence": True,
             "partitioner": "murmur2_random",
             "linger.ms": 5,

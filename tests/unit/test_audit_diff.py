@@ -137,7 +137,9 @@ def test_an_effect_a_fork_skipped_is_not_taken_by_it() -> None:
     effects = diff.diff_steps("a", "b", original, forked)["effects"]
     assert effects["both"] == [] and effects["only_b"] == [] and effects["skipped_a"] == []
     assert [e["idempotency_key"] for e in effects["only_a"]] == ["k-refund"]
-    assert [(e["idempotency_key"], e["outcome"]) for e in effects["skipped_b"]] == [("k-refund", "skipped (fork)")]
+    assert [(e["idempotency_key"], e["outcome"]) for e in effects["skipped_b"]] == [
+        ("k-refund", "skipped (fork)")
+    ]
 
 
 def test_a_call_a_fork_copied_from_its_original_is_not_counted_in_the_forks_cost() -> None:

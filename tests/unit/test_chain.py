@@ -48,16 +48,25 @@ def test_a_sealed_chain_verifies_and_decodes_with_its_link(serde: Serde) -> None
     decoded = serde.decode(values[2], RUN.encode())
     assert isinstance(decoded, ToolCallCompleted) and decoded.result == '"ok"'
     assert decoded.chain == link_of(values[2]) and len(decoded.chain) == 8
-    assert len(values[2]) - len(serde.encode(decoded.__class__(run_id=RUN, seq=3, position=1, result='"ok"'))) == 8
+    assert (
+        len(values[2]) - len(serde.encode(decoded.__class__(run_id=RUN, seq=3, position=1, result='"ok"')))
+        == 8
+    )
 
 
 def test_each_kind_of_tampering_is_named_at_its_record(serde: Serde) -> None:
     values = _sealed(serde)
     altered = values[2].replace(b'"ok"', b'"no"')
     found = first_break(KEY, RUN, [values[0], values[1], altered])
-    assert found is not None and (found.index, found.kind) == (2, "added, altered or a record before it removed")
+    assert found is not None and (found.index, found.kind) == (
+        2,
+        "added, altered or a record before it removed",
+    )
     found = first_break(KEY, RUN, [values[0], values[2]])
-    assert found is not None and (found.index, found.kind) == (1, "added, altered or a record before it removed")
+    assert found is not None and (found.index, found.kind) == (
+        1,
+        "added, altered or a record before it removed",
+    )
     found = first_break(KEY, RUN, [values[0], values[1], values[1]])
     assert found is not None and (found.index, found.kind) == (2, "reordered")
     found = first_break(KEY, RUN, [values[0], values[2], values[1]])

@@ -41,7 +41,11 @@ def test_three_nodes_get_a_quorum_of_three_rf3_and_two_in_sync(tmp_path: Path) -
     assert config["node.id"] == "2"
     assert config["controller.quorum.voters"] == "1@127.0.0.1:9192,2@127.0.0.1:9193,3@127.0.0.1:9194"
     assert config["listeners"] == "PLAINTEXT://127.0.0.1:9093,CONTROLLER://127.0.0.1:9193"
-    for key in ("default.replication.factor", "offsets.topic.replication.factor", "transaction.state.log.replication.factor"):
+    for key in (
+        "default.replication.factor",
+        "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor",
+    ):
         assert config[key] == "3", key
     assert config["min.insync.replicas"] == "2" and config["transaction.state.log.min.isr"] == "2"
     assert config["unclean.leader.election.enable"] == "false"
@@ -73,16 +77,24 @@ SASL = {
 }
 
 
-def test_a_secure_node_listens_with_scram_and_keeps_the_client_password_out_of_its_files(tmp_path: Path) -> None:
+def test_a_secure_node_listens_with_scram_and_keeps_the_client_password_out_of_its_files(
+    tmp_path: Path,
+) -> None:
     settings = Settings(state_dir=tmp_path, kafka=SASL)
     kafka.configure(settings, 1, secure=True)
     config = props(kafka.server_properties(settings))
     assert config["listeners"] == "SASL_PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"
     assert config["inter.broker.listener.name"] == "SASL_PLAINTEXT"
-    assert config["sasl.enabled.mechanisms"] == config["sasl.mechanism.inter.broker.protocol"] == "SCRAM-SHA-512"
-    assert 'username="agentlog-broker"' in config["listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config"]
+    assert (
+        config["sasl.enabled.mechanisms"] == config["sasl.mechanism.inter.broker.protocol"] == "SCRAM-SHA-512"
+    )
+    assert (
+        'username="agentlog-broker"' in config["listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config"]
+    )
     assert "client-secret" not in kafka.server_properties(settings)
-    assert (tmp_path / "kafka" / "broker.secret").stat().st_mode & 0o077 == 0, "the nodes' password is private"
+    assert (tmp_path / "kafka" / "broker.secret").stat().st_mode & 0o077 == 0, (
+        "the nodes' password is private"
+    )
 
 
 @pytest.mark.parametrize(

@@ -67,7 +67,13 @@ def test_every_page_of_the_nav_is_built(site: Path) -> None:
 
 def test_the_cli_page_lists_every_command(site: Path) -> None:
     page = (site / "reference" / "cli" / "index.html").read_text()
-    for command in ("agentlog worker", "agentlog audit call", "agentlog infra up", "agentlog ui", "--respawn"):
+    for command in (
+        "agentlog worker",
+        "agentlog audit call",
+        "agentlog infra up",
+        "agentlog ui",
+        "--respawn",
+    ):
         assert command in page, command
 
 
@@ -81,7 +87,15 @@ def test_the_settings_page_lists_every_setting(site: Path) -> None:
 
 def test_the_audit_page_lists_every_table_and_view_the_migrations_make(site: Path) -> None:
     page = (site / "audit" / "index.html").read_text()
-    for name in ("events", "runs", "model_calls", "tool_calls", "divergences", "history_size", "prompt_drift"):
+    for name in (
+        "events",
+        "runs",
+        "model_calls",
+        "tool_calls",
+        "divergences",
+        "history_size",
+        "prompt_drift",
+    ):
         assert f"<code>{name}</code>" in page, name
     assert "<code>cost_usd</code>" in page  # a column of model_calls, listed from the store itself
 

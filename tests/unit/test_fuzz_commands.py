@@ -27,6 +27,7 @@ def fuzz() -> Iterator[FuzzDeployment]:
 
 def test_every_fuzzed_command_ends_with_a_reason_or_completes(fuzz: FuzzDeployment) -> None:
     deployment = fuzz
+
     @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(st.lists(cases(deployment.serde), min_size=BATCH, max_size=BATCH))
     def batch_of_cases(batch: list) -> None:  # type: ignore[type-arg]

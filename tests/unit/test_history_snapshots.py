@@ -121,7 +121,9 @@ async def test_a_rebuild_starts_at_the_checkpoint_and_takes_the_waiting_run_from
     assert snapshot.sha256 == records_digest(snapshot.records)
     # The last traffic run may still be active in the round that vouched; a later round lists
     # only the waiting run (on a loaded machine that round can come seconds later).
-    await until(lambda: h.checkpoints()[-1].active_runs == {run: 1}, 30, what="a round after the traffic ended")
+    await until(
+        lambda: h.checkpoints()[-1].active_runs == {run: 1}, 30, what="a round after the traffic ended"
+    )
     await h.stop()
 
     rebuilt, full = rebuilt_now(h)
@@ -145,7 +147,9 @@ async def test_a_rebuild_starts_at_the_checkpoint_and_takes_the_waiting_run_from
 
 def run_records_below(h: Harness, run: str, offset: int) -> list[bytes]:
     key = run.encode()
-    return [r.value or b"" for r in h.log.read(h.settings.events_topic, 0, end=offset, keep=lambda k: k == key)]
+    return [
+        r.value or b"" for r in h.log.read(h.settings.events_topic, 0, end=offset, keep=lambda k: k == key)
+    ]
 
 
 def assert_vouched_snapshots_hold_the_run_below_their_checkpoint(h: Harness, run: str) -> int:
@@ -159,7 +163,9 @@ def assert_vouched_snapshots_hold_the_run_below_their_checkpoint(h: Harness, run
     return len(vouched)
 
 
-async def test_a_run_that_appends_after_its_snapshot_is_read_from_it_until_a_new_snapshot_replaces_it() -> None:
+async def test_a_run_that_appends_after_its_snapshot_is_read_from_it_until_a_new_snapshot_replaces_it() -> (
+    None
+):
     h = Harness(snapshot_app(), settings=SETTINGS)
     worker = h.start(checkpoint_interval_s=0)
     run, first = await waiting_run_behind_traffic(h)
@@ -170,10 +176,13 @@ async def test_a_run_that_appends_after_its_snapshot_is_read_from_it_until_a_new
     await until(lambda: any(isinstance(e, SignalReceived) for e in h.events(run)), what="signal a recorded")
     signalled = end_of_events(h)
     after = await until(
-        lambda: [c for c in h.checkpoints() if c.covered_offset >= signalled], what="a checkpoint after the signal"
+        lambda: [c for c in h.checkpoints() if c.covered_offset >= signalled],
+        what="a checkpoint after the signal",
     )
     latest, vouched = vouches(h)[-1]
-    assert latest == after[-1] and run in latest.active_runs and run not in vouched  # the snapshot lacks the signal
+    assert (
+        latest == after[-1] and run in latest.active_runs and run not in vouched
+    )  # the snapshot lacks the signal
     rebuilt, full = rebuilt_now(h)
     assert state_of(rebuilt) == state_of(full)
     assert rebuilt.snapshots[run][0] == first  # read on from the old snapshot

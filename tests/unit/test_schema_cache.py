@@ -63,4 +63,7 @@ def test_unreachable_means_no_answer_not_a_refusal() -> None:
     assert not is_unreachable(SchemaRegistryError(404))
     assert not is_unreachable(ValueError("bad schema"))
     error = RegistryUnreachable(URL, "ConnectError: refused", "RunSubmitted is not cached")
-    assert str(error) == f"schema registry at {URL} unreachable (ConnectError: refused): RunSubmitted is not cached"
+    assert (
+        str(error)
+        == f"schema registry at {URL} unreachable (ConnectError: refused): RunSubmitted is not cached"
+    )

@@ -115,7 +115,14 @@ async def test_a_checkpoint_resuming_in_the_turn_its_ack_settled_lists_the_run_s
     batcher = TurnBatcher(SETTINGS, serde, log)
     owned = OwnedPartition(0, 1, Stamp(lambda: 0, "w1", 1), 0, set())
     started = RunStarted(
-        run_id="r1", seq=1, occurred_at=0, worker="w1", epoch=1, workflow="two-steps", input="1", command_offset=0
+        run_id="r1",
+        seq=1,
+        occurred_at=0,
+        worker="w1",
+        epoch=1,
+        workflow="two-steps",
+        input="1",
+        command_offset=0,
     )
     machine = owned.runs["r1"] = RunMachine(app, started, owned.stamp)
     owned.next_command = 1

@@ -29,5 +29,7 @@ _START = (
 def test_a_worker_without_a_metrics_port_or_a_tracer_provider_starts_without_their_libraries() -> None:
     """prometheus-client loads with the metrics port (runtime.worker.ops), opentelemetry-api once
     something in the process has imported it (runtime.worker.tracing)."""
-    done = subprocess.run([sys.executable, "-c", _START], capture_output=True, text=True, check=True, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", _START], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
