@@ -266,15 +266,20 @@ class _Cipher:
     def nonce(self) -> bytes:
         n = next(self._counter)
         if n >= 1 << 32:  # 4 billion values sealed by one process under one key: draw a new prefix
-            self._prefix, self._counter = os.urandom(8), itertools.count(1)
-            n = 0
+            return self._renewed()
         return self._prefix + n.to_bytes(4, "big")
+
+    def _renewed(self) -> bytes:
+        """The first nonce under a new random prefix, once the counter has run out."""
+        self._prefix, self._counter = os.urandom(8), itertools.count(1)
+        return self._prefix + (0).to_bytes(4, "big")
 
     def seal(self, value: str, field: str) -> str:
         ad = self._ads.get(field)
         if ad is None:
             ad = self._ads[field] = f"{self._key_id}/{field}".encode()
-        nonce = self.nonce()
+        n = next(self._counter)
+        nonce = self._prefix + n.to_bytes(4, "big") if n < 1 << 32 else self._renewed()  # nonce(), inline
         sealed = nonce + self.aead.encrypt(nonce, value.encode(), ad)
         return self.head + binascii.b2a_base64(sealed, newline=False).decode("ascii")
 
