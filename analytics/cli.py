@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from runtime.config import Settings
 
-from . import audit, diff, render
+from . import audit, diff, render, unseal
 from .cost_cli import add_call_and_cost_commands
 from .store import connect
 
@@ -97,7 +97,7 @@ def _print(args: argparse.Namespace, rows: audit.Rows) -> int:
 
 
 def _audit_run(args: argparse.Namespace, settings: Settings) -> int:
-    with connect(_dsn(args, settings)) as store:
+    with unseal.reading(_dsn(args, settings), settings) as store:
         events = audit.run_events(store, args.run_id, settings.events_topic)
     if not events:
         print(f"agentlog audit: no events for run {args.run_id!r} in the store", file=sys.stderr)
@@ -121,7 +121,7 @@ def _audit_verify(args: argparse.Namespace, settings: Settings) -> int:
     try:
         verdicts = [("kafka", verify.verify_log(client, args.run_id))]
         if args.from_store:
-            with connect(_dsn(args, settings)) as store:
+            with connect(_dsn(args, settings)) as store:  # the sealed bytes, which the chain covers
                 verdicts.append(("store", verify.verify_store(client, store, args.run_id)))
     finally:
         client.close()
@@ -149,32 +149,32 @@ def _audit_verify(args: argparse.Namespace, settings: Settings) -> int:
 
 def _audit_tools(args: argparse.Namespace, settings: Settings) -> int:
     since = audit.parse_since(args.since) if args.since else None
-    with connect(_dsn(args, settings)) as store:
+    with unseal.reading(_dsn(args, settings), settings) as store:
         return _print(args, audit.tool_attempts(store, args.tool, since, args.limit))
 
 
 def _audit_divergences(args: argparse.Namespace, settings: Settings) -> int:
-    with connect(_dsn(args, settings)) as store:
+    with unseal.reading(_dsn(args, settings), settings) as store:
         return _print(args, audit.divergences(store, args.run_id, args.limit))
 
 
 def _audit_history_size(args: argparse.Namespace, settings: Settings) -> int:
-    with connect(_dsn(args, settings)) as store:
+    with unseal.reading(_dsn(args, settings), settings) as store:
         return _print(args, audit.history_size(store, settings, args.over, args.top))
 
 
 def _audit_runs(args: argparse.Namespace, settings: Settings) -> int:
-    with connect(_dsn(args, settings)) as store:
+    with unseal.reading(_dsn(args, settings), settings) as store:
         return _print(args, audit.runs(store, args.status, args.limit))
 
 
 def _audit_sql(args: argparse.Namespace, settings: Settings) -> int:
-    with connect(_dsn(args, settings)) as store:
+    with unseal.reading(_dsn(args, settings), settings) as store:
         return _print(args, audit.sql(store, args.statement))
 
 
 def _audit_diff(args: argparse.Namespace, settings: Settings) -> int:
-    with connect(_dsn(args, settings)) as store:
+    with unseal.reading(_dsn(args, settings), settings) as store:
         result = diff.diff_runs(store, args.run_a, args.run_b, settings.events_topic)
     if args.json:
         json.dump(result, sys.stdout, separators=(",", ":"))

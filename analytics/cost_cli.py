@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 
 from runtime.config import Settings
 
-from . import audit, calls, prices, render
-from .store import connect
+from . import audit, calls, prices, render, unseal
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -48,7 +47,7 @@ def _dsn(args: argparse.Namespace, settings: Settings) -> str:
 
 
 def _audit_call(args: argparse.Namespace, settings: Settings) -> int:
-    with connect(_dsn(args, settings)) as store:
+    with unseal.reading(_dsn(args, settings), settings) as store:
         found = calls.call(store, args.run_id, args.position)
     if args.json:
         json.dump(found, sys.stdout, indent=2, ensure_ascii=False)
@@ -60,7 +59,7 @@ def _audit_call(args: argparse.Namespace, settings: Settings) -> int:
 
 def _audit_cost(args: argparse.Namespace, settings: Settings) -> int:
     since = audit.parse_since(args.since) if args.since else None
-    with connect(_dsn(args, settings)) as store:
+    with unseal.reading(_dsn(args, settings), settings) as store:
         rows = calls.cost(store, args.by, since, args.limit)
     if args.json:
         render.as_json(rows.rows, sys.stdout)

@@ -31,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
+from analytics import unseal
 from analytics.audit import AuditError
 from analytics.errors import StoreError
 from analytics.store import QueryStore, connect, parse_dsn
@@ -100,7 +101,7 @@ class UiServer:
         # Embedded: one opener per process, so one request at a time reaches it (see the docstring).
         guard = self._store_lock if self._embedded else contextlib.nullcontext()
         with guard, connect(self.dsn, wait=15.0) as store:
-            yield store
+            yield unseal.opened(store, self.settings)  # sealed contents shown open, or `erased`
 
     # -- routing ------------------------------------------------------------------------------------
     def route(self, path: str, query: Mapping[str, str]) -> tuple[int, str, bytes]:
