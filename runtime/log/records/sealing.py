@@ -160,9 +160,8 @@ class KeyStore:
         already, or arrives through the follower within moments; only then is it read."""
         deadline = time.monotonic() + timeout
         with self._arrived:
-            key = self._keys.get(key_id)
-            if key is not None:
-                return key
+            # Only a followed partition's cache is kept fresh (a tombstone too): elsewhere the key
+            # is read again, as a caller refreshing a key it holds (analytics.unseal) expects.
             if self.partition(key_id) in self._followed and self._follower is not None:
                 self._arrived.wait_for(
                     lambda: self._keys.get(key_id) is not None or self._closing,
@@ -379,8 +378,9 @@ class Sealer:
             self._key_of_run.setdefault(run_id, key_id)
         aead = self._aeads.get(key_id)
         if aead is None:
-            # a submission's key may be a moment behind it; awaited looks in the cache first
-            key = self.keys.awaited(key_id) if patient else self.keys.get(key_id)
+            key = self.keys.get(key_id)
+            if key is None and patient:  # a submission whose key may be a moment behind it
+                key = self.keys.awaited(key_id)
             if key is None:
                 return ERASED
             aead = self._aeads[key_id] = AESGCM(key)
