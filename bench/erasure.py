@@ -5,11 +5,12 @@ S  worker CPU per step (user+sys, us) of the refund-40 agent, 100 runs submitted
    one sitting so both meet the same machine load; each after 24 warm-up runs. The ratio of the
    medians is the figure to compare with the budget: sealed <= 1.10 x plain.
 
-Run: `python bench/erasure.py` (services up).
+Run: `python bench/erasure.py [--rounds N]` (services up; N alternations, 2 by default).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -63,9 +64,12 @@ def cpu_per_step(sealed: bool, workdir: Path, n: int = RUNS) -> tuple[float, flo
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description="worker CPU per step, contents plain and sealed")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="alternations of plain and sealed")
+    rounds = parser.parse_args().rounds
     figures: dict[bool, list[float]] = {False: [], True: []}
     with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             for sealed in (False, True):
                 us, loop = cpu_per_step(sealed, Path(tmp))
                 figures[sealed].append(us)

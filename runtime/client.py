@@ -120,11 +120,16 @@ class Client:
         under the subject's key, which ``agentlog erase --subject`` destroys for all its runs.
         Raises TypeError/ValueError if ``input`` is not JSON-able, KafkaException if the
         producer cannot take the record."""
+        drawn = run_id is None
         run_id = run_id or new_run_id()
         if subject is not None:
             if self.serde.sealer is None:
                 raise ValueError("submit(subject=...) needs a deployment that seals contents (seal_contents)")
             self.serde.sealer.use_subject(run_id, subject)
+        elif drawn and self.serde.sealer is not None:
+            # A random id drawn just now has no key yet: make one without reading the keys
+            # partition (a given id may be a repeated submission, whose key must be reused).
+            self.serde.sealer.use_new_key(run_id)
         self._note_floor(run_id)
         text = raw_input if raw_input is not None else canonical_json(input)
         self._send(RunSubmitted(run_id=run_id, workflow=workflow, input=text))

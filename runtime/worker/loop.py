@@ -195,6 +195,8 @@ class Worker:
         try:
             self.log.flush()
         finally:
+            if self.serde.sealer is not None:
+                self.serde.sealer.keys.close()
             if self.executor.ownership is not None:
                 self.executor.ownership.close()
             if self.executor.pool is not None:
@@ -215,6 +217,9 @@ class Worker:
             starts[partition] = owned.next_command
         if partitions:
             self.executor.metrics.takeover(time.perf_counter() - started, len(partitions))
+            if self.serde.sealer is not None:
+                # new runs' keys cached as they are written, not read on each run's first command
+                self.serde.sealer.keys.follow(partitions)
         self.readiness.assigned()
         return starts
 

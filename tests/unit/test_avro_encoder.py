@@ -13,6 +13,7 @@ from fastavro import parse_schema, schemaless_writer
 
 from runtime.config import Settings
 from runtime.log.records.events import RECORD_TYPES
+from runtime.log.records.sealing import CONTENT_FIELDS
 from runtime.log.schemas.avro_encoder import Unencodable, compile_record
 from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR, load_catalog
 from runtime.log.schemas.datum import record_to_dict
@@ -128,3 +129,19 @@ def test_serde_writes_compiled_and_fallback_records_that_read_back(tmp_path: Any
     at = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
     converted = serde.encode(dataclasses.replace(record, occurred_at=at))  # type: ignore[arg-type]
     assert serde.decode(converted, b"r").occurred_at == int(at.timestamp() * 1000)
+
+
+@pytest.mark.parametrize("name", sorted(CONTENT_FIELDS))
+def test_replaced_fields_are_written_as_if_the_record_held_them(name: str) -> None:
+    # The serde lays sealed contents over a record this way, without copying it.
+    fields = CONTENT_FIELDS[name]
+    encode = compile_record(CATALOG[name].parsed, RECORD_TYPES[name], fields)
+    assert encode is not None
+    parsed = parse_schema(CATALOG[name].parsed)
+    for record in _records(name)[:3]:
+        replaced = {
+            f: ["sealed:v1:r:AAAA"] if isinstance(getattr(record, f), list) else "sealed:v1:r:AAAA"
+            for f in fields
+        }
+        assert encode(record, replaced) == _fastavro(parsed, dataclasses.replace(record, **replaced))
+        assert encode(record) == _fastavro(parsed, record)

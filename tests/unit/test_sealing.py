@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +16,7 @@ from runtime.client import Client
 from runtime.config import Settings
 from runtime.erasure import ErasureRefused, erase_run, erase_subject
 from runtime.log.port.memory import MemoryLog
+from runtime.log.port.protocol import LogRecord
 from runtime.log.records.chain import chain_key_of, first_break, link_of
 from runtime.log.records.events import RunSubmitted, ToolCallScheduled
 from runtime.log.records.sealing import ERASED, KeyStore, Sealer, SealError
@@ -177,3 +179,51 @@ def test_a_sealed_and_chained_run_still_verifies_after_its_erasure() -> None:
         assert deployment.client.status(run_id).result == "erased"
     finally:
         deployment.close()
+
+
+class _NoRangeReads(MemoryLog):
+    """The in-memory log, refusing range reads of the keys topic once ``strict``: what a follower
+    or a fresh run id must do without."""
+
+    strict = False
+
+    def read(self, topic: str, *args: object, **kwargs: object) -> Iterator[LogRecord]:  # type: ignore[override]
+        if self.strict and topic == self.settings.keys_topic:
+            raise AssertionError("the keys partition was range-read")
+        return super().read(topic, *args, **kwargs)
+
+
+def test_a_followed_keys_partition_gives_a_new_runs_key_without_a_range_read() -> None:
+    settings = Settings(partitions=2)
+    log = _NoRangeReads(settings)
+    worker_keys, client_keys = KeyStore(log, settings.keys_topic, 2), KeyStore(log, settings.keys_topic, 2)
+    worker_keys.follow([0, 1])
+    log.strict = True
+    try:
+        key = client_keys.get_or_create("fresh-run-id", new=True)  # a drawn id: no read either
+        assert worker_keys.awaited("fresh-run-id", timeout=5) == key
+        client_keys.destroy("fresh-run-id")
+        deadline = time.monotonic() + 5
+        while worker_keys.get("fresh-run-id") is not None:  # the tombstone arrives the same way
+            assert time.monotonic() < deadline, "the follower did not see the tombstone"
+            time.sleep(0.01)
+    finally:
+        worker_keys.close()
+
+
+def test_a_run_submitted_with_its_own_id_reuses_the_key_it_has() -> None:
+    # A repeated submission of an id the client did not draw must not replace the run's key.
+    settings = Settings(partitions=1, seal_contents=True)
+    log = MemoryLog(settings)
+    first = Client(settings, identity="a", log=log, serde=Serde.offline(settings))
+    second = Client(settings, identity="b", log=log, serde=Serde.offline(settings))
+    try:
+        first.submit("intake", {"note": MARKER}, run_id="given-id")
+        second.submit("intake", {"note": MARKER}, run_id="given-id")
+        keys = [r for r in log.read(settings.keys_topic, 0) if r.key == b"given-id"]
+        assert len(keys) == 1
+        drawn = first.submit("intake", {"note": MARKER})
+        assert [r.key for r in log.read(settings.keys_topic, 0)].count(drawn.encode()) == 1
+    finally:
+        first.close()
+        second.close()

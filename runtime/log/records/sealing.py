@@ -20,11 +20,13 @@ key needs no schema field to say so.
 from __future__ import annotations
 
 import base64
+import binascii
 import dataclasses
 import itertools
 import os
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import Future
 from typing import Any
 
@@ -33,7 +35,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from runtime.errors import AgentlogError
 from runtime.log.port.partitioning import partition_for
-from runtime.log.port.protocol import EventLog
+from runtime.log.port.protocol import EventLog, Tail
 from runtime.log.records.events import Record
 
 PREFIX = "sealed:v1:"
@@ -46,6 +48,11 @@ KEY_ACK_TIMEOUT = 30.0
 # before the command without waiting for its ack (a submission is not held up by a round trip),
 # so the command may be readable a moment before its key.
 KEY_ARRIVAL_TIMEOUT = 10.0
+# How long a submission's key is waited for from the follower (``KeyStore.follow``) before the
+# partition is read to its end: the key was written before the command, so it is normally there.
+FOLLOWED_KEY_WAIT = 0.5
+
+_FOLLOW_POLL_S = 0.5  # how often the follower looks whether it is being closed
 
 # The fields of each record type that hold a run's contents. Errors, names, hashes and usage stay clear.
 CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
@@ -87,6 +94,10 @@ class KeyStore:
 
     A miss reads the key's partition from where this store last stopped to its end (one range
     read); keys are written before any record sealed under them, so a key a record names is found.
+
+    A worker also *follows* the keys partitions it owns (``follow``): one background reader keeps
+    their new keys cached as they are written, so a new run's key is found without a read of
+    its own -- two offset queries and a fetch on the event loop per run, otherwise.
     """
 
     def __init__(self, log: EventLog, topic: str, partitions: int) -> None:
@@ -94,6 +105,11 @@ class KeyStore:
         self._keys: dict[str, bytes | None] = {}  # key id -> key; None: a tombstone was read
         self._read_to: dict[int, int] = {}  # partition -> the next offset to read
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)  # notified when the follower caches keys
+        self._followed: set[int] = set()
+        self._tail: Tail | None = None
+        self._follower: threading.Thread | None = None
+        self._closing = False
         # False (a client): a new key is appended without waiting for its ack, which ``settle``
         # (the client's flush) waits for; the command after it goes through the same producer.
         self.ack_each = True
@@ -112,11 +128,13 @@ class KeyStore:
                 self._keys.setdefault(key_id, None)
             return self._keys[key_id]
 
-    def get_or_create(self, key_id: str) -> bytes:
-        """The key; a new one, acknowledged by Kafka before it is returned, if there is none."""
+    def get_or_create(self, key_id: str, *, new: bool = False) -> bytes:
+        """The key; a new one, acknowledged by Kafka before it is returned, if there is none.
+        ``new``: the caller has just made ``key_id`` up (a fresh random run id), so no key can
+        exist under it and the partition is not read -- a round trip per submission otherwise."""
         with self._lock:
             partition = self.partition(key_id)
-            if self._keys.get(key_id) is None:
+            if self._keys.get(key_id) is None and not new:
                 self._catch_up(partition)
             key = self._keys.get(key_id)
             if key is None:
@@ -138,8 +156,20 @@ class KeyStore:
 
     def awaited(self, key_id: str, timeout: float = KEY_ARRIVAL_TIMEOUT) -> bytes | None:
         """The key, read again until it arrives or ``timeout`` passes (a submission's key, written
-        just before it); None if it never does."""
+        just before it); None if it never does. In a followed partition it is usually cached
+        already, or arrives through the follower within moments; only then is it read."""
         deadline = time.monotonic() + timeout
+        with self._arrived:
+            # Only a followed partition's cache is kept fresh (a tombstone too): elsewhere the key
+            # is read again, as a caller refreshing a key it holds (analytics.unseal) expects.
+            if self.partition(key_id) in self._followed and self._follower is not None:
+                self._arrived.wait_for(
+                    lambda: self._keys.get(key_id) is not None or self._closing,
+                    timeout=min(FOLLOWED_KEY_WAIT, timeout),
+                )
+                key = self._keys.get(key_id)
+                if key is not None:
+                    return key
         while True:
             with self._lock:
                 self._catch_up(self.partition(key_id))
@@ -153,6 +183,55 @@ class KeyStore:
         with self._lock:
             self._append(self.partition(key_id), key_id, None).result(timeout=KEY_ACK_TIMEOUT)
             self._keys[key_id] = None
+
+    def follow(self, partitions: Iterable[int]) -> None:
+        """Keep the keys of ``partitions`` cached as they are written, from where this store has
+        read them (a worker's owned partitions, after their takeover). A partition stays followed
+        once it is: its keys are few and small, and a partition given back may come back."""
+        with self._lock:
+            new = [p for p in partitions if p not in self._followed]
+            if not new or self._closing:
+                return
+            if self._tail is None:
+                self._tail = self.log.tail(self.topic)
+            for partition in new:
+                start = self._read_to.get(partition)
+                if start is None:
+                    start = self.log.watermarks(self.topic, partition)[0]
+                self._followed.add(partition)
+                self._tail.follow(partition, start)
+            if self._follower is None:
+                self._follower = threading.Thread(target=self._follow, name="agentlog-keys", daemon=True)
+                self._follower.start()
+
+    def close(self) -> None:
+        """Stop following (``follow``); the keys read stay cached."""
+        with self._lock:
+            self._closing = True
+            follower, self._follower = self._follower, None
+            self._arrived.notify_all()
+        if follower is not None:
+            follower.join(timeout=5)
+        if self._tail is not None:
+            self._tail.close()
+            self._tail = None
+
+    def _follow(self) -> None:
+        tail = self._tail
+        assert tail is not None
+        while not self._closing:
+            records = tail.poll(_FOLLOW_POLL_S)
+            if not records:
+                continue
+            with self._arrived:
+                for partition, record in records:
+                    # A range read (``_catch_up``) may have passed this offset already: what it
+                    # read is newer, and a key's tombstone must not be undone by the key.
+                    if record.offset >= self._read_to.get(partition, 0):
+                        if record.key is not None:
+                            self._keys[record.key.decode()] = record.value
+                        self._read_to[partition] = record.offset + 1
+                self._arrived.notify_all()
 
     def _append(self, partition: int, key_id: str, value: bytes | None) -> Future[int]:
         return self.log.append(self.topic, partition, key_id.encode(), value)
@@ -170,19 +249,38 @@ class KeyStore:
 class _Cipher:
     """AES-GCM under one key, with the nonces of this process: a random 8-byte prefix and a 4-byte
     counter. Every writer under a key (a client, the worker, the next owner) draws its own prefix,
-    so nonces do not repeat (GCM's one requirement) without a system call per value."""
+    so nonces do not repeat (GCM's one requirement) without a system call per value.
 
-    def __init__(self, key: bytes) -> None:
+    ``seal`` is the worker's hot path (about five values a step): what does not change per value --
+    the text before the ciphertext, each field's associated data -- is made once per key."""
+
+    def __init__(self, key_id: str, key: bytes) -> None:
         self.aead = AESGCM(key)
+        self.head = f"{PREFIX}{key_id}:"
+        self._key_id = key_id
+        self._ads: dict[str, bytes] = {}  # field -> its associated data, ``<key id>/<field>``
         self._prefix = os.urandom(8)
         self._counter = itertools.count()
 
     def nonce(self) -> bytes:
         n = next(self._counter)
         if n >= 1 << 32:  # 4 billion values sealed by one process under one key: draw a new prefix
-            self._prefix, self._counter = os.urandom(8), itertools.count(1)
-            n = 0
+            return self._renewed()
         return self._prefix + n.to_bytes(4, "big")
+
+    def _renewed(self) -> bytes:
+        """The first nonce under a new random prefix, once the counter has run out."""
+        self._prefix, self._counter = os.urandom(8), itertools.count(1)
+        return self._prefix + (0).to_bytes(4, "big")
+
+    def seal(self, value: str, field: str) -> str:
+        ad = self._ads.get(field)
+        if ad is None:
+            ad = self._ads[field] = f"{self._key_id}/{field}".encode()
+        n = next(self._counter)
+        nonce = self._prefix + n.to_bytes(4, "big") if n < 1 << 32 else self._renewed()  # nonce(), inline
+        sealed = nonce + self.aead.encrypt(nonce, value.encode(), ad)
+        return self.head + binascii.b2a_base64(sealed, newline=False).decode("ascii")
 
 
 class Sealer:
@@ -199,6 +297,12 @@ class Sealer:
         """Seal ``run_id``'s contents under ``subject``'s key (``Client.submit(..., subject=)``)."""
         self._key_of_run[run_id] = subject_key_id(subject)
 
+    def use_new_key(self, run_id: str) -> None:
+        """Seal ``run_id``'s contents under a key of its own made now, without looking for one:
+        the caller has just drawn ``run_id`` at random (``Client.submit`` without an id)."""
+        if run_id not in self._key_of_run and run_id not in self._ciphers:
+            self._ciphers[run_id] = _Cipher(run_id, self.keys.get_or_create(run_id, new=True))
+
     def key_id_for(self, run_id: str) -> str:
         return self._key_of_run.get(run_id, run_id)
 
@@ -213,30 +317,40 @@ class Sealer:
     def sealed_fields(self, record: Record) -> dict[str, Any] | None:
         """The content fields of ``record`` sealed, by name; None if it has none to seal. (The
         serde lays them over the record's own values: copying a record costs more than sealing.)"""
-        fields = CONTENT_FIELDS.get(record.type)
+        fields = CONTENT_FIELDS.get(type(record).__name__)  # record.type, without the property's call
         if fields is None:
             return None
         changes: dict[str, Any] = {}
+        cipher: _Cipher | None = None  # looked up once, at the first value that needs it
         for name in fields:
             value = getattr(record, name)
-            if isinstance(value, list):  # a prompt's messages, each sealed on its own
-                if any(item and not is_sealed(item) for item in value):
-                    changes[name] = [self.seal_text(item, name, record.run_id) for item in value]
-            elif value and not is_sealed(value):
-                changes[name] = self.seal_text(value, name, record.run_id)
+            if not value:
+                continue
+            if value.__class__ is str:
+                if not value.startswith(PREFIX):
+                    cipher = cipher or self._cipher_for(record.run_id)
+                    changes[name] = cipher.seal(value, name)
+            elif isinstance(value, list) and any(item and not item.startswith(PREFIX) for item in value):
+                # a prompt's messages, each sealed on its own
+                cipher = cipher or self._cipher_for(record.run_id)
+                changes[name] = [
+                    cipher.seal(item, name) if item and not item.startswith(PREFIX) else item
+                    for item in value
+                ]
         return changes or None
 
     def seal_text(self, value: str, field: str, run_id: str) -> str:
         """``value`` of ``field`` sealed under the key of ``run_id`` (created if it has none)."""
         if not value or is_sealed(value):
             return value
-        key_id = self.key_id_for(run_id)
+        return self._cipher_for(run_id).seal(value, field)
+
+    def _cipher_for(self, run_id: str) -> _Cipher:
+        key_id = self._key_of_run.get(run_id, run_id)
         cipher = self._ciphers.get(key_id)
         if cipher is None:
-            cipher = self._ciphers[key_id] = _Cipher(self.keys.get_or_create(key_id))
-        nonce = cipher.nonce()
-        sealed = cipher.aead.encrypt(nonce, value.encode(), f"{key_id}/{field}".encode())
-        return f"{PREFIX}{key_id}:{base64.b64encode(nonce + sealed).decode('ascii')}"
+            cipher = self._ciphers[key_id] = _Cipher(key_id, self.keys.get_or_create(key_id))
+        return cipher
 
     def open(self, record: Record) -> Record:
         fields = CONTENT_FIELDS.get(record.type)

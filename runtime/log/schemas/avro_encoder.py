@@ -16,7 +16,7 @@ with its own error: the compiled path never guesses.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from runtime.errors import AgentlogError
@@ -255,10 +255,14 @@ def _inline(schema: Any, value: str, writers: dict[str, Writer]) -> list[str] | 
     return None
 
 
-def compile_record(schema: dict[str, Any], cls: type) -> Callable[[object], bytes] | None:
+def compile_record(
+    schema: dict[str, Any], cls: type, replaceable: Iterable[str] = ()
+) -> Callable[..., bytes] | None:
     """An encoder of ``cls`` instances by the record schema ``schema`` (each field read as the
     attribute of its name), or None when the schema uses a type this module does not compile or
-    names a field ``cls`` does not have.
+    names a field ``cls`` does not have. ``replaceable``: fields whose value the caller may give
+    instead of the record's, as ``encode(record, {field: value})`` -- the sealed contents laid
+    over a record without copying it.
 
     The encoder is generated source -- one straight run of appends, a field's checks inline --
     because a function call per field would cost as much as the encoding itself."""
@@ -275,10 +279,14 @@ def compile_record(schema: dict[str, Any], cls: type) -> Callable[[object], byte
         lines = _inline(field.get("type"), value, writers)
         if lines is None:
             return None
-        body += [f"{value} = record.{name}", *lines]
+        if name in replaceable:
+            read = f"record.{name} if replaced is None else replaced.get({name!r}, record.{name})"
+        else:
+            read = f"record.{name}"
+        body += [f"{value} = {read}", *lines]
     if not body:
         return None
-    source = "def encode(record):\n    out = []\n    append = out.append\n"
+    source = "def encode(record, replaced=None):\n    out = []\n    append = out.append\n"
     source += "".join(f"    {line}\n" for line in body)
     source += "    return b''.join(out)\n"
     namespace: dict[str, Any] = {
@@ -288,5 +296,5 @@ def compile_record(schema: dict[str, Any], cls: type) -> Callable[[object], byte
         **writers,
     }
     exec(compile(source, f"<avro encoder of {schema.get('name')}>", "exec"), namespace)
-    encode: Callable[[object], bytes] = namespace["encode"]
+    encode: Callable[..., bytes] = namespace["encode"]
     return encode

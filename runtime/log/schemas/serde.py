@@ -29,7 +29,7 @@ from runtime.config import Settings
 from runtime.errors import RetryableError
 from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import RECORD_TYPES, Record
-from runtime.log.records.sealing import KeyStore, Sealer
+from runtime.log.records.sealing import CONTENT_FIELDS, KeyStore, Sealer
 from runtime.log.schemas.avro_encoder import Unencodable, compile_record
 from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
 from runtime.log.schemas.datum import DecodeError, Reader, read_datum, record_to_dict, schema_id_of
@@ -42,15 +42,6 @@ from runtime.log.schemas.resolver import SchemaResolver
 # (see runtime.log.schemas.registry), and a recovering worker does not need it to start.
 if TYPE_CHECKING:
     from runtime.log.schemas.registry_client import AvroSerializer, SchemaRegistryClient
-
-
-class _Overlay:
-    """A record's Avro field values with some replaced, for a compiled encoder (which reads
-    ``record.<field>`` only): plain attributes of one dict, cheaper than copying the record."""
-
-    def __init__(self, record: Record, replaced: dict[str, Any]) -> None:
-        self.__dict__.update(record_to_dict(record))
-        self.__dict__.update(replaced)
 
 
 class SchemaNotRegistered(RetryableError):
@@ -83,7 +74,7 @@ class Serde:
         self._serializers: dict[str, AvroSerializer] = {}
         self._names_by_id: dict[int, str] = {}
         # record name -> its compiled encoder (None: the schema needs fastavro), made on first use
-        self._compiled: dict[str, Callable[[object], bytes] | None] = {}
+        self._compiled: dict[str, Callable[..., bytes] | None] = {}
         self._writers: dict[str, tuple[bytes, Any]] = {}  # record name -> (magic + schema id, parsed schema)
         self._readers: dict[int, Reader] = {}  # schema id -> how to read the records it wrote
         self._lock = threading.Lock()
@@ -126,11 +117,13 @@ class Serde:
         try:
             compiled = self._compiled[name]
         except KeyError:
-            compiled = self._compiled[name] = compile_record(self.catalog[name].parsed, type(record))
+            compiled = self._compiled[name] = compile_record(
+                self.catalog[name].parsed, type(record), CONTENT_FIELDS.get(name, ())
+            )
         if compiled is not None:
             try:
                 # The sealed fields laid over the record's values: a copy of the record costs more.
-                return header + compiled(_Overlay(record, sealed) if sealed else record)
+                return header + compiled(record, sealed)
             except Unencodable:
                 pass  # a value of another Python type than the schema's: fastavro converts or refuses it
         if sealed:
