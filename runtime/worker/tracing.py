@@ -154,7 +154,9 @@ class RunSpans:
                 f"execute_tool {intent.name}",
                 {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": intent.name},
             )
-        span = _tracer().start_span(name, context=parent, kind=SpanKind.CLIENT, attributes=attributes)
+        span = _tracer().start_span(
+            name, context=parent, kind=SpanKind.CLIENT, attributes=attributes
+        )
         if span.is_recording():
             span.set_attribute("agentlog.run_id", machine.run_id)
             span.set_attribute("agentlog.position", intent.position)
