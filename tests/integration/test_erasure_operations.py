@@ -2,7 +2,8 @@
 real worker subprocess: the worker holds the command and fetches the key off its event loop, so a run
 beside it in the same partition keeps stepping (on the log) and the signal sent behind it waits its
 turn; once the key is written the run starts with its input opened. A submission whose key never
-comes ends as RunRejected naming the run and the key, and the partition goes on."""
+comes ends as RunRejected naming the run and the key, and the partition goes on. The real
+`agentlog erase --subject` refuses while a run of the subject has not ended, naming it."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from runtime.log.kafka.backend import KafkaLog
 from runtime.log.port.partitioning import name_in_partition
 from runtime.log.schemas.serde import Serde
 from support.late_keys import LateKeySubmission
-from support.services import make_deployment
+from support.services import agentlog, make_deployment
 from support.wait import wait_until
 from support.workers import WorkerProcess
 
@@ -103,3 +104,29 @@ def test_a_submission_whose_key_never_comes_is_rejected_naming_it_and_the_partit
             f"run {lost_id}: its data key '{lost_id}' is not in the keys topic '{settings.keys_topic}' 10 s after"
         )
     log.close()
+
+
+def test_erasing_a_subject_refuses_while_one_of_its_runs_goes_on_naming_it(
+    sealed: tuple[Settings, WorkerProcess],
+) -> None:
+    settings, worker = sealed
+    with Client(settings) as client:
+        ended = client.submit("intake", {"note": "first"}, subject="customer-31")
+        assert client.result(ended, timeout=60)["filed"] == "first"
+        waiting = client.submit("intake", {"note": "second", "wait": True}, subject="customer-31")
+        wait_until(
+            lambda: client.status(waiting).status == "running", 30, "the waiting run", process=worker.proc
+        )
+        refused = agentlog(settings, "erase", "--subject", "customer-31")
+        assert refused.returncode != 0
+        assert refused.stderr.startswith(
+            f"agentlog: data subject 'customer-31' has runs that have not ended: {waiting} (running); "
+        ), refused.stderr
+        assert client.status(ended).result != "erased"  # nothing destroyed
+        client.signal(waiting, "go", None)
+        assert client.result(waiting, timeout=60)["filed"] == "second"
+    done = agentlog(settings, "erase", "--subject", "customer-31")
+    assert done.returncode == 0, done.stderr
+    with Client(settings) as client:
+        assert client.status(ended).result == "erased"
+        assert client.status(waiting).result == "erased"
