@@ -338,16 +338,17 @@ class _Cipher:
 class Sealer:
     """Seals the content fields of records before they are encoded, and opens them after decoding."""
 
+    # False (a worker): a submission whose key is not cached raises KeyPending rather than waiting
+    # for the key on the decoding thread -- the worker's event loop, which every other run of the
+    # worker needs (runtime.worker.commands holds the command and fetches the key).
+    wait_for_keys: bool = True
+
     def __init__(self, keys: KeyStore) -> None:
         self.keys = keys
         self._aeads: dict[str, AESGCM] = {}  # key id -> the cipher that opens
         self._ciphers: dict[str, _Cipher] = {}  # key id -> the cipher that seals, with its nonces
         # run id -> the key id its contents are sealed under, learnt from what was submitted or read
         self._key_of_run: dict[str, str] = {}
-        # False (a worker): a submission whose key is not cached raises KeyPending rather than
-        # waiting for the key on the decoding thread -- the worker's event loop, which every other
-        # run of the worker needs (runtime.worker.commands holds the command and fetches the key).
-        self.wait_for_keys = True
 
     def use_subject(self, run_id: str, subject: str) -> None:
         """Seal ``run_id``'s contents under ``subject``'s key (``Client.submit(..., subject=)``)."""
