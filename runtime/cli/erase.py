@@ -26,6 +26,12 @@ def add_erase_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         help="destroy the data key of an ended run or of a data subject (its contents read as erased)",
     )
     which = erase.add_mutually_exclusive_group(required=True)
-    which.add_argument("--run", help="the run id (a run that has ended)")
-    which.add_argument("--subject", help="the data subject every run submitted with it is about")
+    which.add_argument(
+        "--run",
+        help="the run id (a run that has ended; one submitted with a subject: once the subject's runs all have)",
+    )
+    which.add_argument(
+        "--subject",
+        help="the data subject every run submitted with it is about (once all those runs have ended)",
+    )
     erase.set_defaults(func=_erase)

@@ -21,13 +21,29 @@ not agentlog's own can make are handled here rather than lost:
   ack: one round trip, paid only by misrouted commands). A worker killed after the ack but before
   a checkpoint covers the command forwards it again on restart; the home partition ignores a
   submission whose run id it knows, so the run starts once.
+
+A sealed submission (``Settings.seal_contents``) may be read a moment before its data key: a
+client writes the key just before the command without waiting for its ack. Its key is not waited
+for here, on the event loop every run of the worker steps on: the command is **held**, the key
+fetched by a thread of the key store (``KeyStore.fetch``), and the command handled once it has
+arrived -- meanwhile every live run keeps stepping and the other partitions' commands flow. The
+commands behind a held one *in its partition* wait behind it, in order: a rebuild resumes the
+commands topic after the highest command offset its events name (runtime.worker.rebuild), so a
+later command applied first would let a crash skip the held one; and the checkpoint commits no
+offset past it. A key still missing after ``KEY_ARRIVAL_TIMEOUT`` (never written, or destroyed
+before the run started) ends the submission as ``RunRejected`` naming the run and the key; a
+resubmission of a run the partition already has is ignored as any duplicate is, whatever became of
+its key (an ended run may have been erased since).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import time
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from runtime import stagemarks
@@ -43,6 +59,7 @@ from runtime.log.records.events import (
     SignalReceived,
     SignalSent,
 )
+from runtime.log.records.sealing import KEY_ARRIVAL_TIMEOUT, KeyPending
 from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.serde import Serde
 from runtime.replay.reset import SeedError, decode_seed
@@ -82,11 +99,17 @@ class CommandHandler:
         self.batcher = batcher
         self.executor = executor
         self.worker_id = worker_id
+        if serde.sealer is not None:
+            # A submission's key not cached yet is fetched off the loop, its command held meanwhile.
+            serde.sealer.wait_for_keys = False
 
     def handle(self, owned: OwnedPartition, delivery: Delivery) -> None:
         """Apply one command; a failure ends it as RunRejected (see the module docstring)."""
         offset = delivery.offset
         if owned.lost or offset < owned.next_command:
+            return
+        if owned.held:  # a submission waits for its key: the partition's commands queue behind it
+            owned.held.append(delivery)
             return
         owned.next_command = offset + 1
         key = delivery.key
@@ -100,6 +123,8 @@ class CommandHandler:
         )
         try:
             self._apply(owned, run_id, delivery)
+        except KeyPending as pending:
+            self._hold(owned, delivery, pending)
         except RetryableError as error:
             owned.next_command = offset  # not covered by a checkpoint: the restart handles it again
             raise WorkerError(f"stopping at command {delivery.partition}@{offset}: {error}") from error
@@ -115,6 +140,74 @@ class CommandHandler:
                     f"stopping: command {delivery.partition}@{offset} of run {run_id} failed ({error}) "
                     f"and its rejection could not be recorded ({reject_error})"
                 ) from reject_error
+
+    def _hold(self, owned: OwnedPartition, delivery: Delivery, pending: KeyPending) -> None:
+        """Hold a submission whose data key is not cached yet; fetch the key in a thread, and
+        handle the command (and those queued behind it) back in the loop once it has arrived."""
+        if pending.run_id in owned.known_runs:
+            log.info("run %s already exists: duplicate submission ignored", pending.run_id)
+            return
+        sealer = self.serde.sealer
+        assert sealer is not None  # KeyPending comes from it
+        owned.next_command = delivery.offset  # not handled: no checkpoint commits past it
+        owned.held.append(delivery)
+        log.info(
+            json.dumps(
+                {
+                    "event": "submission_key_awaited",
+                    "run": pending.run_id,
+                    "key": pending.key_id,
+                    "command": f"{delivery.partition}@{delivery.offset}",
+                }
+            )
+        )
+        loop = asyncio.get_running_loop()
+
+        def arrived(fetched: Future[bytes | None]) -> None:  # in the fetching thread
+            with contextlib.suppress(RuntimeError):  # the loop has closed: the worker has stopped
+                loop.call_soon_threadsafe(self._resume, owned, pending, fetched)
+
+        sealer.keys.fetch(pending.key_id, KEY_ARRIVAL_TIMEOUT).add_done_callback(arrived)
+
+    def _resume(self, owned: OwnedPartition, pending: KeyPending, fetched: Future[bytes | None]) -> None:
+        """The held submission's key has arrived, or will not: handle it and the commands behind it."""
+        sealer = self.serde.sealer
+        if owned.lost or not owned.held or fetched.cancelled() or sealer is None:
+            return  # the partition went to another owner, or the worker is stopping: they handle it
+        first = owned.held[0]
+        where = f"{first.partition}@{first.offset}"
+        error = fetched.exception()
+        if error is not None:  # the keys topic could not be read: not the submission's fault
+            self.executor.failure = self.executor.failure or (
+                f"stopping at command {where}: the data key of run {pending.run_id} could not be read: {error}"
+            )
+            return
+        if fetched.result() is None and sealer.keys.closing:
+            return  # the wait was cut short by the stop; the restart handles the command again
+        held, owned.held = owned.held, []
+        if fetched.result() is None:
+            topic = self.executor.settings.keys_topic
+            reason = (
+                f"run {pending.run_id}: its data key {pending.key_id!r} is not in the keys topic {topic!r} "
+                f"{KEY_ARRIVAL_TIMEOUT:g} s after the submission was read (never written, or destroyed "
+                "before the run started), so its sealed input cannot be opened; a producer writes a run's "
+                "key before its command (docs/erasure.md)"
+            )
+            try:
+                self._reject(owned, pending.run_id, None, reason, "", first.offset)
+            except Exception as failure:
+                self.executor.failure = self.executor.failure or (
+                    f"stopping: the rejection of command {where} of run {pending.run_id} could not be "
+                    f"recorded ({failure})"
+                )
+                return
+            owned.next_command = first.offset + 1
+            held = held[1:]
+        try:
+            for delivery in held:  # in order; one may be held in its turn, the rest behind it again
+                self.handle(owned, delivery)
+        except WorkerError as failure:  # handle() left next_command at the command that stopped it
+            self.executor.failure = self.executor.failure or str(failure)
 
     def _forward(self, owned: OwnedPartition, delivery: Delivery, home: int) -> None:
         """Send a misrouted command to its home partition, untouched, and wait for the ack."""

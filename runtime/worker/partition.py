@@ -7,6 +7,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.log.port.protocol import Delivery
 from runtime.log.records.run_index import RunLocation
 from runtime.workflow.intents import Stamp
 from runtime.workflow.machine import RunMachine
@@ -67,6 +68,9 @@ class OwnedPartition:
     # Run -> the link of its last record written or read (runtime.log.records.chain): the next
     # record's chains from it.
     chain_tips: dict[str, bytes] = field(default_factory=dict)
+    # A submission waiting for its data key (runtime.worker.commands), then the commands delivered
+    # behind it, in offset order: handled once the key has arrived (or the submission is rejected).
+    held: list[Delivery] = field(default_factory=list)
 
     def spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         """Run ``coroutine`` as a task of this partition (cancelled when the partition is lost)."""

@@ -23,17 +23,23 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._acl import AclBindingFilter
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from analytics.unseal import opener_for
 from infra import kafka, kafka_acl, kafka_auth, kafka_users
 from infra.deployment import scratch_deployment
 from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.kafka import access
 from runtime.log.kafka.auth import KafkaAuthenticationError, KafkaTLSError, check_credentials
+from runtime.log.kafka.backend import KafkaLog
+from runtime.log.kafka.roles import Grant
+from runtime.log.port.partitioning import partition_for
+from runtime.log.records.sealing import KeyStore, Sealer
 from support.secure_cluster import ADMIN_PASSWORD, CONTROLLER_PORT, PORT, as_user
 from support.services import ROOT, deployment_env
 from support.sink import SinkProcess, read_partition, wait_for_rows
@@ -243,3 +249,60 @@ def test_users_add_again_keeps_acls_in_place_and_moves_a_user_to_another_role(de
     assert access.missing(mover, "sink") == []
     lacking = {g.describe() for g in access.missing(mover, "submitter")}
     assert f"WRITE topic '{deployment.commands_topic}'" in lacking
+
+
+def test_the_sinks_credentials_open_sealed_contents_but_write_no_key(deployment: Settings) -> None:
+    """The audit store and the UI open sealed values with the sink's user (analytics.unseal reads
+    the keys topic); the sink may not add or destroy a key, and a sink user without READ on the
+    keys topic is named at start."""
+    run_id = "run-the-sink-opens"
+    admin_log = KafkaLog(deployment)
+    try:
+        admin_keys = KeyStore(admin_log, deployment.keys_topic, deployment.partitions)
+        sealed = Sealer(admin_keys).seal_text('"the refund is approved"', "result", run_id)
+        key = admin_keys.get(run_id)
+    finally:
+        admin_log.close()
+    sink = as_user(deployment, "sink").model_copy(update={"seal_contents": True})
+    assert access.missing(sink, "sink") == []
+    assert opener_for(sink).open_value(sealed, "result") == '"the refund is approved"'
+    producer = Producer(sink.kafka_common())  # the sink's user, writing a key and a key's tombstone
+    errors: list[KafkaError | None] = []
+    for value in (b"k" * 32, None):
+        producer.produce(
+            sink.keys_topic,
+            key=run_id.encode(),
+            value=value,
+            partition=partition_for(run_id, sink.partitions),
+            on_delivery=lambda err, _msg: errors.append(err),
+        )
+    assert producer.flush(30) == 0
+    assert [e.code() if e else None for e in errors] == [KafkaError.TOPIC_AUTHORIZATION_FAILED] * 2
+    reread = KafkaLog(deployment)
+    try:
+        assert (
+            KeyStore(reread, deployment.keys_topic, deployment.partitions).get(run_id) == key
+        )  # still there
+    finally:
+        reread.close()
+
+    # A sink user with the grants of before (no READ on the keys topic) is named by the start check.
+    kafka_users.add_user(deployment, "old-sink", "sink")
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap(deployment), **kafka.probe_auth(deployment)})
+    keys_read = kafka_acl.binding("User:old-sink", Grant("topic", deployment.keys_topic, "READ"))
+    dropped = AclBindingFilter(
+        keys_read.restype,
+        keys_read.name,
+        keys_read.resource_pattern_type,
+        keys_read.principal,
+        keys_read.host,
+        keys_read.operation,
+        keys_read.permission_type,
+    )
+    for future in admin.delete_acls([dropped], request_timeout=30).values():
+        future.result()
+    old = as_user(deployment, "old-sink")
+    deadline = time.monotonic() + 15  # ACLs reach every node through the metadata log
+    while not access.missing(old, "sink") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [g.describe() for g in access.missing(old, "sink")] == [f"READ topic '{deployment.keys_topic}'"]

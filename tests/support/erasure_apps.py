@@ -1,11 +1,13 @@
 """An agent whose input, tool argument and model message carry one marker (`--app support.erasure_apps:app`).
 
 The erasure tests grep every topic and table for the marker after `agentlog erase`. The model is
-a scripted fake that reports usage; fakes live here, in tests/, never in runtime/.
+a scripted fake that reports usage; fakes live here, in tests/, never in runtime/. ``ticks`` is a run that
+keeps stepping (a tool call every 50 ms) while a late-key test holds a submission beside it.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from runtime import App, Context
@@ -40,3 +42,21 @@ async def intake(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
     reply = await ctx.model("chat", messages=[{"role": "user", "content": f"customer says: {note}"}])
     filed = await ctx.tool("file_note", customer="c-42", note=note)
     return {"reply": reply["content"], "filed": filed["filed"]}
+
+
+TICK_S = 0.05
+
+
+@app.tool("tick")
+def tick(n: int) -> int:
+    time.sleep(TICK_S)  # in the worker's call pool, off its event loop
+    return n
+
+
+@app.workflow("ticks")
+async def ticks(ctx: Context, request: dict[str, Any]) -> int:
+    """``request["count"]`` steps, one tool call each: a run that keeps stepping for a while."""
+    count = int(request["count"])
+    for n in range(count):
+        await ctx.tool("tick", n=n)
+    return count

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runtime.config import Settings
-from runtime.log.kafka.roles import ROLES, grants
+from runtime.log.kafka.roles import ROLES, Role, grants, start_checks
 
 pytestmark = pytest.mark.unit
 
@@ -33,9 +33,14 @@ def test_only_the_worker_and_the_admin_write_the_history_topics() -> None:
     assert writes("admin") == {"*"}
 
 
-def test_the_sink_reads_events_and_payloads_with_its_own_groups_only() -> None:
+def test_the_sink_reads_events_payloads_and_keys_with_its_own_groups_only() -> None:
     sink = grants("sink", SETTINGS)
-    assert {g.name for g in sink if g.resource == "topic"} == {"d.events", "d.payloads"}
+    # keys: the audit store's readers (agentlog audit, the UI) open sealed values with its credentials
+    assert {(g.name, g.operation) for g in sink if g.resource == "topic"} == {
+        ("d.events", "READ"),
+        ("d.payloads", "READ"),
+        ("d.keys", "READ"),
+    }
     groups = {g.name for g in sink if g.resource == "group" and not g.prefixed}
     assert groups == {
         "agentlog-sink-d.events",
@@ -57,3 +62,12 @@ def test_only_the_worker_joins_the_workers_group() -> None:
 def test_an_unknown_role_is_named() -> None:
     with pytest.raises(ValueError, match="unknown role 'auditor'"):
         grants("auditor", SETTINGS)  # type: ignore[arg-type]
+
+
+def test_the_start_check_of_each_reader_of_contents_covers_reading_the_keys_topic() -> None:
+    """What runtime.log.kafka.access.missing asks the cluster about at start: every role that
+    opens sealed contents (the sink's readers among them) is checked for READ on the keys topic."""
+    readers: tuple[Role, ...] = ("submitter", "worker", "sink")
+    for role in readers:
+        checked = {(g.name, g.operation) for g in start_checks(role, SETTINGS)}
+        assert ("d.keys", "READ") in checked, role

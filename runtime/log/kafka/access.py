@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 from runtime.config import Settings
 from runtime.errors import TerminalError
 from runtime.log.kafka.auth import check_credentials, uses_sasl
-from runtime.log.kafka.roles import Grant, Role, grants
+from runtime.log.kafka.roles import Grant, Role, start_checks
 
 _QUIET = logging.getLogger("agentlog.kafka.access_probe")
 _QUIET.addHandler(logging.NullHandler())
@@ -48,7 +48,7 @@ def _allowed(operation: str, authorized: list[str] | None) -> bool:
 
 def missing(settings: Settings, role: Role, timeout: float = 10.0) -> list[Grant]:
     """The grants of ``role`` the configured user lacks, as far as the cluster tells."""
-    needed = [g for g in grants(role, settings) if g.resource in ("topic", "group") and not g.prefixed]
+    needed = start_checks(role, settings)
     admin = AdminClient(settings.kafka_common(), logger=_QUIET)
     lacking: list[Grant] = []
     topics = sorted({g.name for g in needed if g.resource == "topic"})

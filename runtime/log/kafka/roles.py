@@ -3,9 +3,11 @@ process makes at start (runtime.log.kafka.access).
 
 The point of the roles is who may write history. Only a ``worker`` writes the events,
 checkpoints and payloads topics; a ``submitter`` asks for work (writes commands) and reads what
-``Client.result`` / ``status`` / ``history`` read; the ``sink`` only reads what it copies into the
-audit store (sealed contents stay sealed there: it needs no data key). Destroying a key
-(``agentlog erase``) is the ``admin``'s. ``admin`` may do anything (it creates topics, registers users).
+``Client.result`` / ``status`` / ``history`` read; the ``sink`` only reads: what it copies into the
+audit store, and the data keys topic, so that the store's readers run with its credentials
+(``agentlog audit``, the UI: analytics.unseal) open the sealed contents they show -- the store
+itself keeps them sealed, and the sink never writes a key. Destroying a key (``agentlog erase``)
+is the ``admin``'s. ``admin`` may do anything (it creates topics, registers users).
 
 Grants name this deployment's topics and groups literally (they come from the settings), except
 two families of consumer groups: ``agentlog-reader-*``, the throwaway group ids of assign-only
@@ -76,6 +78,9 @@ def grants(role: Role, settings: Settings) -> list[Grant]:
     if role == "sink":
         return [
             *(Grant("topic", t, "READ") for t in (s.events_topic, s.payloads_topic)),
+            # Read only: the audit store's readers open sealed values with the sink's credentials
+            # (analytics.unseal); a key is made by a submitter or a worker, destroyed by the admin.
+            Grant("topic", s.keys_topic, "READ"),
             *(Grant("group", sink_group(t), "READ") for t in (s.events_topic, s.payloads_topic)),
             Grant("group", SINK_METRICS_GROUP, "READ"),
             *common,
@@ -86,3 +91,10 @@ def grants(role: Role, settings: Settings) -> list[Grant]:
             *(Grant(r, "*", "ALL") for r in ("topic", "group", "transactional_id")),
         ]
     raise ValueError(f"unknown role {role!r}: one of {', '.join(ROLES)}")
+
+
+def start_checks(role: Role, settings: Settings) -> list[Grant]:
+    """The grants of ``role`` a process asks the cluster about at start (runtime.log.kafka.access):
+    those on topics and groups named literally -- a prefixed grant names no resource to describe,
+    and the cluster does not describe its own or transactional ids' operations this way."""
+    return [g for g in grants(role, settings) if g.resource in ("topic", "group") and not g.prefixed]

@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
@@ -46,11 +46,19 @@ SUBJECT_PREFIX = "subject/"
 KEY_ACK_TIMEOUT = 30.0
 # How long a worker waits for the key of a submission it was handed: a client writes the key just
 # before the command without waiting for its ack (a submission is not held up by a round trip),
-# so the command may be readable a moment before its key.
+# so the command may be readable a moment before its key. A worker waits off its event loop
+# (``KeyStore.fetch``), holding the partition's commands behind that one (runtime.worker.commands);
+# a key still missing then rejects the submission.
 KEY_ARRIVAL_TIMEOUT = 10.0
-# How long a submission's key is waited for from the follower (``KeyStore.follow``) before the
-# partition is read to its end: the key was written before the command, so it is normally there.
+# How often a waited-for key's partition is read to its end while the follower (``KeyStore.follow``)
+# has not brought it: the follower normally does, the read is the fallback.
 FOLLOWED_KEY_WAIT = 0.5
+# Outside the followed partitions a waited-for key is read again after 10 ms, then less and less
+# often, up to this: a missing key costs a handful of reads a second, not a hundred.
+_REREAD_MAX_S = 0.5
+# Threads that wait for keys (``KeyStore.fetch``): one per submission waiting at once, so one key
+# that never arrives does not hold up another partition's.
+_FETCH_THREADS = 8
 
 _FOLLOW_POLL_S = 0.5  # how often the follower looks whether it is being closed
 
@@ -72,6 +80,17 @@ CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
 
 class SealError(AgentlogError):
     """A sealed value that its key does not open: altered, or sealed under another key."""
+
+
+class KeyPending(AgentlogError):
+    """A submission names a key this process has not cached, and its reader asked not to wait for
+    it on its own thread (``Sealer.wait_for_keys`` False: a worker's event loop). The reader fetches
+    it elsewhere (``KeyStore.fetch``) and decodes the record again once it has arrived."""
+
+    def __init__(self, key_id: str, run_id: str) -> None:
+        super().__init__(f"the data key {key_id!r} of run {run_id or '?'} is not cached yet")
+        self.key_id = key_id
+        self.run_id = run_id
 
 
 def subject_key_id(subject: str) -> str:
@@ -110,6 +129,7 @@ class KeyStore:
         self._tail: Tail | None = None
         self._follower: threading.Thread | None = None
         self._closing = False
+        self._fetcher: ThreadPoolExecutor | None = None  # ``fetch``'s threads, made on first use
         # False (a client): a new key is appended without waiting for its ack, which ``settle``
         # (the client's flush) waits for; the command after it goes through the same producer.
         self.ack_each = True
@@ -117,6 +137,11 @@ class KeyStore:
 
     def partition(self, key_id: str) -> int:
         return partition_for(key_id, self.partitions)
+
+    @property
+    def closing(self) -> bool:
+        """``close`` has been called: a wait it cut short answered None, not "no such key"."""
+        return self._closing
 
     def get(self, key_id: str) -> bytes | None:
         """The key, or None if it was never written or has been destroyed."""
@@ -154,29 +179,52 @@ class KeyStore:
         for written in pending:
             written.result(timeout=KEY_ACK_TIMEOUT)
 
+    def cached(self, key_id: str) -> bytes | None:
+        """The key if this store holds it, without any read: None if it has not been read yet (or
+        a tombstone was). A worker's event loop asks this; ``fetch`` does the waiting. (No lock: a
+        dict lookup is atomic, and a range read holding the lock must not stall the loop.)"""
+        return self._keys.get(key_id)
+
+    def fetch(self, key_id: str, timeout: float = KEY_ARRIVAL_TIMEOUT) -> Future[bytes | None]:
+        """``awaited`` in a thread of this store, for a caller that must not wait itself (a worker's
+        event loop): the future has the key, or None if it did not arrive within ``timeout``."""
+        with self._lock:
+            if self._closing:
+                closed: Future[bytes | None] = Future()
+                closed.set_result(None)
+                return closed
+            if self._fetcher is None:
+                self._fetcher = ThreadPoolExecutor(_FETCH_THREADS, thread_name_prefix="agentlog-key-fetch")
+            return self._fetcher.submit(self.awaited, key_id, timeout)
+
     def awaited(self, key_id: str, timeout: float = KEY_ARRIVAL_TIMEOUT) -> bytes | None:
         """The key, read again until it arrives or ``timeout`` passes (a submission's key, written
-        just before it); None if it never does. In a followed partition it is usually cached
-        already, or arrives through the follower within moments; only then is it read."""
+        just before it); None if it never does. Blocks the calling thread: a worker's event loop
+        calls ``fetch`` instead. In a followed partition the follower brings it (the partition is
+        read to its end every ``FOLLOWED_KEY_WAIT`` meanwhile, in case the follower lags); elsewhere
+        the partition is read again, less and less often."""
         deadline = time.monotonic() + timeout
-        with self._arrived:
-            # Only a followed partition's cache is kept fresh (a tombstone too): elsewhere the key
-            # is read again, as a caller refreshing a key it holds (analytics.unseal) expects.
-            if self.partition(key_id) in self._followed and self._follower is not None:
-                self._arrived.wait_for(
-                    lambda: self._keys.get(key_id) is not None or self._closing,
-                    timeout=min(FOLLOWED_KEY_WAIT, timeout),
-                )
-                key = self._keys.get(key_id)
-                if key is not None:
-                    return key
+        partition = self.partition(key_id)
+        pause = 0.01
         while True:
-            with self._lock:
-                self._catch_up(self.partition(key_id))
+            with self._arrived:
+                # Only a followed partition's cache is kept fresh (a tombstone too): elsewhere the key
+                # is read again, as a caller refreshing a key it holds (analytics.unseal) expects.
+                if partition in self._followed and self._follower is not None:
+                    self._arrived.wait_for(
+                        lambda: self._keys.get(key_id) is not None or self._closing,
+                        timeout=max(0.0, min(FOLLOWED_KEY_WAIT, deadline - time.monotonic())),
+                    )
+                    key = self._keys.get(key_id)
+                    if key is not None:
+                        return key
+                self._catch_up(partition)
                 key = self._keys.get(key_id)
-            if key is not None or time.monotonic() > deadline:
+            if key is not None or self._closing or time.monotonic() >= deadline:
                 return key
-            time.sleep(0.01)
+            if partition not in self._followed:
+                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+                pause = min(pause * 2, _REREAD_MAX_S)
 
     def destroy(self, key_id: str) -> None:
         """Append the key's tombstone and wait for its ack; this store forgets the key at once."""
@@ -205,11 +253,15 @@ class KeyStore:
                 self._follower.start()
 
     def close(self) -> None:
-        """Stop following (``follow``); the keys read stay cached."""
+        """Stop following (``follow``) and fetching (``fetch``: a wait under way ends with None);
+        the keys read stay cached."""
         with self._lock:
             self._closing = True
             follower, self._follower = self._follower, None
+            fetcher, self._fetcher = self._fetcher, None
             self._arrived.notify_all()
+        if fetcher is not None:
+            fetcher.shutdown(wait=False, cancel_futures=True)
         if follower is not None:
             follower.join(timeout=5)
         if self._tail is not None:
@@ -285,6 +337,11 @@ class _Cipher:
 
 class Sealer:
     """Seals the content fields of records before they are encoded, and opens them after decoding."""
+
+    # False (a worker): a submission whose key is not cached raises KeyPending rather than waiting
+    # for the key on the decoding thread -- the worker's event loop, which every other run of the
+    # worker needs (runtime.worker.commands holds the command and fetches the key).
+    wait_for_keys: bool = True
 
     def __init__(self, keys: KeyStore) -> None:
         self.keys = keys
@@ -378,9 +435,15 @@ class Sealer:
             self._key_of_run.setdefault(run_id, key_id)
         aead = self._aeads.get(key_id)
         if aead is None:
-            key = self.keys.get(key_id)
-            if key is None and patient:  # a submission whose key may be a moment behind it
-                key = self.keys.awaited(key_id)
+            if patient and not self.wait_for_keys:
+                # a submission whose key may be a moment behind it, read where nothing may wait
+                key = self.keys.cached(key_id)
+                if key is None:
+                    raise KeyPending(key_id, run_id)
+            else:
+                key = self.keys.get(key_id)
+                if key is None and patient:  # a submission whose key may be a moment behind it
+                    key = self.keys.awaited(key_id)
             if key is None:
                 return ERASED
             aead = self._aeads[key_id] = AESGCM(key)
