@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from runtime.log.records.events import ToolCallCompleted
+from runtime.worker.commands import WorkerError
 from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.context import Context
-from runtime.worker.commands import WorkerError
 from support.memory_harness import Harness, until
 
 pytestmark = pytest.mark.unit
@@ -128,7 +128,9 @@ async def test_a_scheduled_record_refused_drops_the_outcome_and_stops_the_worker
     await submitted_with_acks_held(h, run)
     await until(lambda: started == ["lookup"], what="the lookup to start")
     h.log.fail_held("broker refused the batch")
-    with pytest.raises(WorkerError, match="the record scheduling tool 'lookup' at position .* was not acknowledged"):
+    with pytest.raises(
+        WorkerError, match=r"the record scheduling tool 'lookup' at position .* was not acknowledged"
+    ):
         await h.task("w1")
     h.running.pop("w1")
     assert h.types(run) == [], "nothing of the run may be recorded behind a refused record"
