@@ -187,23 +187,24 @@ class Executor:
             except Exception as error:  # the call's own failure: recorded, retried by its policy
                 if span is not None:
                     self.spans.call_failed(span, error)
+                elapsed = time.perf_counter() - started  # the call's own time, not the ack's below
+                final = not is_retryable(policy, error, attempt)
+                failure = failed(intent, error, attempt, started, final)
                 if unacked is not None:  # a failed attempt is an outcome too: not before the ack
                     if await self._scheduled_ack(machine, intent, unacked) is None:
                         return
                     unacked = None
                 if owned.lost or not machine.active:
                     return
-                final = not is_retryable(policy, error, attempt)
-                self.metrics.call(
-                    machine.workflow, intent.kind, intent.name, False, time.perf_counter() - started, final
-                )
-                machine.record(failed(intent, error, attempt, started, final))
+                self.metrics.call(machine.workflow, intent.kind, intent.name, False, elapsed, final)
+                machine.record(failure)
                 self.flush(owned, machine)
                 if final:
                     return
                 await asyncio.sleep(policy.backoff(attempt))
                 attempt += 1
                 continue
+            elapsed = time.perf_counter() - started
             if span is not None:
                 self.spans.call_completed(span, outcome)
             if unacked is not None:
@@ -212,9 +213,7 @@ class Executor:
                 unacked = None
             if owned.lost or not machine.active:
                 return
-            self.metrics.call(
-                machine.workflow, intent.kind, intent.name, True, time.perf_counter() - started, True
-            )
+            self.metrics.call(machine.workflow, intent.kind, intent.name, True, elapsed, True)
             text: str | None = None
             if len(outcome.result) > self.settings.payload_inline_limit:  # chars <= bytes: cheap first
                 data = outcome.result.encode()
