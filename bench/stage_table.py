@@ -17,21 +17,23 @@ from collections.abc import Iterable, Sequence
 Timeline = list[tuple[int, str]]
 
 # One step: a scripted model call, then a sync tool committing one SQLite row, up to the next
-# step's model call. "tool commit" is the tool's own wall time, read from its SQLite row.
+# step's model call. "tool commit" is the tool's own wall time, read from its SQLite row. A model
+# call and a tool without effect start as soon as their Scheduled record is sent, and wait for
+# its ack after the call (runtime.worker.execution): "call end -> scheduled acked" is what is left
+# of the produce -> ack round trip once the call has overlapped it (ACK shows the whole trip).
+# An effect's step waits before its call instead: it does not fit this chain and is left out.
 STEP = (
     "call start model",
     "call end model",
+    "scheduled acked",
     "append ModelCallCompleted",
     "sent",
-    "broker ack",
-    "scheduled acked",
     "call start tool",
     "tool commit",
     "call end tool",
+    "scheduled acked",
     "append ToolCallCompleted",
     "sent",
-    "broker ack",
-    "scheduled acked",
     "call start model",
 )
 # One step of the sync workload (bench/e2e_app.py's e2e-sync): the model is a sync call in the pool
@@ -39,9 +41,11 @@ STEP = (
 SYNC_STEP = (
     "call start model",
     "model commit",
-    "call end model",
-    *STEP[2:],
+    *STEP[1:],
 )
+# Each batch of records: sent -> acknowledged by the broker (its delivery callback), the round
+# trip that a non-effect call now overlaps.
+ACK = ("sent", "broker ack")
 # Submit -> first model call. "client ..." marks are the benchmark's own (its process).
 SUBMIT = (
     "client submit called",
@@ -50,8 +54,6 @@ SUBMIT = (
     "append RunStarted",
     "append ModelCallScheduled",
     "sent",
-    "broker ack",
-    "scheduled acked",
     "call start model",
 )
 # Last tool call -> Client.result returns. The worker's "broker ack" is left out: the client's tail
@@ -85,12 +87,16 @@ def walk(timeline: Timeline, chain: Sequence[str], start: int = 0) -> tuple[list
 
 def steps(timeline: Timeline, chain: Sequence[str] = STEP) -> list[list[int]]:
     """Every complete ``chain`` in ``timeline``, each as its stages' times (steps follow each other:
-    a step's last stage is the next one's first)."""
+    a step's last stage is the next one's first). A walk that passes another mark of the chain's
+    first stage before its last stage spans more than one step (a step whose marks come in
+    another order, such as an effect's): it is left out."""
     found: list[list[int]] = []
     start = 0
     while (walked := walk(timeline, chain, start)) is not None:
         times, first = walked
-        found.append(times)
+        inner = [ns for ns, stage in timeline[first + 1 :] if ns < times[-1] and stage == chain[0]]
+        if not inner:
+            found.append(times)
         start = first + 1
     return found
 

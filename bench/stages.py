@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _deploy import fresh_deployment, start_worker
 from kafka_floor import floor_topic_for, idle_round_trip
 
-from bench.stage_table import RESULT, STEP, SUBMIT, SYNC_STEP, Timeline, steps, table, walk
+from bench.stage_table import ACK, RESULT, STEP, SUBMIT, SYNC_STEP, Timeline, steps, table, walk
 from runtime import stagemarks
 from runtime.client import Client, new_run_id
 
@@ -97,6 +97,7 @@ def main() -> None:
     submits = [w[0] for t in timelines if (w := walk(t, SUBMIT)) is not None]
     all_steps = [s for t in timelines for s in steps(t, step_chain)]
     results = [w[0] for t in timelines if (w := walk(t, RESULT, _last_tool_end(t))) is not None]
+    acks = [s for t in timelines for s in steps(t, ACK)]
     floor = idle_round_trip(settings, floor_topic_for(settings), args.idle, n=args.runs)
     print(f"{len(runs)} runs of 40 steps ({args.workload} workload), worker idle {args.idle}s before each; marks in {marks_dir}")
     print(
@@ -108,6 +109,7 @@ def main() -> None:
         ("submit -> first model call", SUBMIT, submits),
         ("one step (model call -> tool call -> next model call)", step_chain, all_steps),
         ("last tool call -> Client.result returns", RESULT, results),
+        ("each batch sent -> its broker ack (overlapped by a non-effect call)", ACK, acks),
     ):
         print("\n".join(table(title, chain, found)))
         print()

@@ -1,10 +1,21 @@
 """Carrying out what runs ask for: calls, timers and signal waits, and recording the outcomes.
 
-Per step the commit path is:
-    workflow issues a call -> its ...Scheduled record is appended -> wait for its ack
+Per step the commit path is, for an effect (a tool declared ``effect=True``):
+    workflow issues the call -> its ...Scheduled record is appended -> wait for its ack
     (acked means durable, and so is everything before it in the partition)
-    -> [effecting tool only: check no newer epoch claim precedes it] -> call
+    -> check no newer epoch claim precedes it -> call
+    -> append ...Completed / ...Failed without waiting -> resume the workflow;
+and for any other call (a model call, a tool without effect) the wait moves behind the call:
+    workflow issues the call -> its ...Scheduled record is appended -> call (at once, while
+    the record travels) -> wait for the Scheduled record's ack
     -> append ...Completed / ...Failed without waiting -> resume the workflow.
+So a model or read-only call overlaps its produce -> ack round trip, and still no outcome is
+recorded, nor served to the workflow, before its Scheduled record is durable: if that append
+fails (WriteError) the outcome is dropped and the worker stops. What this gives up: a worker
+that dies after such a call started but before its Scheduled record was durable leaves no trace
+of it, so the successor runs it again as a first attempt, not "in doubt" -- the in-doubt report
+names only calls whose Scheduled record is in the log. An effect is never in that position.
+Timers and signal waits start once their record is acknowledged, as effects do.
 One ack per call and no transaction per result; fencing is by epoch (runtime.log.records.fencing).
 """
 
@@ -131,11 +142,16 @@ class Executor:
         intent: Intent,
         durable: asyncio.Future[int] | None,
     ) -> None:
+        # Only an effect (and a timer) waits for its Scheduled record before it starts; any other
+        # call waits for it after the call, before its outcome is recorded (module docstring).
+        unacked = durable
         scheduled_at: int | None = None
-        if durable is not None:
-            scheduled_at = await durable
-            if stagemarks.ON:
-                stagemarks.mark("scheduled acked", machine.run_id, intent.position)
+        if intent.effect or intent.kind in ("timer", "signal"):
+            unacked = None
+            if durable is not None:
+                scheduled_at = await self._scheduled_ack(machine, intent, durable)
+                if scheduled_at is None:
+                    return
         if owned.lost or not machine.active:
             return
         if intent.kind in ("timer", "signal"):
@@ -171,26 +187,33 @@ class Executor:
             except Exception as error:  # the call's own failure: recorded, retried by its policy
                 if span is not None:
                     self.spans.call_failed(span, error)
+                elapsed = time.perf_counter() - started  # the call's own time, not the ack's below
+                final = not is_retryable(policy, error, attempt)
+                failure = failed(intent, error, attempt, started, final)
+                if unacked is not None:  # a failed attempt is an outcome too: not before the ack
+                    if await self._scheduled_ack(machine, intent, unacked) is None:
+                        return
+                    unacked = None
                 if owned.lost or not machine.active:
                     return
-                final = not is_retryable(policy, error, attempt)
-                self.metrics.call(
-                    machine.workflow, intent.kind, intent.name, False, time.perf_counter() - started, final
-                )
-                machine.record(failed(intent, error, attempt, started, final))
+                self.metrics.call(machine.workflow, intent.kind, intent.name, False, elapsed, final)
+                machine.record(failure)
                 self.flush(owned, machine)
                 if final:
                     return
                 await asyncio.sleep(policy.backoff(attempt))
                 attempt += 1
                 continue
+            elapsed = time.perf_counter() - started
             if span is not None:
                 self.spans.call_completed(span, outcome)
+            if unacked is not None:
+                if await self._scheduled_ack(machine, intent, unacked) is None:
+                    return
+                unacked = None
             if owned.lost or not machine.active:
                 return
-            self.metrics.call(
-                machine.workflow, intent.kind, intent.name, True, time.perf_counter() - started, True
-            )
+            self.metrics.call(machine.workflow, intent.kind, intent.name, True, elapsed, True)
             text: str | None = None
             if len(outcome.result) > self.settings.payload_inline_limit:  # chars <= bytes: cheap first
                 data = outcome.result.encode()
@@ -202,6 +225,24 @@ class Executor:
             machine.record(outcome, result_text=text)
             self.flush(owned, machine)
             return
+
+    async def _scheduled_ack(
+        self, machine: RunMachine, intent: Intent, durable: asyncio.Future[int]
+    ) -> int | None:
+        """The offset whose ack vouches for the intent's Scheduled record (and all before it);
+        None if that append failed: nothing of the call may then be recorded, and the worker
+        stops (``failure``); its successor rebuilds the run from what the log holds."""
+        try:
+            at = await durable
+        except WriteError as error:
+            self._fail(
+                f"run {machine.run_id}: the record scheduling {intent.kind} {intent.name!r} at position "
+                f"{intent.position} was not acknowledged: {error}"
+            )
+            return None
+        if stagemarks.ON:
+            stagemarks.mark("scheduled acked", machine.run_id, intent.position)
+        return at
 
     def _store_blobs(
         self, owned: OwnedPartition, machine: RunMachine, events: list[Event]

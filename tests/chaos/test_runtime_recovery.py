@@ -17,7 +17,7 @@ from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.kafka.backend import KafkaLog
 from runtime.log.kafka.reader import read_partition
-from runtime.log.records.events import ModelCallCompleted
+from runtime.log.records.events import ModelCallCompleted, ModelCallScheduled
 from runtime.log.schemas.serde import Serde
 from runtime.run_status import InDoubtCall
 from runtime.worker.rebuild import rebuild
@@ -46,6 +46,16 @@ def model_calls_at(db: sqlite3.Connection, step: int) -> int:
     return int(db.execute("SELECT COUNT(*) FROM model_calls WHERE step = ?", (step,)).fetchone()[0])
 
 
+def scheduled_in_log(reader: LogReader, partition: int, run_id: str, position: int) -> bool:
+    """Whether the model call's Scheduled record is durable. A model call starts before that record
+    is acknowledged (runtime.worker.execution); only once it is is the call in doubt at a crash
+    (otherwise the log holds nothing of it and it just runs again)."""
+    return any(
+        isinstance(e, ModelCallScheduled) and e.run_id == run_id and e.position == position
+        for _, e in reader.events(partition)
+    )
+
+
 def refund_worker(
     deployment: Settings, workers: list[WorkerProcess], tmp_path: Path, *args: str, **hang: str
 ) -> tuple[sqlite3.Connection, dict[str, str], WorkerProcess]:
@@ -67,6 +77,8 @@ def test_refund40_killed_when_step_31_model_call_starts(
     run_id = client.submit("refund", {"order": "48211"})
     client.flush()
     wait_until(lambda: model_calls_at(db, 31) == 1, 60, "step 31's model call to start")
+    partition = client.partition(run_id)
+    wait_until(lambda: scheduled_in_log(first.reader, partition, run_id, 61), 30, "its Scheduled record")
     os.kill(first.proc.pid, signal.SIGKILL)
     first.proc.wait()
     first_attempt_nonces = [row[0] for row in db.execute("SELECT nonce FROM model_calls ORDER BY id")]
@@ -250,6 +262,8 @@ def test_respawn_forks_a_new_worker_when_the_worker_is_killed(
     run_id = client.submit("refund", {"order": "48211"})
     client.flush()
     wait_until(lambda: model_calls_at(db, 31) == 1, 60, "step 31's model call to start")
+    partition = client.partition(run_id)
+    wait_until(lambda: scheduled_in_log(supervisor.reader, partition, run_id, 61), 30, "its Scheduled record")
     [[child]] = db.execute("SELECT pid FROM model_calls WHERE step = 31").fetchall()
     # the worker runs in a forked child: the supervisor's only child, the one calling the model
     assert child != supervisor.proc.pid and child_pids(supervisor.proc.pid) == [child]

@@ -22,7 +22,7 @@ from runtime.log.records.events import (
 from runtime.replay.reset import UncleanSeam, clean_seams, cut, decode_seed, nearest_clean_seams
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
-from support.memory_harness import Harness
+from support.memory_harness import Harness, until
 
 pytestmark = pytest.mark.unit
 
@@ -92,12 +92,11 @@ def gather_app(gate: asyncio.Event, planner_calls: list[int]) -> App:
     @app.model("planner")
     async def planner(messages: list[dict[str, Any]], **params: Any) -> Any:
         planner_calls.append(len(planner_calls) + 1)
-        await gate.wait()  # answers after the lookup: the records interleave
+        await gate.wait()  # the test opens it once the lookup's result is recorded: they interleave
         return {"plan": "refund"}
 
     @app.tool("lookup")
     async def lookup(order: str) -> dict[str, Any]:
-        gate.set()
         return {"order": order}
 
     @app.workflow("wf")
@@ -113,9 +112,12 @@ def gather_app(gate: asyncio.Event, planner_calls: list[int]) -> App:
 
 async def test_client_reset_refuses_an_unclean_seam_and_allow_in_doubt_names_the_call() -> None:
     planner_calls: list[int] = []
-    h = Harness(gather_app(asyncio.Event(), planner_calls))
+    gate = asyncio.Event()
+    h = Harness(gather_app(gate, planner_calls))
     h.start()
     run = h.client.submit("wf", "A-7")
+    await until(lambda: "ToolCallCompleted" in h.types(run), what="the lookup's result")
+    gate.set()
     assert (await h.ended(run)).status == "completed"
     assert h.types(run)[1:5] == [
         "ModelCallScheduled",

@@ -46,3 +46,16 @@ def test_table_prints_medians_in_microseconds_and_the_whole_chain() -> None:
 
 def test_table_says_so_when_no_chain_was_complete() -> None:
     assert table("t", CHAIN, []) == ["t: no complete chain found"]
+
+
+def test_steps_leave_out_a_walk_that_spans_another_start_of_the_chain() -> None:
+    # The second step's marks come in another order (an effect waits before its call): walking
+    # "model, tool, acked, model" from it runs into the third step, and is not a step.
+    chain = ("model", "tool", "acked", "model")
+    timeline = [
+        (0, "model"), (2, "tool"), (3, "acked"),
+        (10, "model"), (11, "acked"), (12, "tool"),
+        (20, "model"), (21, "tool"), (22, "acked"),
+        (30, "model"),
+    ]  # fmt: skip
+    assert steps(timeline, chain) == [[0, 2, 3, 10], [20, 21, 22, 30]]

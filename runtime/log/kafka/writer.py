@@ -2,7 +2,8 @@
 
 Writes are idempotent (``enable.idempotence``, ``acks=all``): per partition they land once
 and in order, so "record N is acked" means "every record before N is durable" -- the runtime
-waits for an ack only before starting a call, never after recording a result.
+waits for a call's Scheduled ack before the call starts (an effect) or before its outcome is
+recorded (any other call), never after recording a result.
 """
 
 from __future__ import annotations
