@@ -4,12 +4,16 @@ read as "erased" once the run's key is destroyed -- structure, hashes, tokens ke
 from __future__ import annotations
 
 import asyncio
+import base64
+import dataclasses
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import SecretStr
 
 from runtime.client import Client
@@ -18,7 +22,7 @@ from runtime.erasure import ErasureRefused, erase_run, erase_subject
 from runtime.log.port.memory import MemoryLog
 from runtime.log.port.protocol import LogRecord
 from runtime.log.records.chain import chain_key_of, first_break, link_of
-from runtime.log.records.events import RunSubmitted, ToolCallScheduled
+from runtime.log.records.events import ModelCallScheduled, RunSubmitted, ToolCallCompleted, ToolCallScheduled
 from runtime.log.records.sealing import ERASED, KeyStore, Sealer, SealError
 from runtime.log.schemas.serde import Serde
 from runtime.worker.loop import Worker
@@ -227,3 +231,68 @@ def test_a_run_submitted_with_its_own_id_reuses_the_key_it_has() -> None:
     finally:
         first.close()
         second.close()
+
+
+def test_a_value_sealed_with_the_earlier_nonce_layout_still_opens() -> None:
+    # Records written before the 96-bit nonce counter (a random 8-byte prefix and a 4-byte
+    # counter) are in Kafka for good: the nonce travels with each value, so they open as before.
+    settings = Settings(partitions=1)
+    keys = KeyStore(MemoryLog(settings), settings.keys_topic, 1)
+    key = keys.get_or_create("r1")
+    nonce = os.urandom(8) + (7).to_bytes(4, "big")
+    blob = nonce + AESGCM(key).encrypt(nonce, b'{"a":1}', b"r1/args")
+    old = "sealed:v1:r1:" + base64.b64encode(blob).decode()
+    assert Sealer(keys).open_text(old, "args", "r1") == '{"a":1}'
+
+
+def test_nonces_never_repeat_within_a_writer_nor_across_writers_under_one_key() -> None:
+    settings = Settings(partitions=1)
+    keys = KeyStore(MemoryLog(settings), settings.keys_topic, 1)
+    writers = [Sealer(keys), Sealer(keys)]  # a client and a worker, say: each draws its own start
+    values = [
+        w.seal(ToolCallCompleted(run_id="r1", position=i, result=f'{{"n":{i}}}')).result
+        for i in range(200)
+        for w in writers
+    ]
+    nonces = {base64.b64decode(v.rsplit(":", 1)[1])[:12] for v in values}
+    assert len(nonces) == len(values)
+    assert all(writers[1].open_text(v, "result", "r1").startswith('{"n":') for v in values)
+
+
+def test_each_message_of_a_prompt_is_sealed_on_its_own_and_one_moved_elsewhere_fails() -> None:
+    settings = Settings(partitions=1)
+    sealer = Sealer(KeyStore(MemoryLog(settings), settings.keys_topic, 1))
+    plain = ModelCallScheduled(
+        run_id="r1",
+        position=1,
+        model="m",
+        args_hash="h",
+        new_roles=["system", "user"],
+        new_messages=["be brief", MARKER],
+        params='{"t":0}',
+    )
+    sealed = sealer.seal(plain)
+    assert isinstance(sealed, ModelCallScheduled) and len(sealed.new_messages) == 2
+    assert all(m.startswith("sealed:v1:r1:") for m in (*sealed.new_messages, sealed.params))
+    assert MARKER not in repr(sealed)
+    assert sealer.open(sealed) == plain
+    assert sealer.seal(sealed) == sealed  # sealed values are left as they are (a fork's copies)
+    swapped = dataclasses.replace(sealed, params=sealed.new_messages[1])  # a message moved to params
+    with pytest.raises(SealError, match="sealed params of run r1"):
+        sealer.open(swapped)
+    other_run = dataclasses.replace(sealed, run_id="r2")  # the key id in the value still names r1's key
+    assert sealer.open(other_run).new_messages == ["be brief", MARKER]
+
+
+def test_a_run_sealed_under_its_subject_uses_the_subjects_key_even_after_a_record_under_its_own() -> None:
+    settings = Settings(partitions=1)
+    sealer = Sealer(KeyStore(MemoryLog(settings), settings.keys_topic, 1))
+    before = sealer.seal(ToolCallCompleted(run_id="r9", position=1, result='"x"'))
+    assert before.result.startswith("sealed:v1:r9:")
+    sealer.use_subject("r9", "customer-42")  # the cipher cached for r9 must not outlive this
+    after = sealer.seal(ToolCallCompleted(run_id="r9", position=2, result='"y"'))
+    assert after.result.startswith("sealed:v1:subject/customer-42:")
+    sealer.keys.destroy("subject/customer-42")
+    sealer.forget("subject/customer-42")
+    assert sealer.open(after).result == ERASED
+    assert sealer.open(before).result == '"x"'

@@ -20,12 +20,12 @@ key needs no schema field to say so.
 from __future__ import annotations
 
 import base64
-import binascii
 import dataclasses
 import itertools
 import os
 import threading
 import time
+from binascii import b2a_base64
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -76,6 +76,13 @@ CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
     "SignalSent": ("payload",),
     "SignalReceived": ("payload",),
 }
+
+
+# Every field a value is sealed as: the records' content fields, and the payloads topic's values.
+SEALED_AS: tuple[str, ...] = (
+    *dict.fromkeys(n for names in CONTENT_FIELDS.values() for n in names),
+    "payload",
+)
 
 
 class SealError(AgentlogError):
@@ -299,40 +306,31 @@ class KeyStore:
 
 
 class _Cipher:
-    """AES-GCM under one key, with the nonces of this process: a random 8-byte prefix and a 4-byte
-    counter. Every writer under a key (a client, the worker, the next owner) draws its own prefix,
-    so nonces do not repeat (GCM's one requirement) without a system call per value.
+    """AES-GCM under one key, with the nonces of this process: a 96-bit counter from a random
+    start below 2**95. Every writer under a key (a client, the worker, the next owner) draws its
+    own start, so two writers' nonces meet only if their ranges overlap -- (n1 + n2) / 2**95 for
+    n1 and n2 values sealed, 2**-62 for four billion each -- without a system call per value
+    (GCM's one requirement is that a nonce never repeats under a key).
 
-    ``seal`` is the worker's hot path (about five values a step): what does not change per value --
-    the text before the ciphertext, each field's associated data -- is made once per key."""
+    Sealing is the worker's hot path (about five values a step), costed by the calls it makes:
+    what does not change per value -- the text before the ciphertext, each field's associated
+    data, the bound ``encrypt`` -- is made once per key."""
 
     def __init__(self, key_id: str, key: bytes) -> None:
-        self.aead = AESGCM(key)
+        self.encrypt = AESGCM(key).encrypt
         self.head = f"{PREFIX}{key_id}:"
-        self._key_id = key_id
-        self._ads: dict[str, bytes] = {}  # field -> its associated data, ``<key id>/<field>``
-        self._prefix = os.urandom(8)
-        self._counter = itertools.count()
-
-    def nonce(self) -> bytes:
-        n = next(self._counter)
-        if n >= 1 << 32:  # 4 billion values sealed by one process under one key: draw a new prefix
-            return self._renewed()
-        return self._prefix + n.to_bytes(4, "big")
-
-    def _renewed(self) -> bytes:
-        """The first nonce under a new random prefix, once the counter has run out."""
-        self._prefix, self._counter = os.urandom(8), itertools.count(1)
-        return self._prefix + (0).to_bytes(4, "big")
+        self.key_id = key_id
+        # field -> its associated data, ``<key id>/<field>``: every field a value is sealed as
+        self.ads: dict[str, bytes] = {field: f"{key_id}/{field}".encode() for field in SEALED_AS}
+        self.nonces = itertools.count(int.from_bytes(os.urandom(12), "big") >> 1)
 
     def seal(self, value: str, field: str) -> str:
-        ad = self._ads.get(field)
+        ad = self.ads.get(field)
         if ad is None:
-            ad = self._ads[field] = f"{self._key_id}/{field}".encode()
-        n = next(self._counter)
-        nonce = self._prefix + n.to_bytes(4, "big") if n < 1 << 32 else self._renewed()  # nonce(), inline
-        sealed = nonce + self.aead.encrypt(nonce, value.encode(), ad)
-        return self.head + binascii.b2a_base64(sealed, newline=False).decode("ascii")
+            ad = self.ads[field] = f"{self.key_id}/{field}".encode()
+        nonce = next(self.nonces).to_bytes(12, "big")
+        sealed = nonce + self.encrypt(nonce, value.encode(), ad)
+        return self.head + b2a_base64(sealed, newline=False).decode("ascii")
 
 
 class Sealer:
@@ -349,10 +347,13 @@ class Sealer:
         self._ciphers: dict[str, _Cipher] = {}  # key id -> the cipher that seals, with its nonces
         # run id -> the key id its contents are sealed under, learnt from what was submitted or read
         self._key_of_run: dict[str, str] = {}
+        # run id -> its sealing cipher: one lookup a record (the key id resolved once a run)
+        self._by_run: dict[str, _Cipher] = {}
 
     def use_subject(self, run_id: str, subject: str) -> None:
         """Seal ``run_id``'s contents under ``subject``'s key (``Client.submit(..., subject=)``)."""
         self._key_of_run[run_id] = subject_key_id(subject)
+        self._by_run.pop(run_id, None)
 
     def use_new_key(self, run_id: str) -> None:
         """Seal ``run_id``'s contents under a key of its own made now, without looking for one:
@@ -366,6 +367,7 @@ class Sealer:
     def forget(self, key_id: str) -> None:
         self._aeads.pop(key_id, None)
         self._ciphers.pop(key_id, None)
+        self._by_run.clear()  # rare (an erasure seen by a reader): rebuilt on the next record
 
     def seal(self, record: Record) -> Record:
         changes = self.sealed_fields(record)
@@ -373,28 +375,44 @@ class Sealer:
 
     def sealed_fields(self, record: Record) -> dict[str, Any] | None:
         """The content fields of ``record`` sealed, by name; None if it has none to seal. (The
-        serde lays them over the record's own values: copying a record costs more than sealing.)"""
-        fields = CONTENT_FIELDS.get(type(record).__name__)  # record.type, without the property's call
+        serde lays them over the record's own values: copying a record costs more than sealing.)
+
+        ``_Cipher.seal`` inlined: this runs for every record a worker writes, and each Python call
+        it saves is a measurable share of a step (docs/erasure.md, Cost)."""
+        fields = CONTENT_FIELDS.get(record.__class__.__name__)  # record.type, without the property's call
         if fields is None:
             return None
-        changes: dict[str, Any] = {}
+        changes: dict[str, Any] | None = None
         cipher: _Cipher | None = None  # looked up once, at the first value that needs it
         for name in fields:
             value = getattr(record, name)
             if not value:
                 continue
             if value.__class__ is str:
-                if not value.startswith(PREFIX):
-                    cipher = cipher or self._cipher_for(record.run_id)
-                    changes[name] = cipher.seal(value, name)
-            elif isinstance(value, list) and any(item and not item.startswith(PREFIX) for item in value):
-                # a prompt's messages, each sealed on its own
-                cipher = cipher or self._cipher_for(record.run_id)
-                changes[name] = [
-                    cipher.seal(item, name) if item and not item.startswith(PREFIX) else item
-                    for item in value
-                ]
-        return changes or None
+                if value.startswith(PREFIX):
+                    continue
+                if cipher is None:
+                    cipher = self._by_run.get(record.run_id) or self._cipher_of_run(record.run_id)
+                nonce = next(cipher.nonces).to_bytes(12, "big")
+                sealed = nonce + cipher.encrypt(nonce, value.encode(), cipher.ads[name])
+                if changes is None:
+                    changes = {}
+                changes[name] = cipher.head + b2a_base64(sealed, newline=False).decode("ascii")
+            elif value.__class__ is list:  # a prompt's messages, each sealed on its own
+                if cipher is None:
+                    cipher = self._by_run.get(record.run_id) or self._cipher_of_run(record.run_id)
+                items = []
+                for item in value:
+                    if item and not item.startswith(PREFIX):
+                        nonce = next(cipher.nonces).to_bytes(12, "big")
+                        sealed = nonce + cipher.encrypt(nonce, item.encode(), cipher.ads[name])
+                        items.append(cipher.head + b2a_base64(sealed, newline=False).decode("ascii"))
+                    else:
+                        items.append(item)
+                if changes is None:
+                    changes = {}
+                changes[name] = items  # the same items if all were sealed already: harmless
+        return changes
 
     def seal_text(self, value: str, field: str, run_id: str) -> str:
         """``value`` of ``field`` sealed under the key of ``run_id`` (created if it has none)."""
@@ -407,6 +425,11 @@ class Sealer:
         cipher = self._ciphers.get(key_id)
         if cipher is None:
             cipher = self._ciphers[key_id] = _Cipher(key_id, self.keys.get_or_create(key_id))
+        return cipher
+
+    def _cipher_of_run(self, run_id: str) -> _Cipher:
+        """``_cipher_for``, kept for the run's next records (``sealed_fields``)."""
+        cipher = self._by_run[run_id] = self._cipher_for(run_id)
         return cipher
 
     def open(self, record: Record) -> Record:
@@ -431,8 +454,9 @@ class Sealer:
         if not is_sealed(value):
             return value
         key_id = key_id_of(value)
-        if run_id:
-            self._key_of_run.setdefault(run_id, key_id)
+        if run_id and run_id not in self._key_of_run:
+            self._key_of_run[run_id] = key_id
+            self._by_run.pop(run_id, None)  # a cipher chosen before the run's key id was known
         aead = self._aeads.get(key_id)
         if aead is None:
             if patient and not self.wait_for_keys:
