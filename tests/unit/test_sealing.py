@@ -296,3 +296,29 @@ def test_a_run_sealed_under_its_subject_uses_the_subjects_key_even_after_a_recor
     sealer.forget("subject/customer-42")
     assert sealer.open(after).result == ERASED
     assert sealer.open(before).result == '"x"'
+
+
+def test_text_that_only_looks_sealed_is_sealed_and_a_copy_that_opens_is_kept() -> None:
+    # The sealer leaves alone what is sealed already (a fork's or a reset's copies of another run's
+    # records); a user's text that merely begins with the prefix must not slip through in the clear.
+    settings = Settings(partitions=1)
+    keys = KeyStore(MemoryLog(settings), settings.keys_topic, 1)
+    sealer = Sealer(keys)
+    origin = sealer.seal(
+        ToolCallScheduled(run_id="origin", position=1, tool="t", args_hash="h", args='{"card":"4111"}')
+    ).args
+    lookalike = "sealed:v1:origin:" + base64.b64encode(b"my card is 4111 1111").decode()
+    copied = sealer.seal(ToolCallScheduled(run_id="fork", position=1, tool="t", args_hash="h", args=origin))
+    spoofed = sealer.seal(
+        ToolCallScheduled(run_id="fork", position=2, tool="t", args_hash="h", args=lookalike)
+    )
+    messages = sealer.seal(
+        ModelCallScheduled(
+            run_id="fork", position=3, model="m", args_hash="h", new_roles=["user"], new_messages=[lookalike]
+        )
+    )
+    assert copied.args == origin  # sealed under the origin's key, as it was
+    for value in (spoofed.args, messages.new_messages[0]):
+        assert value.startswith("sealed:v1:fork:") and "my card" not in value
+    assert Sealer(keys).open_text(spoofed.args, "args", "fork") == lookalike
+    assert Sealer(keys).open_text(messages.new_messages[0], "new_messages", "fork") == lookalike

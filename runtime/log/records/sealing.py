@@ -389,7 +389,7 @@ class Sealer:
             if not value:
                 continue
             if value.__class__ is str:
-                if value.startswith(PREFIX):
+                if value.startswith(PREFIX) and self.opens(value, name):
                     continue
                 if cipher is None:
                     cipher = self._by_run.get(record.run_id) or self._cipher_of_run(record.run_id)
@@ -403,7 +403,7 @@ class Sealer:
                     cipher = self._by_run.get(record.run_id) or self._cipher_of_run(record.run_id)
                 items = []
                 for item in value:
-                    if item and not item.startswith(PREFIX):
+                    if item and not (item.startswith(PREFIX) and self.opens(item, name)):
                         nonce = next(cipher.nonces).to_bytes(12, "big")
                         sealed = nonce + cipher.encrypt(nonce, item.encode(), cipher.ads[name])
                         items.append(cipher.head + b2a_base64(sealed, newline=False).decode("ascii"))
@@ -416,9 +416,31 @@ class Sealer:
 
     def seal_text(self, value: str, field: str, run_id: str) -> str:
         """``value`` of ``field`` sealed under the key of ``run_id`` (created if it has none)."""
-        if not value or is_sealed(value):
+        if not value or (is_sealed(value) and self.opens(value, field)):
             return value
         return self._cipher_for(run_id).seal(value, field)
+
+    def opens(self, value: str, field: str) -> bool:
+        """Whether ``value`` is a sealed value of ``field`` that its named key opens: a copy a fork
+        or a reset carries over from another run, which stays sealed as it is. Text that only looks
+        sealed -- a user's message that begins with the prefix, or a copy whose key was destroyed --
+        is sealed again, so nothing a run was given is ever stored in the clear."""
+        try:
+            key_id = key_id_of(value)
+            raw = base64.b64decode(value[value.rindex(":") + 1 :], validate=True)
+        except ValueError:  # binascii.Error among them: not base64
+            return False
+        aead = self._aeads.get(key_id)
+        if aead is None:
+            key = self.keys.get(key_id)
+            if key is None:
+                return False
+            aead = self._aeads[key_id] = AESGCM(key)
+        try:
+            aead.decrypt(raw[:12], raw[12:], f"{key_id}/{field}".encode())
+        except (InvalidTag, ValueError):
+            return False
+        return True
 
     def _cipher_for(self, run_id: str) -> _Cipher:
         key_id = self._key_of_run.get(run_id, run_id)
