@@ -34,8 +34,10 @@ WORKLOADS = ("async", "sync")
 EFFECT_STEPS = frozenset({14, 22, 30})  # the sync workload's effects (before the crash step)
 # A crash test's process (started with E2E_CRASH_VICTIM=1) never finishes step CRASH_STEP's tool
 # call of a run named crash-*: it is killed there, and the fresh process after it runs normally.
+# With E2E_CRASH_VICTIM=once, only the first such call of each run hangs (noted in the database):
+# a worker forked again by ``agentlog worker --respawn`` inherits the variable, and must not hang.
 CRASH_STEP = 31
-_VICTIM = os.environ.get("E2E_CRASH_VICTIM") == "1"
+_VICTIM = os.environ.get("E2E_CRASH_VICTIM", "0")
 
 
 def connect(path: str) -> sqlite3.Connection:
@@ -48,6 +50,7 @@ def connect(path: str) -> sqlite3.Connection:
         CREATE TABLE IF NOT EXISTS first_model_calls (run TEXT PRIMARY KEY, at REAL);
         CREATE TABLE IF NOT EXISTS model_calls (run TEXT, step INTEGER, at REAL);
         CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, run TEXT, step INTEGER, at REAL);
+        CREATE TABLE IF NOT EXISTS hangs (run TEXT PRIMARY KEY);
         """
     )
     return conn
@@ -75,8 +78,13 @@ def record(run: str, step: int) -> dict[str, Any]:
 
 
 def _hang_if_victim(run: str, step: int) -> None:
-    if _VICTIM and step == CRASH_STEP and run.startswith("crash-"):
-        threading.Event().wait()  # until the SIGKILL
+    if _VICTIM == "0" or step != CRASH_STEP or not run.startswith("crash-"):
+        return
+    if _VICTIM == "once":
+        noted = _db().execute("INSERT OR IGNORE INTO hangs VALUES (?)", (run,))
+        if noted.rowcount == 0:  # hung (and was killed) once already
+            return
+    threading.Event().wait()  # until the SIGKILL
 
 
 def sync_planner(

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 
+from runtime import stagemarks
 from runtime.config import ConfigError, Settings, load_settings
 from runtime.errors import AgentlogError
 
@@ -120,9 +121,15 @@ def one_line(error: BaseException) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if stagemarks.ON:
+        stagemarks.start("cli imported")
     try:
         args = build_parser(argv).parse_args(argv)
+        if stagemarks.ON:
+            stagemarks.start("arguments parsed")
         settings = _settings(args)
+        if stagemarks.ON:
+            stagemarks.start("settings built")
         handler: Handler = args.func
         return handler(args, settings)
     except ConfigError as exc:
