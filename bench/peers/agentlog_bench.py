@@ -36,7 +36,7 @@ from typing import Any
 from _deploy import fresh_deployment, start_worker
 
 from bench.peers.cpu import cpu_seconds
-from bench.peers.workload import CRASH_STEP, STEPS, crash_run, replay_counts, steps_done
+from bench.peers.workload import STEPS, crash_run, replay_counts, steps_done, wait_in_crash_step
 from runtime.client import Client, new_run_id
 from runtime.config import Settings
 
@@ -76,16 +76,12 @@ def _warm(client: Client, workflow: str, runs: int = 3) -> None:
 
 
 def crash_at_step_31(client: Client, workflow: str, db: Path) -> tuple[str, str]:
-    """Submit a crash run and wait until its 30th tool call has committed (the 31st hangs in a
-    victim process); the run's name in the tool's rows and its run id."""
+    """Submit a crash run and wait until its 31st tool call has started (and hangs) in the victim
+    process; the run's name in the tool's rows and its run id."""
     run = crash_run(new_run_id())
     run_id = client.submit(workflow, {"run": run})
     client.flush()
-    deadline = time.monotonic() + 120
-    while steps_done(str(db), run) < CRASH_STEP - 1:
-        if time.monotonic() > deadline:
-            raise SystemExit("the crash run never reached step 30")
-        time.sleep(0.005)
+    wait_in_crash_step(str(db), run)
     return run, run_id
 
 

@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 
 from bench.peers.cpu import total
-from bench.peers.workload import CRASH_STEP, STEPS, crash_run, replay_counts, steps_done
+from bench.peers.workload import STEPS, crash_run, replay_counts, steps_done, wait_in_crash_step
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -168,11 +168,7 @@ def measure(restate: Restate, l_runs: int, t_runs: int, workload: str, idle_s: f
     # R: the service process dies (SIGKILL) in step 31's tool call; a fresh one is started.
     run = crash_run(new_run())
     invocation = restate.send(run)
-    deadline = time.monotonic() + 120
-    while steps_done(str(restate.db), run) < CRASH_STEP - 1:
-        if time.monotonic() > deadline:
-            raise SystemExit("the crash run never reached step 30")
-        time.sleep(0.005)
+    wait_in_crash_step(str(restate.db), run)  # its 31st tool call has started, and hangs
     restate.service.kill()
     restate.service.wait()
     restarted = time.time()

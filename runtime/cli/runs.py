@@ -139,6 +139,8 @@ def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: 
     """Import everything once, then fork the worker -- again at once if it dies (see
     runtime.worker.supervisor): a respawned worker starts with its modules loaded and its schema ids
     resolved."""
+    import uvloop  # noqa: F401  -- Worker.run's loop: imported here, not in each respawned child
+
     from runtime.log.kafka.backend import KafkaLog
     from runtime.log.schemas import registry_client as _registry  # noqa: F401  -- imported before the fork, on purpose
     from runtime.log.schemas.serde import Serde
