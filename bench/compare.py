@@ -16,6 +16,9 @@ R  s from the start of a fresh worker/service process to a crashed run's result 
    running it was killed with SIGKILL in the run's 31st tool call; the clock starts once the
    killed process is reaped, as the new one is spawned); on the sync workload the JSON lines
    also count model calls of steps 1-30 and effect calls made twice (both must be 0)
+R CPU  s of CPU the recovering process used from its start to the result (Restate: the fresh
+   service process, plus restate-server over the same stretch): on a machine busy with other
+   work, R's wall time is mostly the wait for a core, and this is not
 R respawn  agentlog only: s from the SIGKILL itself to the crashed run's result, the worker run
    as ``agentlog worker --respawn`` (a supervisor that forks the worker again, its modules loaded,
    when it dies; its child is what is killed). It starts earlier than a cold R does -- at the
@@ -160,9 +163,16 @@ def table(results: list[dict[str, Any]], workload: str) -> str:
         "| R cold, s, fresh process -> crashed run's result | "
         + " | ".join(cells(s, "R_s") for s in SYSTEMS)
         + " |",
+        "| R cold CPU, s, of the fresh process from its start to the result (Restate: service process + "
+        "restate-server over the same stretch) | "
+        + " | ".join(cells(s, "R_cpu_s") for s in SYSTEMS)
+        + " |",
         "| R respawn, s, SIGKILL -> crashed run's result (`agentlog worker --respawn`; Restate and DBOS "
         "have none: set it beside their cold R) | "
         + " | ".join(cells(s, "R_respawn_s") for s in SYSTEMS)
+        + " |",
+        "| R respawn CPU, s, of the respawned child from its fork to the result | "
+        + " | ".join(cells(s, "R_respawn_cpu_s") for s in SYSTEMS)
         + " |",
         "| R / Restate's cold R, per round (cold; respawn) | "
         + " | ".join(ratios(s) for s in SYSTEMS)

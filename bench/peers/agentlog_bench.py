@@ -11,6 +11,9 @@ R  s from the start of a fresh worker process, after the one running the run was
    (SIGKILL) in its 31st tool call (bench/peers/workload.py), to ``Client.result`` returning
    (``R_s``: the clock starts once the killed process is reaped, just before the new one is
    spawned, so the time a process manager takes to notice a death and start a process is not in it)
+R CPU  s of CPU the fresh process used from its start to the result (``R_cpu_s``; the respawned
+   child's since its fork, ``R_respawn_cpu_s``): what a recovery costs whatever else the machine
+   runs (the broker's CPU is not counted)
 R respawn  s from the SIGKILL itself to ``Client.result`` returning, with the worker run as
    ``agentlog worker --respawn`` (runtime/worker/supervisor.py) and its forked child killed in the
    run's 31st tool call (``R_respawn_s``). The clock starts at the kill, not at the new child's
@@ -122,7 +125,12 @@ def recover_cold(
     successor = _worker(settings, workdir, db, "0")
     result = client.result(run_id, timeout=120)
     recovered = time.time() - started
-    return {"R_s": round(recovered, 3), **_checked(workload, db, run, result, "R")}, successor
+    cpu = cpu_seconds(successor.pid)  # all of it spent since its start
+    return {
+        "R_s": round(recovered, 3),
+        "R_cpu_s": round(cpu, 3),
+        **_checked(workload, db, run, result, "R"),
+    }, successor
 
 
 def recover_respawn(db: Path, client: Client, workload: str, supervisor: subprocess.Popen[bytes]) -> dict[str, Any]:
@@ -136,7 +144,12 @@ def recover_respawn(db: Path, client: Client, workload: str, supervisor: subproc
     recovered = time.time() - killed
     if supervisor.poll() is not None:
         raise SystemExit(f"agentlog worker --respawn exited ({supervisor.returncode}) instead of respawning")
-    return {"R_respawn_s": round(recovered, 3), **_checked(workload, db, run, result, "R_respawn")}
+    cpu = cpu_seconds(child_of(supervisor))  # the new child's, since its fork
+    return {
+        "R_respawn_s": round(recovered, 3),
+        "R_respawn_cpu_s": round(cpu, 3),
+        **_checked(workload, db, run, result, "R_respawn"),
+    }
 
 
 def measure(
