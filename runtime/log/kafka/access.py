@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka.admin import AdminClient
 
 from runtime.config import Settings
 from runtime.errors import TerminalError
@@ -47,8 +48,6 @@ def _allowed(operation: str, authorized: list[str] | None) -> bool:
 
 def missing(settings: Settings, role: Role, timeout: float = 10.0) -> list[Grant]:
     """The grants of ``role`` the configured user lacks, as far as the cluster tells."""
-    from confluent_kafka.admin import AdminClient  # with SASL only: not on every worker's start
-
     needed = [g for g in grants(role, settings) if g.resource in ("topic", "group") and not g.prefixed]
     admin = AdminClient(settings.kafka_common(), logger=_QUIET)
     lacking: list[Grant] = []
