@@ -13,8 +13,20 @@ T  steps/s, N runs submitted from one client, first submit -> last result
 CPU  ms of CPU per step over the T stretch, from /proc: agentlog's worker process (the Kafka
    broker's not counted), restate-server + the SDK's service process, DBOS's one process
 R  s from the start of a fresh worker/service process to a crashed run's result (the process
-   running it was killed with SIGKILL in the run's 31st tool call); on the sync workload the
-   JSON lines also count model calls of steps 1-30 and effect calls made twice (both must be 0)
+   running it was killed with SIGKILL in the run's 31st tool call; the clock starts once the
+   killed process is reaped, as the new one is spawned); on the sync workload the JSON lines
+   also count model calls of steps 1-30 and effect calls made twice (both must be 0)
+R CPU  s of CPU the recovering process used from its start to the result (Restate: the fresh
+   service process, plus restate-server over the same stretch): on a machine busy with other
+   work, R's wall time is mostly the wait for a core, and this is not
+R respawn  agentlog only: s from the SIGKILL itself to the crashed run's result, the worker run
+   as ``agentlog worker --respawn`` (a supervisor that forks the worker again, its modules loaded,
+   when it dies; its child is what is killed). It starts earlier than a cold R does -- at the
+   kill, so the supervisor's noticing the death and forking are counted. Restate has no respawn
+   of its own (a process manager restarts its service process: that is its cold R), so the
+   table sets agentlog's respawn beside Restate's cold R, and says so. The same correctness
+   counters are taken (and on agentlog a model call of steps 1-30 re-run or an effect applied
+   twice, cold or respawned, ends the benchmark with an error).
 
 Prints one JSON line per system and round, then a table. Restate and DBOS run in the peers'
 virtualenv, with the restate-server binary from npm (`make compare` installs both into
@@ -106,8 +118,32 @@ def table(results: list[dict[str, Any]], workload: str) -> str:
     results = [r for r in results if r["workload"] == workload]
 
     def cells(system: str, key: str) -> str:
-        values = [r[key] for r in results if r["system"] == system]
-        return " / ".join(f"{v:g}" for v in values) + (f" (median {statistics.median(values):g})" if values else "")
+        values = [r[key] for r in results if r["system"] == system and key in r]
+        if not values:
+            return "-"
+        return " / ".join(f"{v:g}" for v in values) + f" (median {statistics.median(values):g})"
+
+    def counters(system: str) -> str:
+        """Model calls of steps 1-30 re-run / effects applied twice, per recovery (sync only)."""
+        found = [
+            f"{r[f'{prefix}_model_reruns']}/{r[f'{prefix}_duplicate_effects']}"
+            for r in results
+            if r["system"] == system
+            for prefix in ("R", "R_respawn")
+            if f"{prefix}_model_reruns" in r
+        ]
+        return " ".join(found) or "-"
+
+    def ratios(system: str) -> str:
+        """Each round's R over Restate's cold R of the same round."""
+        restate = {r["round"]: r["R_s"] for r in results if r["system"] == "restate"}
+        found = []
+        for r in results:
+            if r["system"] == system and r["round"] in restate and system != "restate":
+                cold = f"{r['R_s'] / restate[r['round']]:.2f}x"
+                respawn = f"; {r['R_respawn_s'] / restate[r['round']]:.2f}x" if "R_respawn_s" in r else ""
+                found.append(cold + respawn)
+        return " / ".join(found) or "-"
 
     runs = {s: next((r["T_runs"] for r in results if r["system"] == s), 0) for s in SYSTEMS}
     rows = [
@@ -124,10 +160,30 @@ def table(results: list[dict[str, Any]], workload: str) -> str:
         "| CPU, ms per step over T (agentlog worker; restate-server + SDK; DBOS process) | "
         + " | ".join(cells(s, "CPU_ms_per_step") for s in SYSTEMS)
         + " |",
-        "| R, s, fresh process -> crashed run's result | "
+        "| R cold, s, fresh process -> crashed run's result | "
         + " | ".join(cells(s, "R_s") for s in SYSTEMS)
         + " |",
+        "| R cold CPU, s, of the fresh process from its start to the result (Restate: service process + "
+        "restate-server over the same stretch) | "
+        + " | ".join(cells(s, "R_cpu_s") for s in SYSTEMS)
+        + " |",
+        "| R respawn, s, SIGKILL -> crashed run's result (`agentlog worker --respawn`; Restate and DBOS "
+        "have none: set it beside their cold R) | "
+        + " | ".join(cells(s, "R_respawn_s") for s in SYSTEMS)
+        + " |",
+        "| R respawn CPU, s, of the respawned child from its fork to the result | "
+        + " | ".join(cells(s, "R_respawn_cpu_s") for s in SYSTEMS)
+        + " |",
+        "| R / Restate's cold R, per round (cold; respawn) | "
+        + " | ".join(ratios(s) for s in SYSTEMS)
+        + " |",
     ]
+    if workload == "sync":
+        rows.append(
+            "| recoveries (cold, then respawn): model calls of steps 1-30 re-run / effects applied twice | "
+            + " | ".join(counters(s) for s in SYSTEMS)
+            + " |"
+        )
     return "\n".join(rows)
 
 

@@ -1,5 +1,6 @@
 """Opt-in stage marks: wall-clock timestamps of the points one step and one submit/result pass
-through, for bench/stages.py to split where the time goes.
+through, for bench/stages.py to split where the time goes, and of a worker's start (run ``START``),
+for bench/recovery.py.
 
 Off unless ``BENCH_STAGE_MARKS`` names a directory (read once, at import). Call sites test
 ``stagemarks.ON`` before anything else, so the normal path pays one attribute read. When on, each
@@ -18,6 +19,10 @@ from pathlib import Path
 
 _DIR = os.environ.get("BENCH_STAGE_MARKS", "")
 ON = bool(_DIR)
+
+# The "run" of the marks a worker's start passes through (bench/recovery.py: process start -> the
+# crashed run's result), apart from any run's own; their position is the process's CPU time (us).
+START = "(start)"
 
 # This process's marks, under its pid: a forked child (a respawned worker) starts its own list.
 _marks: dict[int, list[tuple[int, str, str, int]]] = {}
@@ -52,3 +57,9 @@ def enable(directory: str) -> None:
     """Turn marks on in this process (a benchmark's own; workers it starts get the variable)."""
     global _DIR, ON
     _DIR, ON = directory, True
+
+
+def start(stage: str) -> None:
+    """Note that this worker's start reached ``stage``, with the CPU time it has used so far (on a
+    machine shared with other work, wall time between two marks also counts the waits for a core)."""
+    mark(stage, START, time.process_time_ns() // 1000)

@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.peers.workload import CRASH_STEP, crash_run, replay_counts, steps_done
+from bench.peers.workload import crash_run, replay_counts, steps_done, wait_in_crash_step
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,11 +56,9 @@ def _answer(process: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
 def recovery(workdir: Path, workload: str) -> dict[str, Any]:
     run = crash_run(uuid.uuid4().hex[:20])
     victim = _process(workdir, workload, "victim", run)
-    deadline = time.monotonic() + 120
-    while steps_done(str(workdir / "e2e.db"), run) < CRASH_STEP - 1:
-        if time.monotonic() > deadline or victim.poll() is not None:
-            raise SystemExit("the crash run never reached step 30")
-        time.sleep(0.005)
+    wait_in_crash_step(str(workdir / "e2e.db"), run)  # its 31st tool call has started, and hangs
+    if victim.poll() is not None:
+        raise SystemExit(f"the DBOS victim exited ({victim.returncode}) before the kill")
     victim.kill()
     victim.wait()
     restarted = time.time()

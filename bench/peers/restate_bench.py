@@ -16,7 +16,8 @@ T  steps/s, ``--t-runs`` runs sent one after another from one client, then await
    service (SDK) process together over the same stretch (/proc: user + system)
 R  s from the start of a fresh service process, after the one running the run was killed
    (SIGKILL) in its 31st tool call (bench/peers/workload.py), to the run's result (the server
-   retries the invocation on its default policy: 500 ms, then doubling)
+   retries the invocation on its default policy: 500 ms, then doubling); R CPU, the fresh service
+   process's CPU from its start to the result plus restate-server's over the same stretch
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import Any
 import httpx
 
 from bench.peers.cpu import total
-from bench.peers.workload import CRASH_STEP, STEPS, crash_run, replay_counts, steps_done
+from bench.peers.workload import STEPS, crash_run, replay_counts, steps_done, wait_in_crash_step
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -168,17 +169,16 @@ def measure(restate: Restate, l_runs: int, t_runs: int, workload: str, idle_s: f
     # R: the service process dies (SIGKILL) in step 31's tool call; a fresh one is started.
     run = crash_run(new_run())
     invocation = restate.send(run)
-    deadline = time.monotonic() + 120
-    while steps_done(str(restate.db), run) < CRASH_STEP - 1:
-        if time.monotonic() > deadline:
-            raise SystemExit("the crash run never reached step 30")
-        time.sleep(0.005)
+    wait_in_crash_step(str(restate.db), run)  # its 31st tool call has started, and hangs
     restate.service.kill()
     restate.service.wait()
+    server_before = total([restate.server.pid])
     restarted = time.time()
     restate.service = restate.start_service(victim=False)
     result = restate.attach(invocation)
     recovered = time.time() - restarted
+    # the fresh service process's CPU since its start, and the server's over the same stretch
+    recovery_cpu = total([restate.service.pid]) + total([restate.server.pid]) - server_before
     assert result == {"run": run, "steps": STEPS}, result
     return {
         "system": "restate",
@@ -189,6 +189,7 @@ def measure(restate: Restate, l_runs: int, t_runs: int, workload: str, idle_s: f
         "T_runs": t_runs,
         "CPU_ms_per_step": round(cpu * 1000 / (t_runs * STEPS), 3),
         "R_s": round(recovered, 3),
+        "R_cpu_s": round(recovery_cpu, 3),
         "R_tool_calls": steps_done(str(restate.db), run),
         **(replay_counts(str(restate.db), run) if workload == "sync" else {}),
     }

@@ -33,9 +33,12 @@ STEPS = 40
 WORKLOADS = ("async", "sync")
 EFFECT_STEPS = frozenset({14, 22, 30})  # the sync workload's effects (before the crash step)
 # A crash test's process (started with E2E_CRASH_VICTIM=1) never finishes step CRASH_STEP's tool
-# call of a run named crash-*: it is killed there, and the fresh process after it runs normally.
+# call of a run named crash-*: it notes that it got there (``in_crash_step``), hangs, and is killed
+# there; the fresh process after it runs normally. With E2E_CRASH_VICTIM=once, only the first such
+# call of each run hangs: a worker forked again by ``agentlog worker --respawn`` inherits the
+# variable, and must not hang.
 CRASH_STEP = 31
-_VICTIM = os.environ.get("E2E_CRASH_VICTIM") == "1"
+_VICTIM = os.environ.get("E2E_CRASH_VICTIM", "0")
 
 
 def connect(path: str) -> sqlite3.Connection:
@@ -48,6 +51,7 @@ def connect(path: str) -> sqlite3.Connection:
         CREATE TABLE IF NOT EXISTS first_model_calls (run TEXT PRIMARY KEY, at REAL);
         CREATE TABLE IF NOT EXISTS model_calls (run TEXT, step INTEGER, at REAL);
         CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, run TEXT, step INTEGER, at REAL);
+        CREATE TABLE IF NOT EXISTS hangs (run TEXT PRIMARY KEY);
         """
     )
     return conn
@@ -75,8 +79,12 @@ def record(run: str, step: int) -> dict[str, Any]:
 
 
 def _hang_if_victim(run: str, step: int) -> None:
-    if _VICTIM and step == CRASH_STEP and run.startswith("crash-"):
-        threading.Event().wait()  # until the SIGKILL
+    if _VICTIM == "0" or step != CRASH_STEP or not run.startswith("crash-"):
+        return
+    noted = _db().execute("INSERT OR IGNORE INTO hangs VALUES (?)", (run,))
+    if _VICTIM == "once" and noted.rowcount == 0:  # hung (and was killed) once already
+        return
+    threading.Event().wait()  # until the SIGKILL
 
 
 def sync_planner(
@@ -128,6 +136,24 @@ def steps_done(path: str, run: str) -> int:
     except sqlite3.OperationalError:  # the tool has not created its table yet
         return 0
     return int(found[0])
+
+
+def wait_in_crash_step(path: str, run: str, timeout: float = 120) -> None:
+    """Wait until ``run``'s CRASH_STEP tool call has started in the victim process (and hangs
+    there): the instant to kill it. SystemExit if it does not within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not _hung(path, run):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the crash run never reached its tool call at step {CRASH_STEP}")
+        time.sleep(0.005)
+
+
+def _hung(path: str, run: str) -> bool:
+    try:
+        with sqlite3.connect(path, timeout=30) as conn:
+            return conn.execute("SELECT 1 FROM hangs WHERE run = ?", (run,)).fetchone() is not None
+    except sqlite3.OperationalError:  # no table yet
+        return False
 
 
 def replay_counts(path: str, run: str) -> dict[str, int]:

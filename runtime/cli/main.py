@@ -11,17 +11,36 @@ with one line, ``agentlog: <message>``, and no traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
-from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING, Any
 
+from runtime import stagemarks
 from runtime.config import ConfigError, Settings, load_settings
 from runtime.errors import AgentlogError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 COMMANDS_GROUP = "agentlog.commands"
+
+# runtime's own commands, as pyproject.toml lists them in COMMANDS_GROUP (tests/unit/test_cli_errors.py
+# checks that the two agree): one of these is found without reading the entry points of every
+# installed distribution -- importing importlib.metadata and one scan of the environment cost a
+# restarted worker ~50 ms of CPU before its first record (bench/recovery.py).
+OWN_COMMANDS = {
+    **dict.fromkeys(
+        ("worker", "submit", "status", "history", "signal", "cancel", "reset", "fork", "replay-check"),
+        "runtime.cli.runs:add_run_commands",
+    ),
+    "erase": "runtime.cli.erase:add_erase_command",
+    "upgrade": "runtime.cli.upgrade:add_upgrade_commands",
+    "schemas": "runtime.cli.schemas:add_schema_commands",
+}
 
 # Options of the top-level parser that take a value (to find the subcommand before parsing).
 _GLOBAL_OPTIONS_WITH_VALUE = ("--state-dir", "--bootstrap-servers", "--schema-registry-url", "--partitions")
@@ -43,6 +62,22 @@ def _subcommand(argv: Sequence[str]) -> str | None:
     return None
 
 
+def entry_points(**selection: str) -> Any:
+    """``importlib.metadata.entry_points``, imported when first needed (see OWN_COMMANDS)."""
+    from importlib.metadata import entry_points as installed
+
+    return installed(**selection)
+
+
+def _load_own(name: str) -> Registrar:
+    module, _, attr = OWN_COMMANDS[name].partition(":")
+    try:
+        registrar: Registrar = getattr(importlib.import_module(module), attr)
+    except ImportError as exc:
+        raise CommandLoadError(f"cannot load the {name!r} command ({OWN_COMMANDS[name]}): {exc}") from exc
+    return registrar
+
+
 def _load(entry: EntryPoint) -> Registrar:
     try:
         registrar: Registrar = entry.load()
@@ -53,9 +88,12 @@ def _load(entry: EntryPoint) -> Registrar:
 
 def _registrars(argv: Sequence[str] = ()) -> list[Registrar]:
     """Only the registrar of the chosen subcommand is imported: a restarted worker's recovery time
-    starts with its imports, and the other packages' commands pull in modules it never uses. With no
-    known subcommand (``--help``, a typo) every package's commands load, so argparse can list them."""
+    starts with its imports, and the other packages' commands pull in modules it never uses. One of
+    runtime's own (OWN_COMMANDS) is found without reading the entry points at all. With no known
+    subcommand (``--help``, a typo) every package's commands load, so argparse can list them."""
     chosen = _subcommand(argv)
+    if chosen in OWN_COMMANDS:
+        return [_load_own(chosen)]
     if chosen is not None:
         named = entry_points(group=COMMANDS_GROUP, name=chosen)
         if named:
@@ -120,9 +158,15 @@ def one_line(error: BaseException) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if stagemarks.ON:
+        stagemarks.start("cli imported")
     try:
         args = build_parser(argv).parse_args(argv)
+        if stagemarks.ON:
+            stagemarks.start("arguments parsed")
         settings = _settings(args)
+        if stagemarks.ON:
+            stagemarks.start("settings built")
         handler: Handler = args.func
         return handler(args, settings)
     except ConfigError as exc:

@@ -11,6 +11,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
+from runtime import stagemarks
 from runtime.config import Settings
 from runtime.errors import AgentlogError
 from runtime.workflow.app import App
@@ -77,11 +78,15 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
 
     _app_module(args.app)
     check_access(settings, "worker")  # a user without the worker's permissions: one line, now
+    if stagemarks.ON:
+        stagemarks.start("access checked")
     # Join the group first: the join runs in librdkafka's threads while the rest is imported.
     log = KafkaLog(settings)
     feed = log.join(worker_id, args.session_timeout_ms)
     # And the producer, connected while the rest is imported (the claims are its first records).
     log.connect()
+    if stagemarks.ON:
+        stagemarks.start("join and connect started")
     _serve(args, settings, worker_id, log, feed)
     return 0
 
@@ -102,15 +107,19 @@ def _serve(
         serde.warm_up_in_background()
     from runtime.worker.loop import Worker
 
+    if stagemarks.ON:
+        stagemarks.start("worker imported")
     try:
         app = load_app(args.app)
     except BaseException:
         feed.close()  # leave the group at once: the partitions go to another worker
         log.close()
         raise
+    if stagemarks.ON:
+        stagemarks.start("app loaded")
     log.connect()  # the reader is connected before partitions arrive: rebuilds read with it
     try:
-        Worker(
+        worker = Worker(
             app,
             settings,
             log=log,
@@ -118,7 +127,10 @@ def _serve(
             worker_id=worker_id,
             session_timeout_ms=args.session_timeout_ms,  # a rejoin after fencing joins as the first did
             feed=feed,
-        ).run(tune_gc=True)
+        )
+        if stagemarks.ON:
+            stagemarks.start("worker built")
+        worker.run(tune_gc=True)
     finally:
         log.close()
 
@@ -127,6 +139,8 @@ def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: 
     """Import everything once, then fork the worker -- again at once if it dies (see
     runtime.worker.supervisor): a respawned worker starts with its modules loaded and its schema ids
     resolved."""
+    import uvloop  # noqa: F401  -- Worker.run's loop: imported here, not in each respawned child
+
     from runtime.log.kafka.backend import KafkaLog
     from runtime.log.schemas import registry_client as _registry  # noqa: F401  -- imported before the fork, on purpose
     from runtime.log.schemas.serde import Serde
@@ -144,9 +158,13 @@ def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: 
     serde.warm_up()
 
     def child() -> int:
+        if stagemarks.ON:
+            stagemarks.start("forked")
         log = KafkaLog(settings)
         feed = log.join(worker_id, args.session_timeout_ms)
         log.connect()  # its ProducerId is acquired while the group is joined (see _worker)
+        if stagemarks.ON:
+            stagemarks.start("join and connect started")
         _serve(args, settings, worker_id, log, feed, serde)
         return 0
 

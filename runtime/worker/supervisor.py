@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
+from runtime import stagemarks
+
 log = logging.getLogger("agentlog.supervisor")
 
 # A child that lived this long before dying is respawned at once; a run of quicker deaths backs off.
@@ -69,6 +71,8 @@ def supervise(run_child: Callable[[], int]) -> int:
                 try:
                     code = run_child()
                 finally:
+                    if stagemarks.ON:  # os._exit skips atexit, which writes them otherwise
+                        stagemarks.write()
                     os._exit(code)
             status = _wait(child)
             code = os.waitstatus_to_exitcode(status)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import typing
 from typing import Any
-
-from pydantic import BaseModel, ValidationError
 
 _JSON_TYPES: dict[type, str] = {
     dict: "a JSON object",
@@ -22,10 +21,11 @@ def shape_error(declared: Any, value: Any) -> str | None:
     if declared is None or declared is Any:
         return None
     origin = typing.get_origin(declared) or declared
-    if isinstance(origin, type) and issubclass(origin, BaseModel):
+    if _is_pydantic_model(origin):
+        pydantic = sys.modules["pydantic"]
         try:
             origin.model_validate(value)
-        except ValidationError as error:
+        except pydantic.ValidationError as error:
             return str(error).replace("\n", "; ")
         return None
     if origin in _JSON_TYPES:
@@ -40,6 +40,14 @@ def shape_error(declared: Any, value: Any) -> str | None:
 def coerce_input(declared: Any, value: Any) -> Any:
     """The value the workflow receives: a pydantic model is built from the JSON, anything else passes."""
     origin = typing.get_origin(declared) or declared
-    if isinstance(origin, type) and issubclass(origin, BaseModel):
+    if _is_pydantic_model(origin):
         return origin.model_validate(value)
     return value
+
+
+def _is_pydantic_model(origin: Any) -> bool:
+    """Whether ``origin`` is a pydantic model class. pydantic is not imported for this: a workflow
+    that declares a model has imported it already, and a worker whose workflows declare none
+    starts without it (bench/recovery.py)."""
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and isinstance(origin, type) and issubclass(origin, pydantic.BaseModel)

@@ -121,6 +121,28 @@ def test_no_installed_commands_is_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(cli, "entry_points", lambda group, name=None: [])
-    assert cli.main(["worker"]) == 1
+    assert cli.main(["audit"]) == 1
     (line,) = _stderr_lines(capsys)
     assert line.startswith("agentlog: no commands in the 'agentlog.commands' entry-point group")
+
+
+def test_runtimes_own_commands_load_without_reading_the_entry_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restarted worker's `agentlog worker` finds its registrar without importlib.metadata."""
+
+    def unread(group: str, name: str | None = None) -> list[EntryPoint]:
+        raise AssertionError(f"entry points read for {name!r}")
+
+    monkeypatch.setattr(cli, "entry_points", unread)
+    (registrar,) = cli._registrars(["--partitions", "3", "worker", "--app", "x:y"])
+    assert registrar.__module__ == "runtime.cli.runs"
+
+
+def test_runtimes_own_commands_are_the_ones_pyproject_lists() -> None:
+    """OWN_COMMANDS and pyproject.toml's entry points of runtime.* agree (the listing of --help
+    and any other package's tooling read the entry points)."""
+    import tomllib
+
+    from support.services import ROOT
+
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][cli.COMMANDS_GROUP]
+    assert {name: value for name, value in listed.items() if value.startswith("runtime.")} == cli.OWN_COMMANDS
