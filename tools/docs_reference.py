@@ -1,5 +1,5 @@
 """The reference pages generated from the code: the CLI from its argparse parsers, the settings from
-the Settings dataclass. tools/mkdocs_hooks.py puts them into docs/reference/*.md when the site is built,
+the pydantic model. tools/mkdocs_hooks.py puts them into docs/reference/*.md when the site is built,
 so a new flag or setting shows up without anyone editing a page, and a setting without a
 description fails tests/unit/test_docs_reference.py."""
 
@@ -12,8 +12,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+from pydantic.fields import FieldInfo
+
 from runtime.cli.main import build_parser
-from runtime.config import ENV_PREFIX, FieldInfo, SecretStr, Settings
+from runtime.config import ENV_PREFIX, Settings
 
 CLI_MARKER = "<!-- generated: cli -->"
 SETTINGS_MARKER = "<!-- generated: settings -->"

@@ -52,9 +52,9 @@ class AnthropicModel:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AnthropicModel:
-        """From the same settings as the OpenAI client; the base URL only if it is not the default
-        (OpenAI's), else the SDK's own endpoint."""
-        explicit = settings.model_base_url != Settings.model_fields["model_base_url"].default
+        """From the same settings as the OpenAI client; the base URL only if it was set (its
+        default is OpenAI's), else the SDK's own endpoint."""
+        explicit = "model_base_url" in settings.model_fields_set
         return cls(
             api_key=settings.model_api_key.get_secret_value(),
             model=settings.model_name,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 import typing
 from typing import Any
+
+from pydantic import BaseModel, ValidationError
 
 _JSON_TYPES: dict[type, str] = {
     dict: "a JSON object",
@@ -21,11 +22,10 @@ def shape_error(declared: Any, value: Any) -> str | None:
     if declared is None or declared is Any:
         return None
     origin = typing.get_origin(declared) or declared
-    if _is_pydantic_model(origin):
-        pydantic = sys.modules["pydantic"]
+    if isinstance(origin, type) and issubclass(origin, BaseModel):
         try:
             origin.model_validate(value)
-        except pydantic.ValidationError as error:
+        except ValidationError as error:
             return str(error).replace("\n", "; ")
         return None
     if origin in _JSON_TYPES:
@@ -40,14 +40,6 @@ def shape_error(declared: Any, value: Any) -> str | None:
 def coerce_input(declared: Any, value: Any) -> Any:
     """The value the workflow receives: a pydantic model is built from the JSON, anything else passes."""
     origin = typing.get_origin(declared) or declared
-    if _is_pydantic_model(origin):
+    if isinstance(origin, type) and issubclass(origin, BaseModel):
         return origin.model_validate(value)
     return value
-
-
-def _is_pydantic_model(origin: Any) -> bool:
-    """Whether ``origin`` is a pydantic model class. pydantic is not imported for this: a workflow
-    that declares a model has imported it already, and a worker whose workflows declare none
-    starts without it (bench/recovery.py)."""
-    pydantic = sys.modules.get("pydantic")
-    return pydantic is not None and isinstance(origin, type) and issubclass(origin, pydantic.BaseModel)

@@ -24,15 +24,6 @@ _START = (
     "Worker(App('probe'), settings, log=MemoryLog(settings), serde=Serde(settings), worker_id='w'); "
     "print(sorted({m.split('.')[0] for m in sys.modules} & {'prometheus_client', 'opentelemetry'}))"
 )
-# What the start used to import and no longer needs: pydantic (the settings were a pydantic model),
-# importlib.metadata (the CLI's entry-point scan, pydantic's plugin loader).
-_LEFT_OUT = (
-    "import sys, runtime.cli.main, runtime.cli.runs, runtime.log.kafka.access, runtime.log.kafka.backend, "
-    "runtime.log.schemas.serde, runtime.worker.loop; "
-    "from runtime.cli.main import _registrars; _registrars(['worker']); "
-    "from runtime.config import load_settings; load_settings(); "
-    "print(sorted(set(sys.modules) & {'pydantic', 'importlib.metadata'}))"
-)
 
 
 def test_a_worker_without_a_metrics_port_or_a_tracer_provider_starts_without_their_libraries() -> None:
@@ -40,13 +31,5 @@ def test_a_worker_without_a_metrics_port_or_a_tracer_provider_starts_without_the
     something in the process has imported it (runtime.worker.tracing)."""
     done = subprocess.run(
         [sys.executable, "-c", _START], capture_output=True, text=True, check=True, cwd=ROOT
-    )
-    assert done.stdout.strip() == "[]", done.stdout + done.stderr
-
-
-def test_a_worker_starts_without_pydantic_or_importlib_metadata() -> None:
-    """Each cost a restarted worker CPU before its first record (bench/recovery.py)."""
-    done = subprocess.run(
-        [sys.executable, "-c", _LEFT_OUT], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
