@@ -4,6 +4,7 @@ ownership check, each built from this deployment's settings."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 
@@ -26,7 +27,12 @@ class KafkaLog:
     """The Kafka backend of the log port (``runtime.log.port.protocol.EventLog``).
 
     The producer and the reading consumer are made on first use; a worker calls ``connect``
-    at start so both are connected by the time partitions arrive (rebuilds read with them)."""
+    at start so both are connected by the time partitions arrive (rebuilds read with them).
+
+    A read assigns its consumer the partitions it reads, so two reads at once must not share one:
+    a record decoded inside a rebuild's read may need a key read from the keys topic
+    (runtime.log.records.sealing), and a thread fetching a late key reads beside the event loop.
+    Each read borrows an idle reading consumer, or makes another, and gives it back when it ends."""
 
     def __init__(self, settings: Settings, *, idempotent: bool = True) -> None:
         check_credentials(settings)  # wrong SASL credentials would make every later call hang
@@ -35,10 +41,13 @@ class KafkaLog:
         # readers ignore a repeat), and the first write does not wait for a ProducerId.
         self.idempotent = idempotent
         self._writer: EventWriter | None = None
-        self._reader: Consumer | None = None
+        self._readers: list[Consumer] = []  # every reading consumer made, idle or lent
+        self._idle: list[Consumer] = []
+        self._lending = threading.Lock()
 
     def connect(self) -> KafkaLog:
-        _ = self.writer, self.reader
+        _ = self.writer
+        self._give_back(self._borrow())
         return self
 
     @property
@@ -51,11 +60,26 @@ class KafkaLog:
             )
         return self._writer
 
-    @property
-    def reader(self) -> Consumer:
-        if self._reader is None:
-            self._reader = Consumer(reader_config(self.settings))
-        return self._reader
+    def _borrow(self) -> Consumer:
+        with self._lending:
+            if self._idle:
+                return self._idle.pop()
+        reader = Consumer(reader_config(self.settings))
+        with self._lending:
+            self._readers.append(reader)
+        return reader
+
+    def _give_back(self, reader: Consumer) -> None:
+        with self._lending:
+            if reader in self._readers:  # not closed meanwhile
+                self._idle.append(reader)
+
+    def _lent(self, read: Callable[[Consumer], Iterator[LogRecord]]) -> Iterator[LogRecord]:
+        reader = self._borrow()
+        try:
+            yield from read(reader)
+        finally:
+            self._give_back(reader)
 
     @property
     def failure(self) -> str | None:
@@ -89,15 +113,25 @@ class KafkaLog:
         end: int | None = None,
         keep: Callable[[bytes | None], bool] | None = None,
     ) -> Iterator[LogRecord]:
-        return read_partition(self.settings, topic, partition, start, end, consumer=self.reader, keep=keep)
+        return self._lent(
+            lambda reader: read_partition(self.settings, topic, partition, start, end, consumer=reader, keep=keep)
+        )
 
     def read_partitions(
         self, topic: str, ranges: Mapping[int, tuple[int | None, int | None]]
     ) -> Iterator[tuple[int, LogRecord]]:
-        return read_partitions(self.settings, topic, ranges, consumer=self.reader)
+        reader = self._borrow()
+        try:
+            yield from read_partitions(self.settings, topic, ranges, consumer=reader)
+        finally:
+            self._give_back(reader)
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
-        return watermarks(self.reader, topic, partition)
+        reader = self._borrow()
+        try:
+            return watermarks(reader, topic, partition)
+        finally:
+            self._give_back(reader)
 
     def join(self, worker_id: str, session_timeout_ms: int) -> KafkaCommandFeed:
         return KafkaCommandFeed(self.settings, worker_id, session_timeout_ms)
@@ -118,10 +152,12 @@ class KafkaLog:
             self._writer.flush(timeout)
 
     def close(self) -> None:
-        writer, reader, self._writer, self._reader = self._writer, self._reader, None, None
+        writer, self._writer = self._writer, None
+        with self._lending:
+            readers, self._readers, self._idle = self._readers, [], []
         try:
             if writer is not None:
                 writer.close()
         finally:
-            if reader is not None:
+            for reader in readers:
                 reader.close()
