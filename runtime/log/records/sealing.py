@@ -421,10 +421,13 @@ class Sealer:
         return self._cipher_for(run_id).seal(value, field)
 
     def opens(self, value: str, field: str) -> bool:
-        """Whether ``value`` is a sealed value of ``field`` that its named key opens: a copy a fork
-        or a reset carries over from another run, which stays sealed as it is. Text that only looks
-        sealed -- a user's message that begins with the prefix, or a copy whose key was destroyed --
-        is sealed again, so nothing a run was given is ever stored in the clear."""
+        """Whether ``value`` may be written as it is: a sealed value of ``field`` (a copy a fork or a
+        reset carries over from another run, or what a rejection keeps of a submission it could not
+        open). It is sealed again only when its named key is held here and does not open it as
+        ``field`` (a user's text that begins with the prefix and names a key in use), or when it is
+        not a sealed value's shape at all. A value naming a key this process has not read is kept
+        as it is: looking the key up would read Kafka on the worker's event loop, and making one
+        would put a second key under a submission's id (docs/erasure.md, Limits)."""
         try:
             key_id = key_id_of(value)
             raw = base64.b64decode(value[value.rindex(":") + 1 :], validate=True)
@@ -432,9 +435,9 @@ class Sealer:
             return False
         aead = self._aeads.get(key_id)
         if aead is None:
-            key = self.keys.get(key_id)
+            key = self.keys.cached(key_id)
             if key is None:
-                return False
+                return True
             aead = self._aeads[key_id] = AESGCM(key)
         try:
             aead.decrypt(raw[:12], raw[12:], f"{key_id}/{field}".encode())
