@@ -33,6 +33,7 @@ def one_round(late_s: float) -> dict[str, Any]:
     from runtime import App, Context
     from runtime.client import Client
     from runtime.config import Settings
+    from runtime.errors import AgentlogError
     from runtime.log.port.memory import MemoryLog
     from runtime.log.records.events import RunSubmitted, ToolCallCompleted
     from runtime.log.records.sealing import KeyStore, Sealer
@@ -90,7 +91,7 @@ def one_round(late_s: float) -> dict[str, Any]:
         while time.monotonic() < deadline:
             try:
                 status = client.status("late")
-            except Exception as error:  # what a reader meets on a record it cannot open: reported
+            except AgentlogError as error:  # SealError, DecodeError: reported, not raised
                 return {"neighbour_steps_while_waiting": during, "late_status": f"unreadable: {error}"}
             if status.status not in ("unknown", "running"):
                 break

@@ -17,43 +17,17 @@ from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.kafka.backend import KafkaLog
 from runtime.log.kafka.reader import read_partition
-from runtime.log.records.events import ModelCallCompleted, ModelCallScheduled
+from runtime.log.records.events import ModelCallCompleted
 from runtime.log.schemas.serde import Serde
 from runtime.run_status import InDoubtCall
 from runtime.worker.rebuild import rebuild
 from support.events import LogReader
+from support.refund_world import REFUND_APP, wait_inside_step_31, world
 from support.services import make_deployment
 from support.wait import wait_until
 from support.workers import APP, WorkerProcess, child_pids
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
-REFUND_APP = "examples.refund_agent:app"
-
-
-def world(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, timeout=30)
-    conn.executescript(
-        """
-        CREATE TABLE IF NOT EXISTS model_calls (id INTEGER PRIMARY KEY, step INTEGER, nonce TEXT, pid INTEGER);
-        CREATE TABLE IF NOT EXISTS effect_attempts (id INTEGER PRIMARY KEY, kind TEXT, idempotency_key TEXT, pid INTEGER);
-        CREATE TABLE IF NOT EXISTS effects (idempotency_key TEXT PRIMARY KEY, kind TEXT, detail TEXT);
-        """
-    )
-    return conn
-
-
-def model_calls_at(db: sqlite3.Connection, step: int) -> int:
-    return int(db.execute("SELECT COUNT(*) FROM model_calls WHERE step = ?", (step,)).fetchone()[0])
-
-
-def scheduled_in_log(reader: LogReader, partition: int, run_id: str, position: int) -> bool:
-    """Whether the model call's Scheduled record is durable. A model call starts before that record
-    is acknowledged (runtime.worker.execution); only once it is is the call in doubt at a crash
-    (otherwise the log holds nothing of it and it just runs again)."""
-    return any(
-        isinstance(e, ModelCallScheduled) and e.run_id == run_id and e.position == position
-        for _, e in reader.events(partition)
-    )
 
 
 def refund_worker(
@@ -76,9 +50,7 @@ def test_refund40_killed_when_step_31_model_call_starts(
     client = Client(deployment)
     run_id = client.submit("refund", {"order": "48211"})
     client.flush()
-    wait_until(lambda: model_calls_at(db, 31) == 1, 60, "step 31's model call to start")
-    partition = client.partition(run_id)
-    wait_until(lambda: scheduled_in_log(first.reader, partition, run_id, 61), 30, "its Scheduled record")
+    wait_inside_step_31(db, first.reader, client, run_id)
     os.kill(first.proc.pid, signal.SIGKILL)
     first.proc.wait()
     first_attempt_nonces = [row[0] for row in db.execute("SELECT nonce FROM model_calls ORDER BY id")]
@@ -261,9 +233,7 @@ def test_respawn_forks_a_new_worker_when_the_worker_is_killed(
     client = Client(deployment)
     run_id = client.submit("refund", {"order": "48211"})
     client.flush()
-    wait_until(lambda: model_calls_at(db, 31) == 1, 60, "step 31's model call to start")
-    partition = client.partition(run_id)
-    wait_until(lambda: scheduled_in_log(supervisor.reader, partition, run_id, 61), 30, "its Scheduled record")
+    wait_inside_step_31(db, supervisor.reader, client, run_id)
     [[child]] = db.execute("SELECT pid FROM model_calls WHERE step = 31").fetchall()
     # the worker runs in a forked child: the supervisor's only child, the one calling the model
     assert child != supervisor.proc.pid and child_pids(supervisor.proc.pid) == [child]

@@ -10,13 +10,12 @@ import signal
 from pathlib import Path
 
 import pytest
-from test_runtime_recovery import REFUND_APP, model_calls_at, scheduled_in_log, world
 
 from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.kafka.reader import read_partition
+from support.refund_world import REFUND_APP, wait_inside_step_31, world
 from support.services import make_deployment
-from support.wait import wait_until
 from support.workers import WorkerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
@@ -35,9 +34,8 @@ def test_a_sealed_run_killed_at_step_31_is_finished_by_a_fresh_worker(
     client = Client(deployment)
     run_id = client.submit("refund", {"order": "48211"})
     client.flush()
-    wait_until(lambda: model_calls_at(db, 31) == 1, 60, "step 31's model call to start")
+    wait_inside_step_31(db, first.reader, client, run_id)
     partition = client.partition(run_id)
-    wait_until(lambda: scheduled_in_log(first.reader, partition, run_id, 61), 30, "its Scheduled record")
     os.kill(first.proc.pid, signal.SIGKILL)
     first.proc.wait()
 

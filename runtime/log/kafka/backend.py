@@ -4,6 +4,7 @@ ownership check, each built from this deployment's settings."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
@@ -74,10 +75,11 @@ class KafkaLog:
             if reader in self._readers:  # not closed meanwhile
                 self._idle.append(reader)
 
-    def _lent(self, read: Callable[[Consumer], Iterator[LogRecord]]) -> Iterator[LogRecord]:
+    @contextlib.contextmanager
+    def _lent(self) -> Iterator[Consumer]:
         reader = self._borrow()
         try:
-            yield from read(reader)
+            yield reader
         finally:
             self._give_back(reader)
 
@@ -113,25 +115,18 @@ class KafkaLog:
         end: int | None = None,
         keep: Callable[[bytes | None], bool] | None = None,
     ) -> Iterator[LogRecord]:
-        return self._lent(
-            lambda reader: read_partition(self.settings, topic, partition, start, end, consumer=reader, keep=keep)
-        )
+        with self._lent() as reader:
+            yield from read_partition(self.settings, topic, partition, start, end, consumer=reader, keep=keep)
 
     def read_partitions(
         self, topic: str, ranges: Mapping[int, tuple[int | None, int | None]]
     ) -> Iterator[tuple[int, LogRecord]]:
-        reader = self._borrow()
-        try:
+        with self._lent() as reader:
             yield from read_partitions(self.settings, topic, ranges, consumer=reader)
-        finally:
-            self._give_back(reader)
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
-        reader = self._borrow()
-        try:
+        with self._lent() as reader:
             return watermarks(reader, topic, partition)
-        finally:
-            self._give_back(reader)
 
     def join(self, worker_id: str, session_timeout_ms: int) -> KafkaCommandFeed:
         return KafkaCommandFeed(self.settings, worker_id, session_timeout_ms)
