@@ -15,7 +15,10 @@ fails (WriteError) the outcome is dropped and the worker stops. What this gives 
 that dies after such a call started but before its Scheduled record was durable leaves no trace
 of it, so the successor runs it again as a first attempt, not "in doubt" -- the in-doubt report
 names only calls whose Scheduled record is in the log. An effect is never in that position.
-Timers and signal waits start once their record is acknowledged, as effects do.
+Nor is an effect that ran: the call after it waits for its ack before starting (an effect's
+outcome unacknowledged would otherwise be lost with the call, and the finished effect run again
+in doubt instead of the call in flight). Timers and signal waits start once their record is
+acknowledged, as effects do.
 One ack per call and no transaction per result; fencing is by epoch (runtime.log.records.fencing).
 """
 
@@ -80,8 +83,9 @@ class Executor:
         self.pool, self.ownership = pool, ownership
         self.spans.watch(asyncio.get_running_loop())
 
-    def flush(self, owned: OwnedPartition, machine: RunMachine) -> None:
-        """Append what the machine emitted; start the intents that became ready."""
+    def flush(self, owned: OwnedPartition, machine: RunMachine, effect_outcome: bool = False) -> None:
+        """Append what the machine emitted; start the intents that became ready. ``effect_outcome``:
+        what is appended holds the outcome of an effect that ran (held back the next call's start)."""
         events, ready = machine.drain()
         if machine.blobs:
             stored = self._store_blobs(owned, machine, events)
@@ -91,6 +95,8 @@ class Executor:
         if self.spans.on and machine.active:
             self.spans.run_span(machine)
         durable = self.batcher.append(owned, events) if events else None
+        if effect_outcome and durable is not None:
+            owned.effect_outcomes[machine.run_id] = durable
         if stagemarks.ON:
             _mark_appended(machine, events, durable)
         if machine.active and self._over_history_limit(owned, machine):
@@ -143,10 +149,11 @@ class Executor:
         durable: asyncio.Future[int] | None,
     ) -> None:
         # Only an effect (and a timer) waits for its Scheduled record before it starts; any other
-        # call waits for it after the call, before its outcome is recorded (module docstring).
+        # call waits for it after the call, before its outcome is recorded (module docstring) --
+        # unless an effect's outcome may still be in flight before it.
         unacked = durable
         scheduled_at: int | None = None
-        if intent.effect or intent.kind in ("timer", "signal"):
+        if intent.effect or intent.kind in ("timer", "signal") or _behind_effect(owned, machine.run_id):
             unacked = None
             if durable is not None:
                 scheduled_at = await self._scheduled_ack(machine, intent, durable)
@@ -198,7 +205,7 @@ class Executor:
                     return
                 self.metrics.call(machine.workflow, intent.kind, intent.name, False, elapsed, final)
                 machine.record(failure)
-                self.flush(owned, machine)
+                self.flush(owned, machine, effect_outcome=intent.effect)
                 if final:
                     return
                 await asyncio.sleep(policy.backoff(attempt))
@@ -223,7 +230,7 @@ class Executor:
                         return
                     text, outcome = outcome.result, outlined(outcome, offset, data)
             machine.record(outcome, result_text=text)
-            self.flush(owned, machine)
+            self.flush(owned, machine, effect_outcome=intent.effect)
             return
 
     async def _scheduled_ack(
@@ -298,6 +305,20 @@ class Executor:
         machine.record(TimerFired(run_id=machine.run_id, position=intent.position))
         self.metrics.step(machine.workflow)
         self.flush(owned, machine)
+
+
+def _behind_effect(owned: OwnedPartition, run_id: str) -> bool:
+    """Whether the run's latest effect outcome may not be durable yet. A call that started before
+    it is acked could outlive it at a crash: the successor would then run the effect again (in doubt,
+    with its key) although it had finished, and not the call in flight. Acks come in partition order,
+    so the call's own Scheduled ack, awaited first, vouches for that outcome too."""
+    pending = owned.effect_outcomes.get(run_id)
+    if pending is None:
+        return False
+    if pending.done():
+        del owned.effect_outcomes[run_id]
+        return False
+    return True
 
 
 def _mark_appended(machine: RunMachine, events: list[Event], durable: asyncio.Future[int] | None) -> None:

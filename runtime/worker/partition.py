@@ -71,6 +71,10 @@ class OwnedPartition:
     # A submission waiting for its data key (runtime.worker.commands), then the commands delivered
     # behind it, in offset order: handled once the key has arrived (or the submission is rejected).
     held: list[Delivery] = field(default_factory=list)
+    # Run -> the ack of its latest effect outcome (a tool with effect=True that ran), while that
+    # ack may be pending: no call of the run starts before it (runtime.worker.execution), so an
+    # effect that ran is never left in doubt behind a later call.
+    effect_outcomes: dict[str, asyncio.Future[int]] = field(default_factory=dict)
 
     def spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         """Run ``coroutine`` as a task of this partition (cancelled when the partition is lost)."""
@@ -87,6 +91,7 @@ class OwnedPartition:
         self.sizes.pop(run_id, None)
         self.chain_tips.pop(run_id, None)
         self.records.pop(run_id, None)
+        self.effect_outcomes.pop(run_id, None)
         self.located.discard(run_id)
 
     def first_offset_of(self, run_id: str) -> FirstOffset:

@@ -163,8 +163,12 @@ def test_zombie_writes_after_losing_its_partition_stay_invisible(
 
     charges = (tmp_path / "charge-attempts").read_text().splitlines()
     assert len(charges) == 1 and str(successor.proc.pid) in charges[0]  # no duplicate effect
-    # Written in the log, if the call won the race: at most the result and the next Scheduled...
-    assert [t for _, t in late] == ["ModelCallCompleted", "ToolCallScheduled"][: len(late)]
+    # What the zombie wrote is a prefix of this, and what landed late a run of it: the model call
+    # starts before its Scheduled record (and RunStarted) is acknowledged, so those may still be in
+    # librdkafka's queue when it freezes; the charge's outcome is never among them...
+    written = ["RunStarted", "ModelCallScheduled", "ModelCallCompleted", "ToolCallScheduled"]
+    late_types = [t for _, t in late]
+    assert any(late_types == written[i : i + len(late_types)] for i in range(len(written) + 1)), late_types
     zombie_late_offsets = {o for o, _ in late}
     history = client.history(run_id)
     assert not {e["offset"] for e in history} & zombie_late_offsets  # ...and invisible

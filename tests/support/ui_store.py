@@ -22,6 +22,7 @@ from pathlib import Path
 
 from runtime.client import Client
 from runtime.config import Settings
+from support.refund_world import scheduled_in_log
 from support.services import ROOT, deployment_env
 from support.sink import SinkProcess, kafka_offsets, wait_for_rows
 from support.wait import stop_process, wait_until
@@ -69,6 +70,14 @@ def fill_refund_store(deployment: Settings, workers: list[WorkerProcess], tmp_pa
             f"step {CRASH_STEP}'s model call to start",
             process=first.proc,
             detail=first.log_tail,
+        )
+        # The call starts before its Scheduled record is acknowledged: only once it is durable does
+        # a kill leave exactly that call in doubt.
+        partition = client.partition(run_id)
+        wait_until(
+            lambda: scheduled_in_log(first.reader, partition, run_id, 2 * CRASH_STEP - 1),
+            30,
+            f"step {CRASH_STEP}'s Scheduled record",
         )
         os.kill(first.proc.pid, signal.SIGKILL)
         first.proc.wait()

@@ -143,3 +143,50 @@ async def test_a_scheduled_record_refused_drops_the_outcome_and_stops_the_worker
     completed = [e for e in h.events(run) if isinstance(e, ToolCallCompleted)]
     assert [(e.attempt, e.in_doubt) for e in completed] == [(1, False), (1, False)]
     await h.stop_all()
+
+
+def effect_then_lookup_app(started: list[str]) -> App:
+    """refund (an effect) then notify (read-only); ``started`` gets each call's name as it starts."""
+    app = App("unit")
+
+    @app.tool("refund", effect=True)
+    async def refund(order: str, idempotency_key: str) -> str:
+        started.append("refund")
+        return "refunded"
+
+    @app.tool("notify")
+    async def notify(order: str) -> str:
+        started.append("notify")
+        return "sent"
+
+    @app.workflow("refund")
+    async def workflow(ctx: Context, order: str) -> str:
+        await ctx.tool("refund", order=order)
+        result: str = await ctx.tool("notify", order=order)
+        return result
+
+    return app
+
+
+async def test_a_call_after_an_effect_waits_for_the_effect_outcome_to_be_acknowledged() -> None:
+    # Started early, the notify could outlive the refund's outcome at a crash: the successor would
+    # then find the refund, not the notify, in doubt, and run the refund again.
+    started: list[str] = []
+    run = "run-o4"
+    h = Harness(effect_then_lookup_app(started))
+    worker = h.start()
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    await submitted_with_acks_held(h, run)
+    await until(lambda: h.log.held_count() == 2, what="RunStarted and the refund's Scheduled record")
+    h.log.release()
+    h.log.hold()
+    await until(lambda: started == ["refund"], what="the refund to run")
+    await until(lambda: h.log.held_count() >= 2, what="the refund's outcome and the notify's Scheduled")
+    await loop_turns()
+    assert started == ["refund"], "the notify started before the refund's outcome was acknowledged"
+
+    h.log.release()
+    status = await h.ended(run)
+    assert status.status == "completed" and status.result == "sent"
+    assert started == ["refund", "notify"]
+    await h.stop_all()
