@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 from infra.deployment import environment, scratch_deployment
+from infra.topics import drop_topics
 from runtime.config import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def fresh_deployment(partitions: int, prefix: str = "bench") -> Settings:
-    return scratch_deployment(load_settings(), partitions, prefix)
+    """A scratch deployment whose topics are deleted when this process exits (``drop`` deletes
+    them sooner): the broker does not carry every past benchmark's partitions into the next."""
+    settings = scratch_deployment(load_settings(), partitions, prefix)
+    atexit.register(drop, settings)
+    return settings
+
+
+def drop(settings: Settings) -> None:
+    """Delete the scratch deployment's topics now (again at exit: a no-op then)."""
+    drop_topics(settings)
 
 
 def env_for(settings: Settings, **extra: str) -> dict[str, str]:

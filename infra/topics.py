@@ -135,3 +135,21 @@ def ensure_topics(settings: Settings, timeout: float = 60.0, *, bootstrap: str |
                 raise ServiceError(kafka.SERVICE, f"cannot create topic {name}: {exc}", log) from exc
         if retry:
             time.sleep(0.5)
+
+
+def drop_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
+    """Delete this deployment's topics (a scratch deployment's, once a benchmark is done with it);
+    the names deleted. A broker holding thousands of partitions of past scratch deployments does
+    more work for every request, so a sitting's later rounds would measure a slower broker."""
+    admin = AdminClient(settings.kafka_common(), logger=_QUIET)
+    names = [s.name for s in wanted(settings)]
+    deleted: list[str] = []
+    for name, future in admin.delete_topics(names, operation_timeout=timeout, request_timeout=timeout).items():
+        try:
+            future.result()
+            deleted.append(name)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is None or error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise ServiceError(kafka.SERVICE, f"cannot delete topic {name}: {exc}") from exc
+    return deleted

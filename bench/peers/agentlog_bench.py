@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _deploy import fresh_deployment, start_worker
+from _deploy import drop, fresh_deployment, start_worker
 
 from bench.peers.cpu import cpu_seconds
 from bench.peers.workload import STEPS, crash_run, replay_counts, steps_done, wait_in_crash_step
@@ -190,6 +190,7 @@ def measure(
     finally:
         client.close()
         _stop(worker)
+        drop(settings)  # the next round's broker does not carry this one's partitions
     return {
         "system": "agentlog",
         "workload": workload,
