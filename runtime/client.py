@@ -219,8 +219,39 @@ class Client:
             raise AgentlogError(
                 f"signal name {name!r} is reserved (names starting {RESERVED_SIGNAL_PREFIX!r} are agentlog's own)"
             )
+        self._learn_key_of(run_id)
         self._send(SignalSent(run_id=run_id, name=name, payload=canonical_json(payload)))
         self.flush()
+
+    def _learn_key_of(self, run_id: str) -> None:
+        """Before sealing a signal for a run this client did not submit (``seal_contents``): learn
+        which key seals the run's contents from the run's own first record -- a sealed value names
+        its key id in the clear, and decoding it teaches the sealer (``Sealer.open_text``). Its
+        RunStarted where the run index locates it, else its submission in the commands topic (whose
+        key may be a moment behind it: the decoding waits for it). Sealing under a key of the run
+        id instead would make a second key: for a run sealed under its data subject's key, one
+        that ``agentlog erase --subject`` does not destroy; for a run whose key is not readable
+        yet, one that compaction would keep in place of the run's own."""
+        sealer = self.serde.sealer
+        if sealer is None or sealer.knows_key_of(run_id):
+            return
+        location = self.location(run_id)
+        if location is not None:
+            for _ in self.events(run_id, start=location.first, end=location.first + 1):
+                pass
+        if not sealer.knows_key_of(run_id):
+            key = run_id.encode()
+            for record in self.log.read(
+                self.settings.commands_topic, self.partition(run_id), keep=lambda k: k == key
+            ):
+                if isinstance(self.serde.decode(record.value or b"", record.key), RunSubmitted):
+                    break
+        if not sealer.knows_key_of(run_id):
+            raise AgentlogError(
+                f"run {run_id}: no submission of it in {self.settings.commands_topic!r}, so the key its "
+                "contents are sealed under is not known, and a signal is sealed under that key: submit "
+                "the run first"
+            )
 
     def cancel(self, run_id: str, reason: str = "cancelled by request") -> None:
         """Ask for the run to be cancelled with ``reason``, and wait until the broker has the

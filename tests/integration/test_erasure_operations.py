@@ -3,7 +3,9 @@ real worker subprocess: the worker holds the command and fetches the key off its
 beside it in the same partition keeps stepping (on the log) and the signal sent behind it waits its
 turn; once the key is written the run starts with its input opened. A submission whose key never
 comes ends as RunRejected naming the run and the key, and the partition goes on. The real
-`agentlog erase --subject` refuses while a run of the subject has not ended, naming it."""
+`agentlog erase --subject` refuses while a run of the subject has not ended, naming it. A client that
+signals a run it did not submit seals the payload under the run's subject key (and makes no key of the
+run's id); a signal for a run never submitted is refused."""
 
 from __future__ import annotations
 
@@ -11,10 +13,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime.client import Client
+from runtime.client import Client, new_run_id
 from runtime.config import Settings
+from runtime.errors import AgentlogError
 from runtime.log.kafka.backend import KafkaLog
-from runtime.log.port.partitioning import name_in_partition
+from runtime.log.port.partitioning import name_in_partition, partition_for
+from runtime.log.records.events import SignalReceived, SignalSent
+from runtime.log.records.sealing import ERASED, key_id_of, subject_key_id
 from runtime.log.schemas.serde import Serde
 from support.late_keys import LateKeySubmission
 from support.services import agentlog, make_deployment
@@ -130,3 +135,69 @@ def test_erasing_a_subject_refuses_while_one_of_its_runs_goes_on_naming_it(
     with Client(settings) as client:
         assert client.status(ended).result == "erased"
         assert client.status(waiting).result == "erased"
+
+
+def signal_sent(settings: Settings, run_id: str) -> bytes:
+    """The run's SignalSent record as the commands topic holds it."""
+    plain = Serde(settings.model_copy(update={"seal_contents": False}))
+    log = KafkaLog(settings)
+    try:
+        key = run_id.encode()
+        for record in log.read(
+            settings.commands_topic, partition_for(run_id, settings.partitions), keep=lambda k: k == key
+        ):
+            if isinstance(plain.decode(record.value or b""), SignalSent):
+                return record.value or b""
+    finally:
+        log.close()
+    raise AssertionError(f"no SignalSent of run {run_id}")
+
+
+def keys_named(settings: Settings, key_id: str) -> int:
+    log = KafkaLog(settings)
+    try:
+        return sum(
+            1
+            for record in log.read(settings.keys_topic, partition_for(key_id, settings.partitions))
+            if record.key == key_id.encode()
+        )
+    finally:
+        log.close()
+
+
+@pytest.mark.parametrize("started", [True, False], ids=["running", "submitted"])
+def test_a_signal_from_another_client_is_sealed_under_the_run_s_subject_key(
+    sealed: tuple[Settings, WorkerProcess], started: bool
+) -> None:
+    # The client that signals did not submit the run: it must seal the payload under the key the
+    # run's contents are under (the subject's), never make a key of the run's id -- one that
+    # `erase --subject` would leave behind, the payload readable.
+    settings, worker = sealed
+    subject = f"customer-{'77' if started else '78'}"
+    with Client(settings) as submitter:
+        waiting = submitter.submit("intake", {"note": "third", "wait": True}, subject=subject)
+        submitter.flush()
+        if started:
+            wait_until(
+                lambda: submitter.status(waiting).status == "running", 30, "the run", process=worker.proc
+            )
+        with Client(settings) as other:
+            other.signal(waiting, "go", {"said": "MARKER-signal-5e7a"})
+        assert submitter.result(waiting, timeout=60)["filed"] == "third"
+    sent = signal_sent(settings, waiting)
+    plain = Serde(settings.model_copy(update={"seal_contents": False}))
+    assert key_id_of(plain.decode(sent).payload) == subject_key_id(subject)
+    assert keys_named(settings, waiting) == 0, "the signalling client made a key of the run's id"
+    assert agentlog(settings, "erase", "--subject", subject).returncode == 0
+    with Client(settings) as reader:  # the payload, as sent and as received, goes with the subject's key
+        assert reader.serde.decode(sent).payload == ERASED
+        [signal] = [e for e in reader.events(waiting) if isinstance(e.event, SignalReceived)]
+        assert signal.event.payload == ERASED
+
+
+def test_a_signal_for_a_run_never_submitted_is_refused_naming_it(sealed: tuple[Settings, WorkerProcess]) -> None:
+    settings, _ = sealed
+    nobody = f"nobody-{new_run_id()}"
+    with Client(settings) as client, pytest.raises(AgentlogError, match=rf"run {nobody}: no submission of it"):
+        client.signal(nobody, "go", None)
+    assert keys_named(settings, nobody) == 0

@@ -364,6 +364,11 @@ class Sealer:
     def key_id_for(self, run_id: str) -> str:
         return self._key_of_run.get(run_id, run_id)
 
+    def knows_key_of(self, run_id: str) -> bool:
+        """Whether this process knows the key id ``run_id``'s contents are sealed under: it
+        submitted the run, or read a sealed value of it."""
+        return run_id in self._key_of_run or run_id in self._ciphers
+
     def forget(self, key_id: str) -> None:
         self._aeads.pop(key_id, None)
         self._ciphers.pop(key_id, None)
