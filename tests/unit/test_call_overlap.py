@@ -59,6 +59,15 @@ async def submitted_with_acks_held(h: Harness, run: str) -> None:
     h.log.hold()
 
 
+async def serving_with_acks_held(app: App, run: str) -> Harness:
+    """A worker "w1" serving ``app``, ``run`` submitted to it, every ack of what it appends held."""
+    h = Harness(app)
+    worker = h.start("w1")
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    await submitted_with_acks_held(h, run)
+    return h
+
+
 async def loop_turns(n: int = 20) -> None:
     """Give every ready task many turns (nothing the test waits for here depends on time)."""
     for _ in range(n):
@@ -68,10 +77,7 @@ async def loop_turns(n: int = 20) -> None:
 async def test_a_read_only_call_starts_before_its_scheduled_ack_and_an_effect_after() -> None:
     started: list[str] = []
     run = "run-o1"
-    h = Harness(overlap_app(started))
-    worker = h.start()
-    await until(lambda: worker.owned, what="the worker to own the partition")
-    await submitted_with_acks_held(h, run)
+    h = await serving_with_acks_held(overlap_app(started), run)
     await until(lambda: started == ["lookup"], what="the lookup to start")
     assert h.types(run) == [], "the lookup started with its Scheduled record (and RunStarted) unacknowledged"
     await loop_turns()
@@ -103,10 +109,7 @@ async def test_a_read_only_call_starts_before_its_scheduled_ack_and_an_effect_af
 async def test_a_failed_attempt_is_recorded_only_once_its_scheduled_record_is_acknowledged() -> None:
     started: list[str] = []
     run = "run-o2"
-    h = Harness(overlap_app(started, lookup_failures=1))
-    worker = h.start()
-    await until(lambda: worker.owned, what="the worker to own the partition")
-    await submitted_with_acks_held(h, run)
+    h = await serving_with_acks_held(overlap_app(started, lookup_failures=1), run)
     await until(lambda: started == ["lookup"], what="the first lookup attempt")
     await loop_turns()
     # The attempt failed, but its ToolCallFailed waits for the Scheduled ack, and so does the retry.
@@ -122,10 +125,7 @@ async def test_a_failed_attempt_is_recorded_only_once_its_scheduled_record_is_ac
 async def test_a_scheduled_record_refused_drops_the_outcome_and_stops_the_worker() -> None:
     started: list[str] = []
     run = "run-o3"
-    h = Harness(overlap_app(started))
-    worker = h.start("w1")
-    await until(lambda: worker.owned, what="the worker to own the partition")
-    await submitted_with_acks_held(h, run)
+    h = await serving_with_acks_held(overlap_app(started), run)
     await until(lambda: started == ["lookup"], what="the lookup to start")
     h.log.fail_held("broker refused the batch")
     with pytest.raises(
@@ -173,10 +173,7 @@ async def test_a_call_after_an_effect_waits_for_the_effect_outcome_to_be_acknowl
     # then find the refund, not the notify, in doubt, and run the refund again.
     started: list[str] = []
     run = "run-o4"
-    h = Harness(effect_then_lookup_app(started))
-    worker = h.start()
-    await until(lambda: worker.owned, what="the worker to own the partition")
-    await submitted_with_acks_held(h, run)
+    h = await serving_with_acks_held(effect_then_lookup_app(started), run)
     await until(lambda: h.log.held_count() == 2, what="RunStarted and the refund's Scheduled record")
     h.log.release()
     h.log.hold()
