@@ -139,6 +139,7 @@ def run_data(store: QueryStore, settings: Settings, run_id: str) -> dict[str, An
 
     A call's details (prompt, arguments, result...) are not in it: the page fetches them when a
     call or step is clicked (``run_calls``), so a 10,000-event run's page stays small."""
+    version = explore.run_version(store, run_id)  # before the status: see ``run_version``
     summary, line = _timeline(store, settings, run_id)
     paid = [c for c in line.calls if not c.usage.get("copied")]  # copied calls: the original paid
     cost = [c.usage.get("cost_usd") for c in paid if isinstance(c.usage.get("cost_usd"), int | float)]
@@ -162,7 +163,7 @@ def run_data(store: QueryStore, settings: Settings, run_id: str) -> dict[str, An
         "cost": sum(cost) if cost else None,
         "cost_state": cost_state,
         "tokens": tokens,
-        "version": explore.run_version(store, run_id),
+        "version": version,
         "gauge_events": Markup(
             svg.gauge(
                 int(summary.get("events") or 0),
@@ -208,10 +209,15 @@ def run_calls(store: QueryStore, settings: Settings, run_id: str, query: Mapping
 
 
 def run_version(store: QueryStore, run_id: str) -> dict[str, JsonValue]:
+    """What the run page polls. The version is read before the status: the sink may insert rows
+    between the two reads, and a status older than the version (running, beside the count that
+    includes the ending) would leave the page polling a version that never changes again, its
+    status "running" forever. Read in this order the status is never older than the version."""
+    version = explore.run_version(store, run_id)
     summary = explore.run_summary(store, run_id)
     if summary is None:
         raise NotFound(f"no run {run_id!r} in the store")
-    return {"version": explore.run_version(store, run_id), "status": summary.get("status")}
+    return {"version": version, "status": summary.get("status")}
 
 
 def diff_page(store: QueryStore, settings: Settings, query: Mapping[str, str]) -> str:
