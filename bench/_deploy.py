@@ -16,16 +16,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def fresh_deployment(partitions: int, prefix: str = "bench") -> Settings:
-    """A scratch deployment whose topics are deleted when this process exits (``drop`` deletes
-    them sooner): the broker does not carry every past benchmark's partitions into the next."""
+    """A scratch deployment whose topics are deleted when this process exits (``drop_topics``
+    deletes them sooner; again at exit is a no-op): the broker does not carry every past
+    benchmark's partitions into the next."""
     settings = scratch_deployment(load_settings(), partitions, prefix)
-    atexit.register(drop, settings)
+    atexit.register(drop_topics, settings)
     return settings
-
-
-def drop(settings: Settings) -> None:
-    """Delete the scratch deployment's topics now (again at exit: a no-op then)."""
-    drop_topics(settings)
 
 
 def env_for(settings: Settings, **extra: str) -> dict[str, str]:

@@ -236,9 +236,8 @@ class Client:
         if sealer is None or sealer.knows_key_of(run_id):
             return
         location = self.location(run_id)
-        if location is not None:
-            for _ in self.events(run_id, start=location.first, end=location.first + 1):
-                pass
+        if location is not None:  # decoding its RunStarted is what teaches the sealer
+            next(self.events(run_id, start=location.first, end=location.first + 1), None)
         if not sealer.knows_key_of(run_id):
             key = run_id.encode()
             for record in self.log.read(

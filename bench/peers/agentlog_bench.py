@@ -36,10 +36,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _deploy import drop, fresh_deployment, start_worker
+from _deploy import fresh_deployment, start_worker
 
 from bench.peers.cpu import cpu_seconds
 from bench.peers.workload import STEPS, crash_run, replay_counts, steps_done, wait_in_crash_step
+from infra.topics import drop_topics
 from runtime.client import Client, new_run_id
 from runtime.config import Settings
 
@@ -190,7 +191,7 @@ def measure(
     finally:
         client.close()
         _stop(worker)
-        drop(settings)  # the next round's broker does not carry this one's partitions
+        drop_topics(settings)  # the next round's broker does not carry this one's partitions
     return {
         "system": "agentlog",
         "workload": workload,

@@ -12,8 +12,8 @@ How many threads: sync calls come in two kinds, and one pool size cannot serve b
 - Calls that wait (a sync SDK's HTTP request to a model, seconds long): each holds its thread
   doing nothing, and runs beyond the pool's size queue behind it. So when calls are queued and
   every thread's call has run for ``STALLED_S`` or more, the threads are held by calls that wait:
-  the pool starts a thread for each queued call, up to ``max_threads``. A thread started so leaves once it has
-  had nothing to do for ``IDLE_EXIT_S``.
+  the pool starts a thread for each queued call, up to ``max_threads``. A thread started so
+  leaves once it has had nothing to do for ``IDLE_EXIT_S``.
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ class CallPool:
         if self._closed or queued == 0:
             return
         started = list(self._started.values())
-        if all(0.0 < at <= time.monotonic() - STALLED_S for at in started):
+        stalled_since = time.monotonic() - STALLED_S
+        if all(0.0 < at <= stalled_since for at in started):
             for _ in range(min(queued, self.max_threads - len(started))):
                 self._start_thread(extra=True)
         if len(self._started) < self.max_threads:
