@@ -2,15 +2,15 @@
 
 I  instructions per step (valgrind's callgrind, user space) to encode and chain the records of a
    refund-40 run -- 10 runs' worth, interleaved as a worker sees them -- contents in the clear and
-   sealed, and sealing alone (``Sealer.sealed_fields``). Each figure is the difference between two
+   sealed (the compiled encoders seal as they write). Each figure is the difference between two
    passes over the records and none, so start-up drops out.
 
 The worker's CPU per step (bench/erasure.py) swings by 20 % between sittings on a shared 2-core
-machine; an instruction count does not, so two versions of the sealing code compare exactly. It is
-not time: a cache miss costs no instruction. ``--sealing FILE`` measures another version of
-runtime/log/records/sealing.py (main's, from a worktree) on the same records.
+machine; an instruction count does not, so two versions of the sealing code compare exactly (run
+this script from a worktree of each). It is not time: a cache miss costs no instruction, and under
+valgrind OpenSSL's AES runs without the CPU's AES instructions, so the AES share is overstated.
 
-Run: `python bench/erasure_instructions.py [--sealing FILE]` (needs valgrind; no services; ~4 min).
+Run: `python bench/erasure_instructions.py` (needs valgrind; no services; ~3 min).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import importlib.util
 import json
 import pickle
 import re
@@ -35,6 +34,7 @@ from runtime.config import Settings
 from runtime.log.port.memory import MemoryLog
 from runtime.log.records.chain import ChainKey
 from runtime.log.records.chain import seal as chain_seal
+from runtime.log.records.sealing import KeyStore, Sealer
 from runtime.log.schemas.serde import Serde
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,33 +67,24 @@ def record_run(path: Path) -> None:
     path.write_bytes(pickle.dumps([(r.value, r.key) for r in log.read(settings.events_topic, 0)]))
 
 
-def work(what: str, passes: int, records: Path, sealing: str) -> None:
+def work(what: str, passes: int, records: Path) -> None:
     """What runs under valgrind: ``passes`` passes of ``what`` over the recorded run's events."""
     settings = Settings(partitions=1)
     serde = Serde.offline(settings)
     events = [serde.decode(value, key) for value, key in pickle.loads(records.read_bytes())]
     mixed = [dataclasses.replace(e, run_id=f"run-{i:02d}-{'x' * 20}") for e in events for i in range(RUNS)]
-    spec = importlib.util.spec_from_file_location("sealing_under_test", sealing)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sealer = module.Sealer(module.KeyStore(MemoryLog(settings), settings.keys_topic, 1))
     if what != "plain":
-        serde.sealer = sealer
+        serde.sealer = Sealer(KeyStore(MemoryLog(settings), settings.keys_topic, 1))
     key = ChainKey(b"k" * 32)
-    encode, sealed_fields = serde.encode, sealer.sealed_fields
+    encode = serde.encode
     for event in mixed[:200]:  # first use: ciphers made, encoders compiled
-        sealed_fields(event)
         encode(event)
     for _ in range(passes):
         for event in mixed:
-            if what == "sealing":
-                sealed_fields(event)
-            else:
-                chain_seal(key, b"run", b"", encode(event))
+            chain_seal(key, b"run", b"", encode(event))
 
 
-def instructions(what: str, passes: int, records: Path, sealing: str) -> int:
+def instructions(what: str, passes: int, records: Path) -> int:
     out = subprocess.run(
         [
             "valgrind",
@@ -105,8 +96,6 @@ def instructions(what: str, passes: int, records: Path, sealing: str) -> int:
             what,
             str(passes),
             str(records),
-            "--sealing",
-            sealing,
         ],
         capture_output=True,
         text=True,
@@ -122,32 +111,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description="instructions per step to encode, chain and seal refund-40 records"
     )
-    parser.add_argument(
-        "--sealing",
-        default=str(ROOT / "runtime/log/records/sealing.py"),
-        help="the sealing module to measure (default: this checkout's)",
-    )
     parser.add_argument("--work", nargs=3, metavar=("WHAT", "PASSES", "RECORDS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.work:
         what, passes, records = args.work
-        work(what, int(passes), Path(records), args.sealing)
+        work(what, int(passes), Path(records))
         return
     with tempfile.TemporaryDirectory() as tmp:
         records = Path(tmp) / "refund40.pickle"
         record_run(records)
-        for what in ("plain", "sealed", "sealing"):
-            base = instructions(what, 0, records, args.sealing)
-            total = instructions(what, PASSES, records, args.sealing)
+        for what in ("plain", "sealed"):
+            base = instructions(what, 0, records)
+            total = instructions(what, PASSES, records)
             emit(
                 metric="I",
-                what={
-                    "plain": "encode+chain, plain",
-                    "sealed": "encode+chain, sealed",
-                    "sealing": "sealed_fields",
-                }[what],
+                what=f"encode+chain, {what}",
                 instructions_per_step=(total - base) // (PASSES * RUNS * STEPS),
-                sealing=args.sealing,
             )
 
 

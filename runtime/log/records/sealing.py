@@ -312,25 +312,29 @@ class _Cipher:
     n1 and n2 values sealed, 2**-62 for four billion each -- without a system call per value
     (GCM's one requirement is that a nonce never repeats under a key).
 
-    Sealing is the worker's hot path (about five values a step), costed by the calls it makes:
-    what does not change per value -- the text before the ciphertext, each field's associated
-    data, the bound ``encrypt`` -- is made once per key."""
+    Sealing is the worker's hot path (about five values a step, sealed as the compiled encoders
+    write them: runtime.log.schemas.avro_encoder), costed by the calls it makes: what does not
+    change per value -- the text before the ciphertext, each field's associated data, the bound
+    ``encrypt`` -- is made once per key."""
 
     def __init__(self, key_id: str, key: bytes) -> None:
         self.encrypt = AESGCM(key).encrypt
-        self.head = f"{PREFIX}{key_id}:"
+        self.head = f"{PREFIX}{key_id}:".encode()
         self.key_id = key_id
         # field -> its associated data, ``<key id>/<field>``: every field a value is sealed as
         self.ads: dict[str, bytes] = {field: f"{key_id}/{field}".encode() for field in SEALED_AS}
         self.nonces = itertools.count(int.from_bytes(os.urandom(12), "big") >> 1)
 
-    def seal(self, value: str, field: str) -> str:
+    def seal_bytes(self, value: str, field: str) -> bytes:
+        """``value`` sealed as ``field``, as the ASCII bytes of its text: what an encoder writes."""
         ad = self.ads.get(field)
         if ad is None:
             ad = self.ads[field] = f"{self.key_id}/{field}".encode()
         nonce = next(self.nonces).to_bytes(12, "big")
-        sealed = nonce + self.encrypt(nonce, value.encode(), ad)
-        return self.head + b2a_base64(sealed, newline=False).decode("ascii")
+        return self.head + b2a_base64(nonce + self.encrypt(nonce, value.encode(), ad), newline=False)
+
+    def seal(self, value: str, field: str) -> str:
+        return self.seal_bytes(value, field).decode("ascii")
 
 
 class Sealer:
@@ -379,45 +383,36 @@ class Sealer:
         return dataclasses.replace(record, **changes) if changes else record
 
     def sealed_fields(self, record: Record) -> dict[str, Any] | None:
-        """The content fields of ``record`` sealed, by name; None if it has none to seal. (The
-        serde lays them over the record's own values: copying a record costs more than sealing.)
-
-        ``_Cipher.seal`` inlined: this runs for every record a worker writes, and each Python call
-        it saves is a measurable share of a step (docs/erasure.md, Cost)."""
-        fields = CONTENT_FIELDS.get(record.__class__.__name__)  # record.type, without the property's call
+        """The content fields of ``record`` sealed, by name; None if it has none to seal. (A
+        worker's records are sealed by the serde's compiled encoders as they are written, the same
+        way; this is for the records those do not write.)"""
+        fields = CONTENT_FIELDS.get(record.type)
         if fields is None:
             return None
-        changes: dict[str, Any] | None = None
+        changes: dict[str, Any] = {}
         cipher: _Cipher | None = None  # looked up once, at the first value that needs it
         for name in fields:
             value = getattr(record, name)
-            if not value:
-                continue
-            if value.__class__ is str:
-                if value.startswith(PREFIX) and self.opens(value, name):
+            if isinstance(value, list):  # a prompt's messages, each sealed on its own
+                if not value:
                     continue
-                if cipher is None:
-                    cipher = self._by_run.get(record.run_id) or self._cipher_of_run(record.run_id)
-                nonce = next(cipher.nonces).to_bytes(12, "big")
-                sealed = nonce + cipher.encrypt(nonce, value.encode(), cipher.ads[name])
-                if changes is None:
-                    changes = {}
-                changes[name] = cipher.head + b2a_base64(sealed, newline=False).decode("ascii")
-            elif value.__class__ is list:  # a prompt's messages, each sealed on its own
-                if cipher is None:
-                    cipher = self._by_run.get(record.run_id) or self._cipher_of_run(record.run_id)
                 items = []
                 for item in value:
-                    if item and not (item.startswith(PREFIX) and self.opens(item, name)):
-                        nonce = next(cipher.nonces).to_bytes(12, "big")
-                        sealed = nonce + cipher.encrypt(nonce, item.encode(), cipher.ads[name])
-                        items.append(cipher.head + b2a_base64(sealed, newline=False).decode("ascii"))
+                    if self.needs_sealing(item, name):
+                        cipher = cipher or self.cipher_of_run(record.run_id)
+                        items.append(cipher.seal(item, name))
                     else:
                         items.append(item)
-                if changes is None:
-                    changes = {}
-                changes[name] = items  # the same items if all were sealed already: harmless
-        return changes
+                changes[name] = items
+            elif isinstance(value, str) and self.needs_sealing(value, name):
+                cipher = cipher or self.cipher_of_run(record.run_id)
+                changes[name] = cipher.seal(value, name)
+        return changes or None
+
+    def needs_sealing(self, value: str, field: str) -> bool:
+        """Whether ``value`` of ``field`` is written sealed: it holds text, and is not a sealed
+        value to be kept as it is (``opens``)."""
+        return bool(value) and not (value.startswith(PREFIX) and self.opens(value, field))
 
     def seal_text(self, value: str, field: str, run_id: str) -> str:
         """``value`` of ``field`` sealed under the key of ``run_id`` (created if it has none)."""
@@ -457,9 +452,12 @@ class Sealer:
             cipher = self._ciphers[key_id] = _Cipher(key_id, self.keys.get_or_create(key_id))
         return cipher
 
-    def _cipher_of_run(self, run_id: str) -> _Cipher:
-        """``_cipher_for``, kept for the run's next records (``sealed_fields``)."""
-        cipher = self._by_run[run_id] = self._cipher_for(run_id)
+    def cipher_of_run(self, run_id: str) -> _Cipher:
+        """The cipher that seals ``run_id``'s contents: ``_cipher_for``, kept for the run's next
+        records (one lookup a record, the key id resolved once a run)."""
+        cipher = self._by_run.get(run_id)
+        if cipher is None:
+            cipher = self._by_run[run_id] = self._cipher_for(run_id)
         return cipher
 
     def open(self, record: Record) -> Record:

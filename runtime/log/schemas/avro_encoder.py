@@ -17,9 +17,10 @@ with its own error: the compiled path never guesses.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from runtime.errors import AgentlogError
+from runtime.log.records.sealing import PREFIX
 
 Writer = Callable[[Any, list[bytes]], None]
 
@@ -179,14 +180,16 @@ def _writer(schema: Any) -> Writer | None:
     return None
 
 
-def _inline(schema: Any, value: str, writers: dict[str, Writer]) -> list[str] | None:
+def _inline(schema: Any, value: str, writers: dict[str, Writer], sealed: str | None = None) -> list[str] | None:
     """Source lines appending the encoding of ``value`` (a local name) to ``out``; None if the
-    schema is not compiled. Arrays and maps call their writer (kept in ``writers``)."""
+    schema is not compiled. Arrays and maps call their writer (kept in ``writers``). ``sealed``:
+    the content field whose strings (an array's items too) are written sealed when the encoder
+    is given a sealer."""
     if isinstance(schema, list):
         if len(schema) != 2 or "null" not in schema or schema[0] == schema[1]:
             return None
         null_first = schema[0] == "null"
-        inner = _inline(schema[1] if null_first else schema[0], value, writers)
+        inner = _inline(schema[1] if null_first else schema[0], value, writers, sealed)
         if inner is None:
             return None
         null_index, other_index = (b"\x00", b"\x02") if null_first else (b"\x02", b"\x00")
@@ -204,7 +207,7 @@ def _inline(schema: Any, value: str, writers: dict[str, Writer]) -> list[str] | 
             kind = "long"
         elif kind == "array" and set(schema) <= {"type", "items", "doc", "default"}:
             item = f"{value}i"
-            inner = _inline(schema.get("items"), item, writers)
+            inner = _inline(schema.get("items"), item, writers, sealed)
             if inner is None:
                 return None
             return [  # one block of len(value) items, then the empty block that ends the array
@@ -216,6 +219,8 @@ def _inline(schema: Any, value: str, writers: dict[str, Writer]) -> list[str] | 
                 "append(b'\\x00')",
             ]
         elif kind == "map" or schema.get("logicalType") is not None:
+            if sealed is not None:
+                return None  # no content field is a map: its values would be written in the clear
             writer = _writer(schema)
             if writer is None:
                 return None
@@ -232,9 +237,22 @@ def _inline(schema: Any, value: str, writers: dict[str, Writer]) -> list[str] | 
             f"else long_bytes({value}, {low}, {high}))",
         ]
     if kind == "string":
+        # Sealed here rather than in a copy of the record: a step writes ~5 sealed values, and a
+        # pass of its own over them cost the step as much again as the encryption.
+        encoded = (
+            [f"{value} = {value}.encode()"]
+            if sealed is None
+            else [
+                f"if sealer is not None and {value} and not ({value}.startswith(PREFIX) and sealer.opens({value}, {sealed!r})):",
+                "    if cipher is None: cipher = sealer.cipher_of_run(record.run_id)",
+                f"    {value} = cipher.seal_bytes({value}, {sealed!r})",
+                "else:",
+                f"    {value} = {value}.encode()",
+            ]
+        )
         return [
             f"if type({value}) is not str: raise Unencodable({value})",
-            f"{value} = {value}.encode()",
+            *encoded,
             f"append(SMALL[len({value}) + {_SMALL}] if len({value}) < {_SMALL} else long_bytes(len({value})))",
             f"append({value})",
         ]
@@ -255,20 +273,30 @@ def _inline(schema: Any, value: str, writers: dict[str, Writer]) -> list[str] | 
     return None
 
 
+class Sealing(Protocol):
+    """What an encoder asks of the sealer (runtime.log.records.sealing.Sealer) it is given."""
+
+    def opens(self, value: str, field: str) -> bool: ...
+
+    def cipher_of_run(self, run_id: str) -> Any: ...
+
+
 def compile_record(
-    schema: dict[str, Any], cls: type, replaceable: Iterable[str] = ()
+    schema: dict[str, Any], cls: type, sealed: Iterable[str] = ()
 ) -> Callable[..., bytes] | None:
     """An encoder of ``cls`` instances by the record schema ``schema`` (each field read as the
     attribute of its name), or None when the schema uses a type this module does not compile or
-    names a field ``cls`` does not have. ``replaceable``: fields whose value the caller may give
-    instead of the record's, as ``encode(record, {field: value})`` -- the sealed contents laid
-    over a record without copying it.
+    names a field ``cls`` does not have. ``sealed``: the content fields (CONTENT_FIELDS) whose
+    text ``encode(record, sealer)`` writes sealed under the record's run's cipher -- as
+    ``Sealer.sealed_fields`` would, without a copy of the record; ``encode(record)`` writes them
+    in the clear.
 
     The encoder is generated source -- one straight run of appends, a field's checks inline --
     because a function call per field would cost as much as the encoding itself."""
     if schema.get("type") != "record":
         return None
     known = getattr(cls, "__dataclass_fields__", {})
+    content = set(sealed)
     writers: dict[str, Writer] = {}
     body: list[str] = []
     for i, field in enumerate(schema.get("fields", [])):
@@ -276,23 +304,20 @@ def compile_record(
         if not isinstance(name, str) or name not in known:
             return None
         value = f"v{i}"
-        lines = _inline(field.get("type"), value, writers)
+        lines = _inline(field.get("type"), value, writers, name if name in content else None)
         if lines is None:
             return None
-        if name in replaceable:
-            read = f"record.{name} if replaced is None else replaced.get({name!r}, record.{name})"
-        else:
-            read = f"record.{name}"
-        body += [f"{value} = {read}", *lines]
+        body += [f"{value} = record.{name}", *lines]
     if not body:
         return None
-    source = "def encode(record, replaced=None):\n    out = []\n    append = out.append\n"
+    source = "def encode(record, sealer=None):\n    out = []\n    append = out.append\n    cipher = None\n"
     source += "".join(f"    {line}\n" for line in body)
     source += "    return b''.join(out)\n"
     namespace: dict[str, Any] = {
         "Unencodable": Unencodable,
         "SMALL": _SMALL_VARINTS,
         "long_bytes": _long_bytes,
+        "PREFIX": PREFIX,
         **writers,
     }
     exec(compile(source, f"<avro encoder of {schema.get('name')}>", "exec"), namespace)

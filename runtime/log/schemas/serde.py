@@ -15,7 +15,6 @@ where ids and writer schemas come from -- the registry, or the schema cache in a
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import threading
@@ -110,9 +109,8 @@ class Serde:
         schema allows one."""
         name = record.type
         fast = self._writers.get(name)
-        sealed = self.sealer.sealed_fields(record) if self.sealer is not None else None
         if fast is None:
-            return self._encode_first(dataclasses.replace(record, **sealed) if sealed else record)
+            return self._encode_first(self.sealer.seal(record) if self.sealer is not None else record)
         header, parsed = fast
         try:
             compiled = self._compiled[name]
@@ -122,12 +120,11 @@ class Serde:
             )
         if compiled is not None:
             try:
-                # The sealed fields laid over the record's values: a copy of the record costs more.
-                return header + compiled(record, sealed)
+                return header + compiled(record, self.sealer)  # the contents sealed as they are written
             except Unencodable:
                 pass  # a value of another Python type than the schema's: fastavro converts or refuses it
-        if sealed:
-            record = dataclasses.replace(record, **sealed)
+        if self.sealer is not None:
+            record = self.sealer.seal(record)
         out = io.BytesIO()
         out.write(header)
         schemaless_writer(out, parsed, record_to_dict(record))
