@@ -89,8 +89,12 @@ class Client:
         self._submissions: EventLog = log if log is not None else KafkaLog(self.settings, idempotent=False)
         # Keys go through the submissions' producer, just before the command, without an ack each.
         sealer = self.serde.seal_over(self._submissions).sealer
+        self._follows_keys = sealer is not None and log is None and serde is None
         if sealer is not None and log is None:
             sealer.keys.ack_each = False
+            # A submission with an id of its own looks for the id's key first (a repeated
+            # submission reuses it): a client that submits many follows their partitions.
+            sealer.keys.follow_reads = self._follows_keys
         self._closes_log = log is None
         self._wrote = False
         # Results pushed: one tail over the events partitions of the runs this client submitted,
@@ -288,6 +292,8 @@ class Client:
         given); safe to call twice. The client may be used again afterwards (it opens new
         connections)."""
         self._results.close()
+        if self._follows_keys and self.serde.sealer is not None:
+            self.serde.sealer.keys.close()  # its follower: once closed, each lookup reads again
         if self._closes_log:
             try:
                 self._submissions.close()

@@ -322,3 +322,58 @@ def test_text_that_only_looks_sealed_is_sealed_and_a_copy_that_opens_is_kept() -
         assert value.startswith("sealed:v1:fork:") and "my card" not in value
     assert Sealer(keys).open_text(spoofed.args, "args", "fork") == lookalike
     assert Sealer(keys).open_text(messages.new_messages[0], "new_messages", "fork") == lookalike
+
+
+KEYS = Settings(partitions=1, seal_contents=True)
+
+
+class CountingLog(MemoryLog):
+    """The in-memory log, counting the keys topic's lookups: each asks for the partition's end
+    first (a round trip to the broker, on Kafka)."""
+
+    reads = 0
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        if topic == KEYS.keys_topic:
+            self.reads += 1
+        return super().watermarks(topic, partition)
+
+
+def _wait_for(condition: object, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_store_that_follows_what_it_reads_looks_a_given_id_up_without_reading_again() -> None:
+    log = CountingLog(KEYS)
+    store = KeyStore(log, KEYS.keys_topic, KEYS.partitions)
+    store.follow_reads = True
+    try:
+        store.get_or_create("run-a")
+        store.get_or_create("run-b")  # the partition's second read: followed from here on
+        reads = log.reads
+        keys = {store.get_or_create(f"run-{i}") for i in range(20)}
+        assert log.reads == reads, "an id of a followed partition was looked up with a read"
+        assert len(keys) == 20
+        # A key another process writes is brought by the follower: the same id reuses it.
+        other = KeyStore(log, KEYS.keys_topic, KEYS.partitions)
+        written = other.get_or_create("run-elsewhere")
+        _wait_for(lambda: store.cached("run-elsewhere") is not None)
+        assert store.get_or_create("run-elsewhere") == written
+        assert log.reads == reads + 1  # the other store's own lookup
+    finally:
+        store.close()
+    # Closed, the store reads again: a client used after its close still finds a repeated id's key.
+    before = log.reads
+    store.get_or_create("run-after-close")
+    assert log.reads == before + 1
+
+
+def test_a_store_that_does_not_follow_reads_for_every_given_id() -> None:
+    log = CountingLog(KEYS)
+    store = KeyStore(log, KEYS.keys_topic, KEYS.partitions)  # a worker's: it follows what it owns
+    for i in range(5):
+        store.get_or_create(f"run-{i}")
+    assert log.reads == 5

@@ -60,7 +60,8 @@ _REREAD_MAX_S = 0.5
 # that never arrives does not hold up another partition's.
 _FETCH_THREADS = 8
 
-_FOLLOW_POLL_S = 0.5  # how often the follower looks whether it is being closed
+# How often the follower looks whether it is being closed: a client's close waits for it.
+_FOLLOW_POLL_S = 0.1
 
 # The fields of each record type that hold a run's contents. Errors, names, hashes and usage stay clear.
 CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
@@ -141,6 +142,12 @@ class KeyStore:
         # (the client's flush) waits for; the command after it goes through the same producer.
         self.ack_each = True
         self._pending: list[Future[int]] = []
+        # True (a client): a partition read for a key twice is followed from then on (``follow``), so
+        # the next submission with an id of its own finds its partition's keys without a round trip
+        # -- one per submission otherwise, which spaces a burst of submissions out. Not at the first
+        # read: a client that submits once (the CLI) would wait for the follower at its close.
+        self.follow_reads = False
+        self._reads: dict[int, int] = {}  # partition -> range reads ``get_or_create`` made of it
 
     def partition(self, key_id: str) -> int:
         return partition_for(key_id, self.partitions)
@@ -166,8 +173,11 @@ class KeyStore:
         exist under it and the partition is not read -- a round trip per submission otherwise."""
         with self._lock:
             partition = self.partition(key_id)
-            if self._keys.get(key_id) is None and not new:
+            if self._keys.get(key_id) is None and not new and not self._follows(partition):
                 self._catch_up(partition)
+                self._reads[partition] = reads = self._reads.get(partition, 0) + 1
+                if self.follow_reads and reads > 1:
+                    self._follow_locked([partition])
             key = self._keys.get(key_id)
             if key is None:
                 key = AESGCM.generate_key(bit_length=256)
@@ -217,7 +227,7 @@ class KeyStore:
             with self._arrived:
                 # Only a followed partition's cache is kept fresh (a tombstone too): elsewhere the key
                 # is read again, as a caller refreshing a key it holds (analytics.unseal) expects.
-                if partition in self._followed and self._follower is not None:
+                if self._follows(partition):
                     self._arrived.wait_for(
                         lambda: self._keys.get(key_id) is not None or self._closing,
                         timeout=max(0.0, min(FOLLOWED_KEY_WAIT, deadline - time.monotonic())),
@@ -244,20 +254,29 @@ class KeyStore:
         read them (a worker's owned partitions, after their takeover). A partition stays followed
         once it is: its keys are few and small, and a partition given back may come back."""
         with self._lock:
-            new = [p for p in partitions if p not in self._followed]
-            if not new or self._closing:
-                return
-            if self._tail is None:
-                self._tail = self.log.tail(self.topic)
-            for partition in new:
-                start = self._read_to.get(partition)
-                if start is None:
-                    start = self.log.watermarks(self.topic, partition)[0]
-                self._followed.add(partition)
-                self._tail.follow(partition, start)
-            if self._follower is None:
-                self._follower = threading.Thread(target=self._follow, name="agentlog-keys", daemon=True)
-                self._follower.start()
+            self._follow_locked(partitions)
+
+    def _follows(self, partition: int) -> bool:
+        """Whether the follower keeps ``partition``'s keys cached: a key not cached was not
+        written -- or was written in the moment the follower takes to read it, as two clients
+        making a key for one id at once (each reads the partition before it writes) may both."""
+        return partition in self._followed and self._follower is not None
+
+    def _follow_locked(self, partitions: Iterable[int]) -> None:
+        new = [p for p in partitions if p not in self._followed]
+        if not new or self._closing:
+            return
+        if self._tail is None:
+            self._tail = self.log.tail(self.topic)
+        for partition in new:
+            start = self._read_to.get(partition)
+            if start is None:
+                start = self.log.watermarks(self.topic, partition)[0]
+            self._followed.add(partition)
+            self._tail.follow(partition, start)
+        if self._follower is None:
+            self._follower = threading.Thread(target=self._follow, name="agentlog-keys", daemon=True)
+            self._follower.start()
 
     def close(self) -> None:
         """Stop following (``follow``) and fetching (``fetch``: a wait under way ends with None);

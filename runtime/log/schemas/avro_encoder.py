@@ -180,7 +180,9 @@ def _writer(schema: Any) -> Writer | None:
     return None
 
 
-def _inline(schema: Any, value: str, writers: dict[str, Writer], sealed: str | None = None) -> list[str] | None:
+def _inline(
+    schema: Any, value: str, writers: dict[str, Writer], sealed: str | None = None
+) -> list[str] | None:
     """Source lines appending the encoding of ``value`` (a local name) to ``out``; None if the
     schema is not compiled. Arrays and maps call their writer (kept in ``writers``). ``sealed``:
     the content field whose strings (an array's items too) are written sealed when the encoder
