@@ -27,6 +27,7 @@ from concurrent.futures import Future
 from runtime.config import Settings
 from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import RunContinuedAsNew, RunSubmitted
+from runtime.log.records.sealing import SUBJECT_PREFIX
 from runtime.log.schemas.serde import Serde
 from runtime.worker.partition import OwnedPartition
 
@@ -51,20 +52,33 @@ class Continuer:
     ) -> None:
         """Submit ``ended``'s successor once ``durable`` (the ack of its record) resolves."""
         owned.continuing.add(ended.run_id)
+        # Now, while the ended run's key id is known: the worker forgets it as the run ends.
+        key_id = self.serde.sealer.key_id_for(ended.run_id) if self.serde.sealer is not None else None
         if durable is None:
-            self.submit(owned, ended, workflow)
+            self.submit(owned, ended, workflow, key_id)
             return
 
         def acked(future: asyncio.Future[int]) -> None:
             if future.cancelled() or future.exception() is not None or owned.lost:
                 return  # not durable: the worker stops on it, and a rebuild decides again
-            self.submit(owned, ended, workflow)
+            self.submit(owned, ended, workflow, key_id)
 
         durable.add_done_callback(acked)
 
-    def submit(self, owned: OwnedPartition, ended: RunContinuedAsNew, workflow: str) -> None:
-        """Produce the successor's RunSubmitted (``ended`` is durable)."""
+    def submit(
+        self, owned: OwnedPartition, ended: RunContinuedAsNew, workflow: str, key_id: str | None = None
+    ) -> None:
+        """Produce the successor's RunSubmitted (``ended`` is durable). ``key_id``: the key the
+        ended run's contents are sealed under (by default the one its records named). A data
+        subject's run continues under the subject's key -- the successor carries the subject's
+        contents on, and ``erase --subject`` must reach it; a run's own key is its own, so each
+        run of a chain gets one (as a fork does)."""
         owned.continuing.add(ended.run_id)
+        sealer = self.serde.sealer
+        if sealer is not None:
+            key_id = key_id or sealer.key_id_for(ended.run_id)
+            if key_id.startswith(SUBJECT_PREFIX):
+                sealer.use_subject(ended.new_run_id, key_id[len(SUBJECT_PREFIX) :])
         command = RunSubmitted(
             run_id=ended.new_run_id,
             occurred_at=int(time.time() * 1000),

@@ -112,6 +112,8 @@ class Executor:
                 self.continuer.after(owned, continued, machine.workflow, durable)
             else:
                 owned.forget(machine.run_id)
+            if self.batcher.serde.sealer is not None:  # its records are encoded: its ciphers are done
+                self.batcher.serde.sealer.forget_run(machine.run_id)
         for intent in ready:
             owned.spawn(self._carry_out(owned, machine, intent, durable))
 

@@ -128,3 +128,5 @@ class Takeover:
         self.executor.batcher.append(owned, [parked])
         self.executor.metrics.run_ended(workflow, "parked")
         owned.forget(last.run_id)
+        if self.executor.batcher.serde.sealer is not None:
+            self.executor.batcher.serde.sealer.forget_run(last.run_id)

@@ -60,3 +60,14 @@ async def ticks(ctx: Context, request: dict[str, Any]) -> int:
     for n in range(count):
         await ctx.tool("tick", n=n)
     return count
+
+
+@app.workflow("generations")
+async def generations(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
+    """Files ``request["note"]``, then continues as new until ``request["left"]`` reaches 0: a
+    subject's run whose successors carry the subject's text on."""
+    note, left = str(request["note"]), int(request["left"])
+    await ctx.tool("file_note", customer="c-42", note=note)
+    if left > 0:
+        ctx.continue_as_new({"note": note, "left": left - 1})
+    return {"filed": note}

@@ -112,7 +112,7 @@ async def test_a_restarted_worker_submits_a_successor_whose_submission_was_lost(
     h = Harness(chain_app(calls))
     w1 = h.start("w1")
     lost: list[str] = []
-    w1.executor.continuer.submit = lambda owned, ended, workflow: lost.append(ended.new_run_id)  # type: ignore[method-assign]
+    w1.executor.continuer.submit = lambda owned, ended, *_: lost.append(ended.new_run_id)  # type: ignore[method-assign]
     run = h.client.submit("counter", {"step": 1, "last": 2, "total": 0})
     await until(lambda: lost, what="the successor's submission to be due")
     await h.stop("w1")
@@ -141,7 +141,7 @@ async def test_a_checkpoint_lists_a_run_whose_successor_is_not_submitted_yet() -
     h = Harness(chain_app(calls))
     w1 = h.start("w1", checkpoint_interval_s=0.0)
     lost: list[str] = []
-    w1.executor.continuer.submit = lambda owned, ended, workflow: lost.append(ended.new_run_id)  # type: ignore[method-assign]
+    w1.executor.continuer.submit = lambda owned, ended, *_: lost.append(ended.new_run_id)  # type: ignore[method-assign]
     run = h.client.submit("counter", {"step": 1, "last": 2, "total": 0})
     await until(lambda: lost, what="the successor's submission to be due")
     ended_at = next(e.offset for e in h.client.events(run) if isinstance(e.event, RunContinuedAsNew))

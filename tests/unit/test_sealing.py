@@ -377,3 +377,60 @@ def test_a_store_that_does_not_follow_reads_for_every_given_id() -> None:
     for i in range(5):
         store.get_or_create(f"run-{i}")
     assert log.reads == 5
+
+
+def _chain(client: Client, run_id: str) -> list[str]:
+    """``run_id`` and the runs it continued as, in order."""
+    chain = [run_id]
+    while True:
+        continued = [e for e in client.history(chain[-1]) if e["type"] == "RunContinuedAsNew"]
+        if not continued:
+            return chain
+        chain.append(continued[0]["new_run_id"])
+
+
+def test_a_subject_runs_successors_are_sealed_under_the_subject_and_erased_with_it(local: Local) -> None:
+    first = local.client.submit("generations", {"note": MARKER, "left": 2}, subject="customer-7")
+    local.client.result(first, timeout=20, follow=True)
+    runs = _chain(local.client, first)
+    assert len(runs) == 3
+    erase_subject(local.client, "customer-7")
+    fresh = Client(local.settings, identity="reader", log=local.log, serde=Serde.offline(local.settings))
+    for run_id in runs:
+        history = json.dumps(fresh.history(run_id))
+        assert "ToolCallCompleted" in history and MARKER not in history, f"run {run_id} of the chain was not erased"
+    fresh.close()
+
+
+def test_a_worker_drops_the_ciphers_of_the_runs_that_have_ended() -> None:
+    settings = Settings(partitions=1, seal_contents=True)
+    log, serde = MemoryLog(settings), Serde.offline(settings)
+    worker = Worker(app, settings, log=log, serde=serde, worker_id="w", checkpoint_interval_s=3600)
+    thread = threading.Thread(target=lambda: asyncio.run(worker.serve()), daemon=True)
+    thread.start()
+    client = Client(settings, identity="t", log=log, serde=Serde.offline(settings))  # a sealer of its own
+    try:
+        runs = [client.submit("intake", {"note": f"n-{i}"}) for i in range(30)]
+        for run_id in runs:
+            client.result(run_id, timeout=20)
+        sealer = serde.sealer
+        assert sealer is not None
+        still = [r for r in runs if sealer.knows_key_of(r)]
+        assert not still, f"the worker still keeps the key ids and ciphers of {len(still)} ended runs"
+        # What it dropped is a cache: a signal to an ended run still opens, and the history reads.
+        assert all(e["type"] for e in client.history(runs[0]))
+    finally:
+        client.close()
+        worker.stop()
+        thread.join(timeout=10)
+
+
+def test_a_sealers_ciphers_are_a_bounded_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("runtime.log.records.sealing.CACHED_CIPHERS", 8)
+    sealer = Sealer(KeyStore(MemoryLog(KEYS), KEYS.keys_topic, 1))
+    sealed = {}
+    for i in range(20):
+        sealed[f"run-{i}"] = sealer.seal_text(f"text {i}", "input", f"run-{i}")
+    assert not sealer.knows_key_of("run-0") and sealer.knows_key_of("run-19")
+    # A cipher dropped from the cache is made again from the cached key: every value still opens.
+    assert all(sealer.open_text(value, "input", run) == f"text {run[4:]}" for run, value in sealed.items())

@@ -60,6 +60,11 @@ _REREAD_MAX_S = 0.5
 # that never arrives does not hold up another partition's.
 _FETCH_THREADS = 8
 
+# The ciphers (sealing and opening) a process keeps, one per key: a cache, rebuilt from the cached
+# key on its next use, so a client that submits millions of runs does not keep one per run. (A
+# worker drops a run's own as the run ends: ``Sealer.forget_run``.)
+CACHED_CIPHERS = 4096
+
 # How often the follower looks whether it is being closed: a client's close waits for it.
 _FOLLOW_POLL_S = 0.1
 
@@ -324,6 +329,12 @@ class KeyStore:
         self._read_to[partition] = max(start, high)
 
 
+def _bound(cache: dict[str, Any]) -> None:
+    """Drop ``cache``'s oldest entries past ``CACHED_CIPHERS`` (called where one is added)."""
+    while len(cache) > CACHED_CIPHERS:
+        del cache[next(iter(cache))]
+
+
 class _Cipher:
     """AES-GCM under one key, with the nonces of this process: a 96-bit counter from a random
     start below 2**95. Every writer under a key (a client, the worker, the next owner) draws its
@@ -383,6 +394,7 @@ class Sealer:
         the caller has just drawn ``run_id`` at random (``Client.submit`` without an id)."""
         if run_id not in self._key_of_run and run_id not in self._ciphers:
             self._ciphers[run_id] = _Cipher(run_id, self.keys.get_or_create(run_id, new=True))
+            _bound(self._ciphers)
 
     def key_id_for(self, run_id: str) -> str:
         return self._key_of_run.get(run_id, run_id)
@@ -391,6 +403,17 @@ class Sealer:
         """Whether this process knows the key id ``run_id``'s contents are sealed under: it
         submitted the run, or read a sealed value of it."""
         return run_id in self._key_of_run or run_id in self._ciphers
+
+    def forget_run(self, run_id: str) -> None:
+        """Drop what this process keeps for ``run_id`` (a worker's run that has ended): its key id
+        and the ciphers of its own key. A subject's ciphers stay, as other runs share them; the
+        key itself stays in the key store (a late signal or a duplicate submission of the run
+        opens with it)."""
+        key_id = self._key_of_run.pop(run_id, run_id)
+        self._by_run.pop(run_id, None)
+        if not key_id.startswith(SUBJECT_PREFIX):
+            self._ciphers.pop(key_id, None)
+            self._aeads.pop(key_id, None)
 
     def forget(self, key_id: str) -> None:
         self._aeads.pop(key_id, None)
@@ -458,6 +481,7 @@ class Sealer:
             if key is None:
                 return True
             aead = self._aeads[key_id] = AESGCM(key)
+            _bound(self._aeads)
         try:
             aead.decrypt(raw[:12], raw[12:], f"{key_id}/{field}".encode())
         except (InvalidTag, ValueError):
@@ -469,6 +493,7 @@ class Sealer:
         cipher = self._ciphers.get(key_id)
         if cipher is None:
             cipher = self._ciphers[key_id] = _Cipher(key_id, self.keys.get_or_create(key_id))
+            _bound(self._ciphers)
         return cipher
 
     def cipher_of_run(self, run_id: str) -> _Cipher:
@@ -477,6 +502,7 @@ class Sealer:
         cipher = self._by_run.get(run_id)
         if cipher is None:
             cipher = self._by_run[run_id] = self._cipher_for(run_id)
+            _bound(self._by_run)
         return cipher
 
     def open(self, record: Record) -> Record:
@@ -518,6 +544,7 @@ class Sealer:
             if key is None:
                 return ERASED
             aead = self._aeads[key_id] = AESGCM(key)
+            _bound(self._aeads)
         raw = base64.b64decode(value[value.rindex(":") + 1 :])
         try:
             return aead.decrypt(raw[:12], raw[12:], f"{key_id}/{field}".encode()).decode()
