@@ -293,7 +293,7 @@ class Client:
         connections)."""
         self._results.close()
         if self._follows_keys and self.serde.sealer is not None:
-            self.serde.sealer.keys.close()  # its follower: once closed, each lookup reads again
+            self.serde.sealer.keys.stop_following()
         if self._closes_log:
             try:
                 self._submissions.close()

@@ -283,6 +283,19 @@ class KeyStore:
             self._follower = threading.Thread(target=self._follow, name="agentlog-keys", daemon=True)
             self._follower.start()
 
+    def stop_following(self) -> None:
+        """Stop the follower, and forget which partitions it followed (a client's close): the keys
+        read stay cached, lookups read again, and a partition read twice is followed again."""
+        with self._lock:
+            follower, self._follower = self._follower, None
+            tail, self._tail = self._tail, None
+            self._followed.clear()
+            self._reads.clear()
+        if follower is not None:
+            follower.join(timeout=5)
+        if tail is not None:
+            tail.close()
+
     def close(self) -> None:
         """Stop following (``follow``) and fetching (``fetch``: a wait under way ends with None);
         the keys read stay cached."""
@@ -302,7 +315,7 @@ class KeyStore:
     def _follow(self) -> None:
         tail = self._tail
         assert tail is not None
-        while not self._closing:
+        while not self._closing and self._tail is tail:  # until closed, or stopped (stop_following)
             records = tail.poll(_FOLLOW_POLL_S)
             if not records:
                 continue
