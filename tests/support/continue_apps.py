@@ -46,7 +46,7 @@ def _hang(where: str) -> None:
 
 _HANG = os.environ.get("CONTINUE_HANG")
 if _HANG == "before":
-    Continuer.submit = lambda self, owned, ended, workflow: _hang("before")  # type: ignore[method-assign]
+    Continuer.submit = lambda self, owned, ended, *_: _hang("before")  # type: ignore[method-assign]
 elif _HANG == "after":
     _delivered = Continuer._delivered
 
