@@ -89,12 +89,13 @@ class Client:
         self._submissions: EventLog = log if log is not None else KafkaLog(self.settings, idempotent=False)
         # Keys go through the submissions' producer, just before the command, without an ack each.
         sealer = self.serde.seal_over(self._submissions).sealer
-        self._follows_keys = sealer is not None and log is None and serde is None
         if sealer is not None and log is None:
             sealer.keys.ack_each = False
             # A submission with an id of its own looks for the id's key first (a repeated
-            # submission reuses it): a client that submits many follows their partitions.
-            sealer.keys.follow_reads = self._follows_keys
+            # submission reuses it): a client that submits many follows their partitions -- with
+            # a key store of its own (a serde given may be another's).
+            sealer.keys.follow_reads = serde is None
+        self._follows_keys = sealer is not None and sealer.keys.follow_reads
         self._closes_log = log is None
         self._wrote = False
         # Results pushed: one tail over the events partitions of the runs this client submitted,

@@ -301,16 +301,11 @@ class KeyStore:
         the keys read stay cached."""
         with self._lock:
             self._closing = True
-            follower, self._follower = self._follower, None
             fetcher, self._fetcher = self._fetcher, None
             self._arrived.notify_all()
         if fetcher is not None:
             fetcher.shutdown(wait=False, cancel_futures=True)
-        if follower is not None:
-            follower.join(timeout=5)
-        if self._tail is not None:
-            self._tail.close()
-            self._tail = None
+        self.stop_following()
 
     def _follow(self) -> None:
         tail = self._tail

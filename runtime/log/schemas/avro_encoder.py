@@ -17,10 +17,9 @@ with its own error: the compiled path never guesses.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any
 
 from runtime.errors import AgentlogError
-from runtime.log.records.sealing import PREFIX
 
 Writer = Callable[[Any, list[bytes]], None]
 
@@ -240,12 +239,13 @@ def _inline(
         ]
     if kind == "string":
         # Sealed here rather than in a copy of the record: a step writes ~5 sealed values, and a
-        # pass of its own over them cost the step as much again as the encryption.
+        # pass of its own over them cost the step as much again as the encryption. The sealer
+        # (runtime.log.records.sealing.Sealer) says which values to seal, and seals them.
         encoded = (
             [f"{value} = {value}.encode()"]
             if sealed is None
             else [
-                f"if sealer is not None and {value} and not ({value}.startswith(PREFIX) and sealer.opens({value}, {sealed!r})):",
+                f"if sealer is not None and sealer.needs_sealing({value}, {sealed!r}):",
                 "    if cipher is None: cipher = sealer.cipher_of_run(record.run_id)",
                 f"    {value} = cipher.seal_bytes({value}, {sealed!r})",
                 "else:",
@@ -273,14 +273,6 @@ def _inline(
     if kind == "null":
         return [f"if {value} is not None: raise Unencodable({value})"]
     return None
-
-
-class Sealing(Protocol):
-    """What an encoder asks of the sealer (runtime.log.records.sealing.Sealer) it is given."""
-
-    def opens(self, value: str, field: str) -> bool: ...
-
-    def cipher_of_run(self, run_id: str) -> Any: ...
 
 
 def compile_record(
@@ -319,7 +311,6 @@ def compile_record(
         "Unencodable": Unencodable,
         "SMALL": _SMALL_VARINTS,
         "long_bytes": _long_bytes,
-        "PREFIX": PREFIX,
         **writers,
     }
     exec(compile(source, f"<avro encoder of {schema.get('name')}>", "exec"), namespace)
