@@ -6,6 +6,9 @@ S  worker CPU per step (user+sys, us), contents in the clear and sealed, alterna
    figure to compare with the budget: sealed <= 1.10 x plain. Per workload:
    - ``e2e``, ``e2e-sync``: the comparison's workloads (bench/peers/workload.py), each step a model
      call and a tool that commits a SQLite row (the sync one: a sync model that commits one too);
+   - ``e2e-openai``: as ``e2e``, with the model called through the official ``openai`` SDK
+     (runtime.models.openai) at an OpenAI-compatible endpoint on 127.0.0.1 in a process of its own
+     (bench/model_server.py) -- how a user's agent calls a model, the endpoint's CPU not counted;
    - ``refund40``: the refund demo with its world in memory -- a scripted model and tools that do
      no work, so the worker's own bookkeeping is nearly all of a step and sealing's share is at its
      largest.
@@ -16,12 +19,15 @@ Run: `python bench/erasure.py [--rounds N] [--workload W ...]` (services up; N a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +50,7 @@ class Workload:
     app: str
     workflow: str
     world: bool  # a SQLite file the tools write (E2E_DB)
+    endpoint: bool = False  # an OpenAI-compatible model endpoint (E2E_MODEL_URL)
 
     def request(self, tag: str) -> dict[str, Any]:
         """The run's input, naming it by ``tag`` (the e2e tools write it in their rows)."""
@@ -53,6 +60,7 @@ class Workload:
 WORKLOADS = {
     "e2e": Workload("bench.e2e_app:app", "e2e", world=True),
     "e2e-sync": Workload("bench.e2e_app:app", "e2e-sync", world=True),
+    "e2e-openai": Workload("bench.e2e_app:app", "e2e-openai", world=True, endpoint=True),
     "refund40": Workload("examples.refund_agent:app", "refund", world=False),
 }
 
@@ -78,10 +86,36 @@ def submit_all(client: Client, workload: Workload, n: int) -> None:
     client.results(runs, timeout=600)
 
 
+@contextlib.contextmanager
+def model_endpoint() -> Iterator[str]:
+    """bench/model_server.py in a process of its own; yields its OpenAI base URL."""
+    server = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve().parent / "model_server.py")], stdout=subprocess.PIPE
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.kill()
+        server.wait(timeout=30)
+
+
 def cpu_per_step(workload: Workload, sealed: bool, workdir: Path, n: int) -> tuple[float, float]:
+    with contextlib.ExitStack() as stack:
+        world: dict[str, str] = {}
+        if workload.world:
+            world["E2E_DB"] = str(workdir / f"{workload.workflow}-{sealed}-{time.time()}.db")
+        if workload.endpoint:
+            world["E2E_MODEL_URL"] = stack.enter_context(model_endpoint())
+        return _cpu_per_step(workload, sealed, workdir, n, world)
+
+
+def _cpu_per_step(
+    workload: Workload, sealed: bool, workdir: Path, n: int, world: dict[str, str]
+) -> tuple[float, float]:
     settings = fresh_deployment(partitions=4).model_copy(update={"seal_contents": sealed})
     tag = f"{workload.workflow}-{sealed}-{time.time()}"
-    world = {"E2E_DB": str(workdir / f"{tag}.db")} if workload.world else {}
     worker = start_worker(settings, "bench-seal", workdir / f"{tag}.log", app=workload.app, **world)
     try:
         with Client(settings) as client:
