@@ -7,12 +7,12 @@ OpenAI-compatible endpoint (bench/model_server.py), as a user's agent does."""
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
 from bench.peers import workload
 from runtime import App, Context
-from runtime.models.openai import OpenAIChatModel
 
 app = App("e2e-bench")
 STEPS = workload.STEPS
@@ -22,12 +22,22 @@ record = app.tool("record")(workload.record)
 sync_planner = app.model("sync-planner")(workload.sync_planner)
 sync_record = app.tool("sync-record")(workload.sync_record)
 sync_effect = app.tool("sync-effect", effect=True)(workload.sync_effect)
-# Made at import, connected at its first call: a worker that never runs e2e-openai needs no endpoint.
-sdk_planner = app.model("sdk-planner")(
-    OpenAIChatModel(
-        base_url=os.environ.get("E2E_MODEL_URL", "http://127.0.0.1:9/v1"), api_key="", model="bench"
-    )
-)
+
+
+@functools.cache
+def _sdk_model() -> Any:
+    """The official SDK's client (runtime.models.openai), made at the first call: a worker that
+    never runs e2e-openai neither imports the SDK nor needs an endpoint."""
+    from runtime.models.openai import OpenAIChatModel
+
+    url = os.environ.get("E2E_MODEL_URL", "http://127.0.0.1:9/v1")
+    return OpenAIChatModel(base_url=url, api_key="", model="bench")
+
+
+@app.model("sdk-planner")
+async def sdk_planner(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
+    answer: dict[str, Any] = await _sdk_model()(messages, **params)
+    return answer
 
 
 @app.workflow("e2e")
