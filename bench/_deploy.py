@@ -34,6 +34,7 @@ def start_worker(
     log: Path,
     *args: str,
     app: str = "examples.refund_agent:app",
+    module: str = "runtime.cli",  # or a module that wraps it (bench/seal_timing.py)
     **env: str,
 ) -> subprocess.Popen[bytes]:
     wrapper = os.environ.get("BENCH_WORKER_WRAPPER", "").split()  # e.g. "py-spy record -o prof.svg --"
@@ -42,7 +43,7 @@ def start_worker(
             *wrapper,
             sys.executable,
             "-m",
-            "runtime.cli",
+            module,
             "worker",
             "--app",
             app,

@@ -12,8 +12,12 @@ S  worker CPU per step (user+sys, us), contents in the clear and sealed, alterna
    - ``refund40``: the refund demo with its world in memory -- a scripted model and tools that do
      no work, so the worker's own bookkeeping is nearly all of a step and sealing's share is at its
      largest.
+T  with ``--time-seals``, after the rounds: one more sealed measurement per workload whose worker
+   times its sealing calls (bench/seal_timing.py): calls a step, us a call and us a step inside a
+   busy worker. Its timer's clock reads are in it, so its worker CPU is not one for the ratio.
 
-Run: `python bench/erasure.py [--rounds N] [--workload W ...]` (services up; N alternations, 3 by default).
+Run: `python bench/erasure.py [--rounds N] [--runs R] [--workload W ...] [--time-seals]` (services up;
+N alternations, 3 by default).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import seal_timing
 from _deploy import fresh_deployment, start_worker
 from refund40 import STEPS, cpu_seconds
 
@@ -101,31 +106,46 @@ def model_endpoint() -> Iterator[str]:
         server.wait(timeout=30)
 
 
-def cpu_per_step(workload: Workload, sealed: bool, workdir: Path, n: int) -> tuple[float, float]:
+@dataclass(frozen=True)
+class Measured:
+    us: float  # worker CPU per step
+    loop_us: float  # of it, the main thread's (the event loop)
+    seals: tuple[int, int] = (0, 0)  # timed sealing calls and their ns (``timing``), in the stretch
+
+
+def cpu_per_step(workload: Workload, sealed: bool, workdir: Path, n: int, timing: bool = False) -> Measured:
+    """``timing``: the worker is bench/seal_timing.py's, whose sealing calls are timed (their
+    figure includes its clock reads, so it is not one for the ratio)."""
     with contextlib.ExitStack() as stack:
         world: dict[str, str] = {}
+        tag = f"{workload.workflow}-{sealed}-{time.time()}"
         if workload.world:
-            world["E2E_DB"] = str(workdir / f"{workload.workflow}-{sealed}-{time.time()}.db")
+            world["E2E_DB"] = str(workdir / f"{tag}.db")
         if workload.endpoint:
             world["E2E_MODEL_URL"] = stack.enter_context(model_endpoint())
-        return _cpu_per_step(workload, sealed, workdir, n, world)
+        if timing:
+            world["SEAL_TIMING_FILE"] = str(workdir / f"{tag}.seals")
+        return _cpu_per_step(workload, sealed, workdir / f"{tag}.log", n, world)
 
 
-def _cpu_per_step(
-    workload: Workload, sealed: bool, workdir: Path, n: int, world: dict[str, str]
-) -> tuple[float, float]:
+def _cpu_per_step(workload: Workload, sealed: bool, log: Path, n: int, world: dict[str, str]) -> Measured:
     settings = fresh_deployment(partitions=4).model_copy(update={"seal_contents": sealed})
-    tag = f"{workload.workflow}-{sealed}-{time.time()}"
-    worker = start_worker(settings, "bench-seal", workdir / f"{tag}.log", app=workload.app, **world)
+    timings = world.get("SEAL_TIMING_FILE")
+    module = "bench.seal_timing" if timings else "runtime.cli"
+    worker = start_worker(settings, "bench-seal", log, app=workload.app, module=module, **world)
     try:
         with Client(settings) as client:
             # A fresh process's first steps pay for first use (imports, compiled encoders, keys).
             submit_all(client, workload, WARM_UP_RUNS)
+            seals_before = seal_timing.read(Path(timings)) if timings else (0, 0)
             cpu_before, loop_before = cpu_seconds([worker.pid]), main_thread_seconds(worker.pid)
             submit_all(client, workload, n)
             per_step = 1e6 / (n * STEPS)
             loop = (main_thread_seconds(worker.pid) - loop_before) * per_step
-            return (cpu_seconds([worker.pid]) - cpu_before) * per_step, loop
+            us = (cpu_seconds([worker.pid]) - cpu_before) * per_step
+            seals_after = seal_timing.read(Path(timings)) if timings else (0, 0)
+            seals = (seals_after[0] - seals_before[0], seals_after[1] - seals_before[1])
+            return Measured(us, loop, seals)
     finally:
         worker.terminate()
         worker.wait(timeout=30)
@@ -138,6 +158,11 @@ def main() -> None:
     parser.add_argument(
         "--workload", action="append", choices=sorted(WORKLOADS), help="repeatable; all by default"
     )
+    parser.add_argument(
+        "--time-seals",
+        action="store_true",
+        help="then one more sealed measurement per workload, its sealing calls timed (T)",
+    )
     args = parser.parse_args()
     names = args.workload or list(WORKLOADS)
     figures: dict[tuple[str, bool], list[float]] = {(w, s): [] for w in names for s in (False, True)}
@@ -145,17 +170,28 @@ def main() -> None:
         for _ in range(args.rounds):
             for name in names:
                 for sealed in (False, True):
-                    us, loop = cpu_per_step(WORKLOADS[name], sealed, Path(tmp), args.runs)
-                    figures[name, sealed].append(us)
+                    measured = cpu_per_step(WORKLOADS[name], sealed, Path(tmp), args.runs)
+                    figures[name, sealed].append(measured.us)
                     emit(
                         metric="S",
                         workload=name,
                         sealed=sealed,
-                        worker_cpu_us_per_step=round(us, 1),
-                        main_thread_us_per_step=round(loop, 1),
+                        worker_cpu_us_per_step=round(measured.us, 1),
+                        main_thread_us_per_step=round(measured.loop_us, 1),
                         runs=args.runs,
                         steps=STEPS,
                     )
+        for name in names if args.time_seals else ():
+            measured = cpu_per_step(WORKLOADS[name], True, Path(tmp), args.runs, timing=True)
+            calls, ns = measured.seals
+            emit(
+                metric="T",
+                workload=name,
+                seal_calls_per_step=round(calls / (args.runs * STEPS), 2),
+                us_per_seal_call=round(ns / max(calls, 1) / 1000, 2),
+                seal_us_per_step=round(ns / (args.runs * STEPS) / 1000, 1),
+                worker_cpu_us_per_step=round(measured.us, 1),
+            )
     for name in names:
         plain, sealed = statistics.median(figures[name, False]), statistics.median(figures[name, True])
         emit(
