@@ -116,39 +116,34 @@ class Measured:
 def cpu_per_step(workload: Workload, sealed: bool, workdir: Path, n: int, timing: bool = False) -> Measured:
     """``timing``: the worker is bench/seal_timing.py's, whose sealing calls are timed (their
     figure includes its clock reads, so it is not one for the ratio)."""
+    tag = f"{workload.workflow}-{sealed}-{time.time()}"
+    timings = workdir / f"{tag}.seals" if timing else None
+    world: dict[str, str] = {}
+    if workload.world:
+        world["E2E_DB"] = str(workdir / f"{tag}.db")
+    if timings is not None:
+        world["SEAL_TIMING_FILE"] = str(timings)
+    settings = fresh_deployment(partitions=4).model_copy(update={"seal_contents": sealed})
     with contextlib.ExitStack() as stack:
-        world: dict[str, str] = {}
-        tag = f"{workload.workflow}-{sealed}-{time.time()}"
-        if workload.world:
-            world["E2E_DB"] = str(workdir / f"{tag}.db")
         if workload.endpoint:
             world["E2E_MODEL_URL"] = stack.enter_context(model_endpoint())
-        if timing:
-            world["SEAL_TIMING_FILE"] = str(workdir / f"{tag}.seals")
-        return _cpu_per_step(workload, sealed, workdir / f"{tag}.log", n, world)
-
-
-def _cpu_per_step(workload: Workload, sealed: bool, log: Path, n: int, world: dict[str, str]) -> Measured:
-    settings = fresh_deployment(partitions=4).model_copy(update={"seal_contents": sealed})
-    timings = world.get("SEAL_TIMING_FILE")
-    module = "bench.seal_timing" if timings else "runtime.cli"
-    worker = start_worker(settings, "bench-seal", log, app=workload.app, module=module, **world)
-    try:
-        with Client(settings) as client:
-            # A fresh process's first steps pay for first use (imports, compiled encoders, keys).
-            submit_all(client, workload, WARM_UP_RUNS)
-            seals_before = seal_timing.read(Path(timings)) if timings else (0, 0)
-            cpu_before, loop_before = cpu_seconds([worker.pid]), main_thread_seconds(worker.pid)
-            submit_all(client, workload, n)
-            per_step = 1e6 / (n * STEPS)
-            loop = (main_thread_seconds(worker.pid) - loop_before) * per_step
-            us = (cpu_seconds([worker.pid]) - cpu_before) * per_step
-            seals_after = seal_timing.read(Path(timings)) if timings else (0, 0)
-            seals = (seals_after[0] - seals_before[0], seals_after[1] - seals_before[1])
-            return Measured(us, loop, seals)
-    finally:
-        worker.terminate()
-        worker.wait(timeout=30)
+        module = "runtime.cli" if timings is None else "bench.seal_timing"
+        worker = start_worker(
+            settings, "bench-seal", workdir / f"{tag}.log", app=workload.app, module=module, **world
+        )
+        stack.callback(worker.wait, timeout=30)
+        stack.callback(worker.terminate)
+        client = stack.enter_context(Client(settings))
+        # A fresh process's first steps pay for first use (imports, compiled encoders, keys).
+        submit_all(client, workload, WARM_UP_RUNS)
+        seals_before = seal_timing.read(timings) if timings else (0, 0)
+        cpu_before, loop_before = cpu_seconds([worker.pid]), main_thread_seconds(worker.pid)
+        submit_all(client, workload, n)
+        per_step = 1e6 / (n * STEPS)
+        loop = (main_thread_seconds(worker.pid) - loop_before) * per_step
+        us = (cpu_seconds([worker.pid]) - cpu_before) * per_step
+        seals_after = seal_timing.read(timings) if timings else (0, 0)
+        return Measured(us, loop, (seals_after[0] - seals_before[0], seals_after[1] - seals_before[1]))
 
 
 def main() -> None:
