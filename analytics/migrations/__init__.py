@@ -15,7 +15,7 @@ from .migration import Migration
 from .released import RELEASED
 from .runner import MigrationError, applied_versions, migrate, pending, table_columns
 
-# The name the package has always exported; the released migrations, in version order.
+# The released migrations, in version order, under the name `analytics` exports them by.
 MIGRATIONS_LIST = RELEASED
 
 __all__ = [

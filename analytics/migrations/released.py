@@ -1,9 +1,9 @@
 """The migrations as they were released: each one's SQL whole, in a file of its own beside this module.
 
 ``V0001__events_table.sql`` holds migration 1's statements, each followed by a line holding only
-``;``. A released file is never edited: a store that applied it keeps its checksum, and
-tests/unit/test_migrations_released.py pins every file's. A change to the store's shape is a new
-file and a new entry at the end of :data:`RELEASED`.
+``;``. A released file is never edited: a store that applied it holds its checksum, and
+tests/unit/test_migrations_released.py pins every migration's sha256. A change to the store's
+shape is a new file and a new entry at the end of :data:`RELEASED`.
 """
 
 from __future__ import annotations
