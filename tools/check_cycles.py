@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 import grimp
 
 PACKAGES = ("runtime", "consumers", "analytics", "infra", "examples", "ui")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def strongly_connected(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
@@ -91,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("packages", nargs="*", default=list(PACKAGES))
     parser.add_argument("--with-type-checking", action="store_true", help="count TYPE_CHECKING imports")
     args = parser.parse_args(argv)
+    # This checkout's packages: examples/ is in no install, and an editable install may be another checkout's.
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
     graph, found = find_cycles(args.packages, args.with_type_checking)
     for component in found:
         print(f"import cycle between {len(component)} modules: {', '.join(component)}")

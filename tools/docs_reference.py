@@ -146,7 +146,7 @@ def sql_blocks(markdown: str) -> list[str]:
 
 def store_markdown(check_sql: Sequence[str] = ()) -> str:
     """Every table and view of the analytics store with its columns and their types, as the
-    migrations leave a fresh embedded store (analytics/migrations.py is the truth; this asks it).
+    migrations leave a fresh embedded store (analytics/migrations/ is the truth; this asks it).
     Each statement of ``check_sql`` is run against that store first (an empty store: it must be
     valid and answer nothing), so the page's cookbook cannot name a column that does not exist."""
     import tempfile

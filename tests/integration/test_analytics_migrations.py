@@ -59,6 +59,27 @@ def test_a_new_migration_is_applied_on_top(client: Any) -> None:
     assert migrate(client, (*MIGRATIONS_LIST, extra)) == []
 
 
+def test_a_store_migrated_by_an_earlier_release_upgrades(client: Any) -> None:
+    """A store that applied migrations 1-10 holds the checksums their releases recorded; the
+    current code accepts them and applies 11 onwards."""
+    migrate(client, MIGRATIONS_LIST[:10])
+    ledger = dict(client.query("SELECT version, checksum FROM agentlog.schema_migrations FINAL").result_rows)
+    assert ledger == {
+        1: "2c82ec9c43155109",
+        2: "31be787fd23b89e9",
+        3: "e3c4aa44972468c9",
+        4: "3bb06f3eb19d0dec",
+        5: "c453cd1850e6c270",
+        6: "75e67e539343b00f",
+        7: "054d6e33d8dbf346",
+        8: "5ccee703f36fc8a6",
+        9: "9af335b60a50ddbb",
+        10: "ef3c7a101d4a7084",
+    }
+    assert [m.version for m in migrate(client)] == list(range(11, len(MIGRATIONS_LIST) + 1))
+    assert migrate(client) == []
+
+
 def test_an_applied_migration_that_was_edited_is_refused(client: Any) -> None:
     migrate(client)
     first = MIGRATIONS_LIST[0]

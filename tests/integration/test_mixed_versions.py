@@ -55,7 +55,8 @@ def patch(path: Path, old: str, new: str) -> None:
 def make_v2(root: Path) -> Path:
     """A copy of this checkout's code whose ToolCallCompleted has an optional ``note`` it writes."""
     ignore = shutil.ignore_patterns("__pycache__")
-    shutil.copytree(ROOT / "runtime", root / "runtime", ignore=ignore)
+    # runtime/log/schemas/avsc stays a link, so the copy reads the copy's schemas/ (v2's), not this checkout's.
+    shutil.copytree(ROOT / "runtime", root / "runtime", ignore=ignore, symlinks=True)
     shutil.copytree(ROOT / "schemas", root / "schemas", ignore=ignore)
     avsc = root / "schemas" / "ToolCallCompleted.avsc"
     schema = json.loads(avsc.read_text())

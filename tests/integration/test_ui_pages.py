@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from analytics.migrations import _MODEL_CALLS_VIEW
+from analytics.migrations import MIGRATIONS_LIST
 from analytics.store import StoreLock, connect, parse_dsn
 from runtime.config import Settings
 from support.sink import EventLog, InProcessSink, RunWriter, wait_for_rows
@@ -25,6 +25,8 @@ from ui.server import UiServer
 pytestmark = pytest.mark.integration
 
 PROMPT = '[{"role":"user","content":"refund order 42?"}]'
+# model_calls as migration 3 released it: no usage, no cost.
+(_MODEL_CALLS_VIEW,) = [s for s in MIGRATIONS_LIST[2].statements if "VIEW agentlog.model_calls" in s]
 
 
 def _priced_view(tokens: str = "toInt64(120)", cost: str = "0.0015", output: str = "toInt64(30)") -> str:

@@ -1,5 +1,6 @@
-"""agentlog installed from a wheel, not from this checkout, works: the packaged schemas load,
-`agentlog schemas list` reaches the registry, and a workflow runs in-process with run_local.
+"""agentlog installed from a wheel, not from this checkout, works: it installs the product's
+packages and nothing else, the packaged schemas and migrations load, `agentlog schemas list`
+reaches the registry, and a workflow runs in-process with run_local.
 
 The wheel is built from the repository and installed WITHOUT -e into a fresh venv (no system
 site-packages; dependencies from the package index, pip's cache reused); every command then runs
@@ -19,12 +20,16 @@ from pathlib import Path
 
 import pytest
 
+from analytics.migrations import RELEASED
 from runtime.config import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]  # a cold pip cache downloads chdb
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_COUNT = len(list((ROOT / "schemas").glob("*.avsc")))  # every schema of the checkout ships
+# What the wheel puts at the top of site-packages: the product. Not examples (the repository's, run
+# from a checkout) and no generic `schemas` (the .avsc files ship inside runtime).
+PRODUCT_PACKAGES = ["analytics", "consumers", "infra", "runtime", "ui"]
 _NOT_SOURCE = (
     ".git",
     ".venv",
@@ -93,9 +98,49 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 
 
 def test_the_installed_package_is_not_the_checkout(installed: Installed) -> None:
-    out = _check(installed.run(installed.python, "-c", "import runtime, schemas; print(runtime.__file__)"))
+    out = _check(installed.run(installed.python, "-c", "import runtime; print(runtime.__file__)"))
     assert Path(out.strip()).is_relative_to(installed.venv), out
     assert not Path(out.strip()).is_relative_to(ROOT)
+
+
+def test_the_wheel_installs_the_products_packages_only(installed: Installed) -> None:
+    """Read from what pip recorded (RECORD, top_level.txt), not from site-packages, which holds the
+    dependencies' packages too."""
+    out = _check(
+        installed.run(
+            installed.python,
+            "-c",
+            "import json; from importlib.metadata import distribution; d = distribution('agentlog');"
+            "print(json.dumps([sorted({f.parts[0] for f in d.files if f.parts[0] != '..'"
+            " and not f.parts[0].endswith('.dist-info')}), sorted(d.read_text('top_level.txt').split())]))",
+        )
+    )
+    installed_tops, top_level = json.loads(out)
+    assert installed_tops == PRODUCT_PACKAGES
+    assert top_level == PRODUCT_PACKAGES
+
+
+def test_the_demo_says_it_runs_from_a_checkout(installed: Installed) -> None:
+    """`demo` is listed and loads (its registrar is the product's); the examples it runs are not installed."""
+    listing = installed.run(installed.venv / "bin" / "agentlog", "--help")
+    assert "demo" in _check(listing) and "cannot load" not in listing.stderr, listing.stderr
+    done = installed.run(installed.venv / "bin" / "agentlog", "demo")
+    assert done.returncode == 1, done
+    assert done.stderr.startswith("agentlog: agentlog demo runs examples.demo of a checkout"), done.stderr
+
+
+def test_the_packaged_migrations_load(installed: Installed) -> None:
+    out = _check(
+        installed.run(
+            installed.python,
+            "-c",
+            "import json; from analytics import migrations;"
+            "print(json.dumps([migrations.__file__, [m.sha256 for m in migrations.RELEASED]]))",
+        )
+    )
+    where, digests = json.loads(out)
+    assert Path(where).is_relative_to(installed.venv)
+    assert digests == [m.sha256 for m in RELEASED]  # the checkout's files, byte for byte
 
 
 def test_the_packaged_schema_catalog_loads(installed: Installed) -> None:

@@ -6,6 +6,7 @@ import gc
 import inspect
 import io
 import json
+import re
 import struct
 import threading
 import time
@@ -13,16 +14,7 @@ import time
 import fastavro
 import pytest
 
-from analytics.migrations import (
-    _V1_FIELD_COLUMNS,
-    _V5_FIELD_COLUMNS,
-    _V6_FIELD_COLUMNS,
-    _V8_FIELD_COLUMNS,
-    _V10_FIELD_COLUMNS,
-    _V12_FIELD_COLUMNS,
-    _V14_FIELD_COLUMNS,
-    MIGRATIONS_LIST,
-)
+from analytics.migrations import MIGRATIONS_LIST
 from analytics.tables import ENVELOPE_COLUMNS, SINK_COLUMNS
 from consumers import gctune, rowbinary, run_direct, run_sink
 from consumers.avro_wire import container, read_zigzag, zigzag
@@ -139,21 +131,41 @@ def test_normalize_type_ignores_low_cardinality_and_spaces() -> None:
     assert normalize_type("Map(String, Int64)") == normalize_type("Map(String,Int64)")
 
 
+_ADD_COLUMN = "ADD COLUMN IF NOT EXISTS "
+
+
+def _shipped_event_columns() -> dict[str, str]:
+    """Column -> type of agentlog.events as the released migrations' text creates it: the CREATE
+    TABLE's one column a line, and each ALTER's ADD COLUMNs."""
+    columns: dict[str, str] = {}
+    for migration in MIGRATIONS_LIST:
+        for statement in migration.statements:
+            if statement.startswith("CREATE TABLE IF NOT EXISTS agentlog.events ("):
+                body = statement.split("(\n", 1)[1].split("\n)\n", 1)[0]
+                columns.update(re.findall(r"^    `(\w+)` (.+?),?$", body, re.MULTILINE))
+            elif statement.startswith(f"ALTER TABLE agentlog.events {_ADD_COLUMN}"):
+                for added in statement.removeprefix(f"ALTER TABLE agentlog.events {_ADD_COLUMN}").split(
+                    f", {_ADD_COLUMN}"
+                ):
+                    column = re.fullmatch(r"`(\w+)` (.+)", added)
+                    assert column is not None, added
+                    columns[column.group(1)] = column.group(2)
+    return columns
+
+
+def test_the_shipped_columns_are_read_from_the_migrations() -> None:
+    shipped = _shipped_event_columns()
+    assert dict((*SINK_COLUMNS, *ENVELOPE_COLUMNS)).items() <= shipped.items()
+    assert shipped["active_runs"] == "Map(String, Int64)"  # migration 1
+    assert shipped["fire_at"] == "Nullable(DateTime64(3, 'UTC'))"
+    assert shipped["new_messages"] == "Array(String)"  # migration 10
+    assert shipped["chain"] == "Nullable(String)"  # migration 14
+    assert len(shipped) == 10 + 6 + 38 + 2 + 3 + 4 + 11 + 1 + 1  # sink, envelope, the fields of 1, 5, 6, 8, 10, 12, 14
+
+
 def test_every_released_event_schema_fits_the_shipped_columns() -> None:
-    """Released schemas need no derived migration: their fields are columns of migrations 1, 5, 6, 8, 10, 12, 14."""
-    existing = dict(
-        (
-            *SINK_COLUMNS,
-            *ENVELOPE_COLUMNS,
-            *_V1_FIELD_COLUMNS,
-            *_V5_FIELD_COLUMNS,
-            *_V6_FIELD_COLUMNS,
-            *_V8_FIELD_COLUMNS,
-            *_V10_FIELD_COLUMNS,
-            *_V12_FIELD_COLUMNS,
-            *_V14_FIELD_COLUMNS,
-        )
-    )
+    """Released schemas need no derived migration: their fields are columns the migrations create."""
+    existing = _shipped_event_columns()
     for name, schema in load_catalog().items():
         if schema.role != "events":
             continue

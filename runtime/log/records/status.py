@@ -1,9 +1,10 @@
 """The statuses of a run, and which events set them: the one definition every layer uses.
 
 The client's ``status``, the run machine, the replayer and the analytics ``runs`` view all speak
-this vocabulary; the view's SQL is generated from :data:`STATUS_BY_EVENT`. Keys are record type
-names (``Record.type``, the Avro record name, the ``type`` column of the analytics store), so
-this module needs nothing but strings and the SQL side can use it as is.
+this vocabulary. The view is released SQL, written out in a migration (analytics/migrations/), and
+tests/unit/test_status.py checks that it agrees with :data:`STATUS_BY_EVENT`: a change here needs
+a new migration. Keys are record type names (``Record.type``, the Avro record name, the ``type``
+column of the analytics store), so this module needs nothing but strings.
 
 A run is ``running`` from its ``RunStarted`` until an event of :data:`ENDING_EVENTS`. A parked
 run ends too: no worker drives it again (an operator's ``agentlog reset`` starts a *new* run from

@@ -4,9 +4,10 @@ A schema's namespace says which topic it belongs to (``dev.agentlog.commands`` o
 ``dev.agentlog.events``); its subject in the registry follows TopicRecordNameStrategy,
 ``<topic>-<full record name>`` (see ``schemas/policy.json`` for why).
 
-The default folder is the ``schemas`` package's, found with ``importlib.resources``: the
-repository's top-level ``schemas/`` in a checkout or an editable install, ``site-packages/schemas``
-in a wheel install. Any other folder (``agentlog schemas ... --dir``) is read the same way.
+The default folder is ``avsc`` beside this module, found with ``importlib.resources``: in a
+checkout or an editable install a link to the repository's top-level ``schemas/`` (the source of
+the schemas), in a wheel ``site-packages/runtime/log/schemas/avsc`` (the wheel copies the files
+through the link). Any other folder (``agentlog schemas ... --dir``) is read the same way.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ class SchemaFileError(TerminalError, ValueError):
 def packaged_schema_dir() -> Path:
     """The folder of the schemas shipped with agentlog. A folder on disk: agentlog is installed
     unzipped (its native dependencies cannot be imported from a zip either)."""
-    root = files("schemas")
+    root = files("runtime.log.schemas").joinpath("avsc")
     if not isinstance(root, Path):
         raise SchemaFileError(f"the packaged schemas are not a folder on disk ({root}): pass a folder")
-    return root
+    return root.resolve()  # a checkout's link resolved: messages name the file a developer edits
 
 
 DEFAULT_SCHEMA_DIR = packaged_schema_dir()
