@@ -16,7 +16,8 @@ command only once its record is durable.
 Two pure helpers keep it to that one job: :mod:`runtime.workflow.scheduling` says what each ctx call
 issues and which record schedules it, :mod:`runtime.workflow.stepping` resumes the coroutine once
 and says what its ending means as a record. The context the workflow sees
-(:mod:`runtime.workflow.context`) knows the machine only as the ``RunHost`` protocol it defines.
+(:mod:`runtime.workflow.context`) knows the machine only as the ``RunHost`` protocol it defines, the
+saga (:mod:`runtime.workflow.compensation`) only as its ``Compensator``.
 """
 
 from __future__ import annotations
@@ -331,6 +332,19 @@ class RunMachine:
             compensates=compensates,
         )
         return self._issue(command)
+
+    def issue_compensable_tool(
+        self, name: str, args: dict[str, Any], compensate_with: tuple[str, dict[str, Any]]
+    ) -> DurableFuture:
+        compensation = self.saga.checked(self.app, name, compensate_with)
+        future = self.issue_tool(name, args)
+        self.saga.add(future, name, compensation)
+        return future
+
+    def effect_key(self, position: int) -> str:
+        key = self.commands[position].key
+        assert key is not None  # an effect's key, recorded with it
+        return key
 
     def issue_timer(self, duration_ms: int) -> DurableFuture:
         return self._issue(timer_intent(self._next_position(), duration_ms))
