@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter, deque
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -33,11 +33,13 @@ import orjson
 from runtime.config import Settings
 from runtime.errors import AgentlogError, CallFailed, NonDeterminismError
 from runtime.log.records.events import (
+    EpochClaimed,
     Event,
     ModelCallCompleted,
     ModelCallFailed,
     ModelCallScheduled,
     NonDeterminismDetected,
+    PartitionCheckpoint,
     PatchRecorded,
     PromptDrifted,
     Redecided,
@@ -46,6 +48,7 @@ from runtime.log.records.events import (
     RunContinuedAsNew,
     RunFailed,
     RunParked,
+    RunRejected,
     RunStarted,
     SignalReceived,
     TimerFired,
@@ -224,70 +227,87 @@ class RunMachine:
         return stamped
 
     def apply(self, event: Event) -> None:
+        """Apply one event of the run's log: the handler for its record type (``_APPLY``)."""
         self.seq = max(self.seq, event.seq)
-        if isinstance(event, SCHEDULED_TYPES):
-            self._apply_record(event)
-            return
+        _APPLY[type(event)](self, event)
+
+    # Each handler applies one kind of record. A record that answers a command resumes the
+    # workflow at the time and seq it was written (``_resumed_by``), as it did live.
+    def _matched_at_issue(self, event: Event) -> None:
+        """A ``...Scheduled`` or patch record: matched when the code issued the command (``_issue``)."""
+
+    def _resumed_by(self, event: Event) -> None:
         self.now_ms = event.occurred_at
         self.resumed_seq = event.seq
-        if isinstance(event, (ModelCallCompleted, ToolCallCompleted)):
-            if event.result_offset is not None:
-                raise AgentlogError(
-                    f"run {self.run_id}: the result at position {event.position} is stored out of line "
-                    f"(payloads offset {event.result_offset}) and was not read back; a saved history "
-                    "needs `agentlog history --json --payloads`"
+
+    def _apply_completed(self, event: ModelCallCompleted | ToolCallCompleted) -> None:
+        self._resumed_by(event)
+        if event.result_offset is not None:
+            raise AgentlogError(
+                f"run {self.run_id}: the result at position {event.position} is stored out of line "
+                f"(payloads offset {event.result_offset}) and was not read back; a saved history "
+                "needs `agentlog history --json --payloads`"
+            )
+        command = self._command_for(event.position, event)
+        if command is None:
+            return
+        command.future.set_result(orjson.loads(event.result))  # written by canonical_json
+        if event.in_doubt and self.replaying:  # live re-executions were listed by finish_replay
+            self.in_doubt.append(InDoubt(command.kind, command.name, command.position, command.key))
+        self._drive()
+
+    def _apply_failed(self, event: ModelCallFailed | ToolCallFailed) -> None:
+        self._resumed_by(event)
+        command = self._command_for(event.position, event)
+        if command is None:
+            return
+        command.failed_attempts = max(command.failed_attempts, event.attempt)
+        if event.final:
+            command.future.set_exception(
+                CallFailed(
+                    command.kind, command.name, command.position, event.error_type, event.error, event.attempt
                 )
-            command = self._command_for(event.position, event)
-            if command is None:
-                return
-            command.future.set_result(orjson.loads(event.result))  # written by canonical_json
-            if event.in_doubt and self.replaying:  # live re-executions were listed by finish_replay
-                self.in_doubt.append(InDoubt(command.kind, command.name, command.position, command.key))
-        elif isinstance(event, (ModelCallFailed, ToolCallFailed)):
-            command = self._command_for(event.position, event)
-            if command is None:
-                return
-            command.failed_attempts = max(command.failed_attempts, event.attempt)
-            if event.final:
-                command.future.set_exception(
-                    CallFailed(
-                        command.kind,
-                        command.name,
-                        command.position,
-                        event.error_type,
-                        event.error,
-                        event.attempt,
-                    )
-                )
-        elif isinstance(event, TimerFired):
-            command = self._command_for(event.position, event)
-            if command is None:
-                return
-            if command.kind == "timer":
-                command.future.set_result(None)
-            elif not command.future.done:
-                self._waiters.get(command.name, deque()).remove(command)
-                command.future.set_exception(
-                    TimeoutError(f"no signal {command.name!r} within {command.duration_ms} ms")
-                )
-        elif isinstance(event, SignalReceived) and event.name == CANCEL_SIGNAL:
+            )
+        self._drive()
+
+    def _apply_timer_fired(self, event: TimerFired) -> None:
+        self._resumed_by(event)
+        command = self._command_for(event.position, event)
+        if command is None:
+            return
+        if command.kind == "timer":
+            command.future.set_result(None)
+        elif not command.future.done:  # a signal wait's timeout
+            self._waiters.get(command.name, deque()).remove(command)
+            command.future.set_exception(
+                TimeoutError(f"no signal {command.name!r} within {command.duration_ms} ms")
+            )
+        self._drive()
+
+    def _apply_signal(self, event: SignalReceived) -> None:
+        self._resumed_by(event)
+        if event.name == CANCEL_SIGNAL:
             self._begin_unwind(cancelled_by(event.payload, event.command_offset, self.run_id))
-        elif isinstance(event, SignalReceived):
+        else:
             waiters = self._waiters.get(event.name)
             if waiters:
                 waiters.popleft().future.set_result(json.loads(event.payload))
             else:
                 self._signals.setdefault(event.name, deque()).append(event.payload)
-        elif isinstance(event, (RunCompleted, RunFailed, RunCancelled, RunContinuedAsNew, RunParked)):
-            self._terminate(event)
-            return
-        elif isinstance(event, (NonDeterminismDetected, Redecided, PromptDrifted)):
-            return
         self._drive()
 
-    def _apply_record(self, event: Event) -> None:
-        # The match itself happened when the code issued the command (see _issue).
-        return
+    def _apply_ending(self, event: Event) -> None:
+        self._resumed_by(event)
+        self._terminate(event)
+
+    def _apply_note(self, event: Event) -> None:
+        """A divergence, re-decision or drift already recorded: it changes nothing in the run."""
+        self._resumed_by(event)
+
+    def _apply_other(self, event: Event) -> None:
+        """A record no command waits for (RunStarted, a claim, a checkpoint, a rejection)."""
+        self._resumed_by(event)
+        self._drive()
 
     def _command_for(self, position: int, event: Event) -> Intent | None:
         command = self.commands.get(position)
@@ -536,3 +556,20 @@ class RunMachine:
         return with_envelope(
             event, self.run_id, self.seq, self.stamp.clock(), self.stamp.worker, self.stamp.epoch
         )
+
+
+# The handler of each event record type; tests/unit/test_machine_dispatch.py checks every one is here.
+_APPLY: dict[type[Event], Callable[[RunMachine, Any], None]] = {
+    **dict.fromkeys(SCHEDULED_TYPES, RunMachine._matched_at_issue),
+    ModelCallCompleted: RunMachine._apply_completed,
+    ToolCallCompleted: RunMachine._apply_completed,
+    ModelCallFailed: RunMachine._apply_failed,
+    ToolCallFailed: RunMachine._apply_failed,
+    TimerFired: RunMachine._apply_timer_fired,
+    SignalReceived: RunMachine._apply_signal,
+    **dict.fromkeys(
+        (RunCompleted, RunFailed, RunCancelled, RunContinuedAsNew, RunParked), RunMachine._apply_ending
+    ),
+    **dict.fromkeys((NonDeterminismDetected, Redecided, PromptDrifted), RunMachine._apply_note),
+    **dict.fromkeys((RunStarted, EpochClaimed, PartitionCheckpoint, RunRejected), RunMachine._apply_other),
+}
