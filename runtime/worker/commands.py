@@ -67,6 +67,7 @@ from runtime.worker.batching import TurnBatcher
 from runtime.worker.execution import Executor
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.tracing import trace_id_for
+from runtime.workflow.activation import Cancel, Deliver, RunInstance, Wake
 from runtime.workflow.app import App
 from runtime.workflow.compensation import RESERVED_SIGNAL_PREFIX
 from runtime.workflow.input_shape import shape_error
@@ -252,8 +253,8 @@ class CommandHandler:
         if isinstance(command, RunSubmitted):
             self._submit(owned, command, offset)
         elif isinstance(command, SignalSent):
-            machine = owned.runs.get(command.run_id)
-            if machine is None:
+            run = owned.runs.get(command.run_id)
+            if run is None:
                 log.info("signal %r for run %s that is not running: ignored", command.name, command.run_id)
                 return
             if command.name.startswith(RESERVED_SIGNAL_PREFIX):  # agentlog's own (a cancel's record)
@@ -263,20 +264,18 @@ class CommandHandler:
                     )
                 )
                 return
-            machine.record(
-                SignalReceived(
-                    run_id=command.run_id, name=command.name, payload=command.payload, command_offset=offset
-                )
+            received = SignalReceived(
+                run_id=command.run_id, name=command.name, payload=command.payload, command_offset=offset
             )
-            self.executor.metrics.step(machine.workflow)
-            self.executor.flush(owned, machine)
+            completion = run.activate(Deliver(received))
+            self.executor.metrics.step(completion.view.workflow)
+            self.executor.flush(owned, run, completion)
         elif isinstance(command, CancelRequested):
-            machine = owned.runs.get(command.run_id)
-            if machine is None:
+            run = owned.runs.get(command.run_id)
+            if run is None:
                 log.info("cancel for run %s that is not running: ignored", command.run_id)
                 return
-            machine.cancel(command.reason, offset)
-            self.executor.flush(owned, machine)
+            self.executor.flush(owned, run, run.activate(Cancel(command.reason, offset)))
 
     def _submit(self, owned: OwnedPartition, command: RunSubmitted, offset: int) -> None:
         if command.run_id in owned.known_runs:
@@ -317,20 +316,13 @@ class CommandHandler:
         self.batcher.append(owned, [started, *copies])  # first: a run whose start fails has no machine
         if stagemarks.ON:
             stagemarks.mark("append RunStarted", command.run_id)
-        machine = RunMachine(
-            self.app,
-            started,
-            owned.stamp,
-            history=[started, *copies] if copies else (),
-            history_warn_events=self.executor.settings.history_warn_events,
+        run: RunInstance = RunMachine(
+            self.app, started, owned.stamp, history_warn_events=self.executor.settings.history_warn_events
         )
-        owned.runs[command.run_id] = machine
+        owned.runs[command.run_id] = run
         self.executor.metrics.run_started(command.workflow)
-        machine.begin()
-        if copies:
-            machine.replay(copies)
-            machine.finish_replay()
-        self.executor.flush(owned, machine)
+        # A reset replays the copied records, then goes live, as a recovered run does.
+        self.executor.flush(owned, run, run.activate(Wake([started, *copies] if copies else ())))
 
     def _submission_problem(self, command: RunSubmitted) -> str | None:
         spec = self.app.workflows.get(command.workflow)

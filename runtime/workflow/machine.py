@@ -1,7 +1,10 @@
 """The state machine of one run: drives workflow code and matches it against history.
 
-The same code path serves live execution and replay. Replay gets the whole recorded history
-up front: every command the code issues is compared, at issue time, with the record history
+Everything outside this package drives it through one door, :meth:`RunMachine.activate`
+(runtime.workflow.activation): an activation in, a completion out.
+
+The same code path serves live execution and replay. A :class:`Wake` with the recorded history
+replays it: every command the code issues is compared, at issue time, with the record history
 holds at the same position (kind, name and the hash of the canonical arguments) -- the first
 difference parks the run. Results are then applied in log order, resuming the coroutine
 exactly where it was resumed when the run was live. When history runs out
@@ -9,9 +12,9 @@ exactly where it was resumed when the run was live. When history runs out
 their ``...Scheduled`` records, and a call that was scheduled but has no result -- the one in
 flight at the crash -- is re-executed and marked in doubt.
 
-The machine never does I/O. It emits stamped events into ``outbox`` and the commands the
-worker must carry out into ``ready``; the worker appends the events in order and executes a
-command only once its record is durable.
+The machine never does I/O. Each activation's completion holds the stamped events to append
+and the intents the worker must carry out; the worker appends the events in order and executes
+an intent only once its record is durable.
 
 Two pure helpers keep it to that one job: :mod:`runtime.workflow.scheduling` says what each ctx call
 issues and which record schedules it, :mod:`runtime.workflow.stepping` resumes the coroutine once
@@ -25,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter, deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -59,6 +62,17 @@ from runtime.log.records.events import (
 )
 from runtime.log.records.prompts import PromptBook
 from runtime.log.records.status import RunState, status_after
+from runtime.workflow.activation import (
+    NO_BLOBS,
+    Activation,
+    Cancel,
+    Completion,
+    Deliver,
+    Park,
+    RunView,
+    TimerDue,
+    Wake,
+)
 from runtime.workflow.app import App
 from runtime.workflow.canonical import canonical_json
 from runtime.workflow.compensation import CANCEL_SIGNAL, Saga, cancelled_by
@@ -100,7 +114,6 @@ class RunMachine:
         app: App,
         started: RunStarted,
         stamp: Stamp,
-        history: Sequence[Event] = (),
         history_warn_events: int = HISTORY_WARN_EVENTS,
     ) -> None:
         spec = app.workflows.get(started.workflow)
@@ -137,31 +150,112 @@ class RunMachine:
         self._waiters: dict[str, deque[Intent]] = {}
         self._blocked_on: DurableFuture | GatherFuture | None = None
         self._pending_terminal: Event | None = None
-        self._history_records = {e.position: e for e in history if isinstance(e, SCHEDULED_TYPES)}
+        # What the recorded history holds, filled by ``begin`` before the code first runs.
+        self._history_records: dict[int, Event] = {}
         # The run's message sequence (runtime.log.records.prompts): a live call records only what is new.
         self._prompts = PromptBook()
-        # Messages a live call stores out of line (sha256 -> canonical JSON), taken by the worker
-        # with ``drain_blobs`` before the records that point at them are appended.
+        # Messages a live call stores out of line (sha256 -> canonical JSON), handed out with the
+        # records that point at them (Completion.blobs).
         self.blobs: dict[str, bytes] = {}
-        for event in history:
-            if isinstance(event, ModelCallScheduled):
-                self._prompts.learn(event)
-        self._redecided_in_history = {e.position for e in history if isinstance(e, Redecided)}
+        self._redecided_in_history: set[int] = set()
         # (position, issued args hash): a replay meeting the same drift again records nothing.
-        self._drift_in_history = {
-            (e.position, e.issued_args_hash) for e in history if isinstance(e, PromptDrifted)
-        }
+        self._drift_in_history: set[tuple[int, str]] = set()
         self._after_replay: list[Event] = []  # emitted during replay: stamped once history is done
-        self.replaying = bool(history)
+        self.replaying = False
+        self._view = RunView(self.run_id, self.workflow, self.dry_run, self.status)
         self._ctx = Context(self)
         self.saga = Saga()  # compensations registered by ctx.tool(..., compensate_with=...)
         self._coro: Coroutine[Any, Any, Any] = spec.fn(
             self._ctx, coerce_input(spec.input_type, json.loads(started.input))
         )
 
+    # ----------------------------------------------------------------------------- the door
+    def activate(self, activation: Activation) -> Completion:
+        """Hand the run one activation (runtime.workflow.activation); what it produced."""
+        _ACTIVATE[type(activation)](self, activation)
+        records, intents = self.outbox, self.ready
+        self.outbox, self.ready = [], []
+        blobs: Mapping[str, bytes] = NO_BLOBS
+        if self.blobs:
+            blobs, self.blobs = self.blobs, {}
+        return Completion(records, intents, blobs, self.view)
+
+    @property
+    def view(self) -> RunView:
+        """The run as the worker sees it; rebuilt only when something in it changed (at most a few
+        times in a run), so reading it costs no allocation per step."""
+        view = self._view
+        if (
+            view.status != self.status
+            or view.result is not self.result
+            or view.divergence is not self.divergence
+            or len(view.in_doubt) != len(self.in_doubt)
+            or len(view.drift) != len(self.drift)
+            or len(view.old_patches) != len(self.old_patches)
+        ):
+            view = self._view = RunView(
+                self.run_id,
+                self.workflow,
+                self.dry_run,
+                self.status,
+                self.result,
+                tuple(self.in_doubt),
+                tuple(self.drift),
+                self.divergence,
+                tuple(self.old_patches),
+            )
+        return view
+
+    def waiting(self) -> bool:
+        """True if all the run waits for is timers or signals: one lookup per future it waits on, not
+        a walk of the run's commands (a scrape must stay cheap under thousands of long runs)."""
+        blocked = self._blocked_on
+        if blocked is None:
+            return False
+        futures = blocked.children if isinstance(blocked, GatherFuture) else [blocked]
+        commands = self.commands
+        kinds = [commands[f.position].kind for f in futures if not f.done and f.position in commands]
+        return bool(kinds) and all(kind in ("timer", "signal") for kind in kinds)
+
+    def _wake(self, wake: Wake) -> None:
+        if wake.history:
+            self.begin(wake.history)
+            self.replay(wake.history)
+            if wake.go_live:
+                self.finish_replay()
+            else:
+                self._end_offline()
+        else:
+            self.begin()
+
+    def _deliver(self, deliver: Deliver) -> None:
+        self.record(deliver.event, deliver.result_text)
+
+    def _timer_due(self, due: TimerDue) -> None:
+        if self._wants_timer(due.position):
+            self.record(TimerFired(run_id=self.run_id, position=due.position))
+
+    def _cancel(self, cancel: Cancel) -> None:
+        self.cancel(cancel.reason, cancel.command_offset)
+
+    def _park(self, park: Park) -> None:
+        self.park(park.reason)
+
     # ----------------------------------------------------------------------------- lifecycle
-    def begin(self) -> None:
-        """Run the workflow until it first blocks."""
+    # The steps an activation takes; the machine's own tests drive them one by one.
+    def begin(self, history: Sequence[Event] = ()) -> None:
+        """Run the workflow until it first blocks; with ``history`` (the run's records, RunStarted
+        first), every command it issues is matched against the record at its position."""
+        if history:
+            self._history_records = {e.position: e for e in history if isinstance(e, SCHEDULED_TYPES)}
+            for event in history:
+                if isinstance(event, ModelCallScheduled):
+                    self._prompts.learn(event)
+            self._redecided_in_history = {e.position for e in history if isinstance(e, Redecided)}
+            self._drift_in_history = {
+                (e.position, e.issued_args_hash) for e in history if isinstance(e, PromptDrifted)
+            }
+            self.replaying = True
         self._drive()
 
     def replay(self, history: Sequence[Event]) -> None:
@@ -199,14 +293,21 @@ class RunMachine:
             else:
                 self._record(command)
 
+    def _end_offline(self) -> None:
+        """History is exhausted and the run stays offline (the replayer): the first recorded command
+        the code did not reach is the divergence; nothing is issued or parked."""
+        self.replaying = False
+        if self.divergence is not None:
+            return
+        unreached = sorted(p for p in self._history_records if p not in self.commands)
+        if unreached:
+            self.divergence = NonDeterminismError(
+                self.run_id, unreached[0], "a recorded command", "nothing (the code did not reach it)"
+            )
+
     @property
     def active(self) -> bool:
         return self.status == "running"
-
-    @property
-    def blocked_on(self) -> DurableFuture | GatherFuture | None:
-        """What the workflow waits for now (the worker's runs gauge: waiting or active)."""
-        return self._blocked_on
 
     def drain(self) -> tuple[list[Event], list[Intent]]:
         events, ready = self.outbox, self.ready
@@ -315,7 +416,7 @@ class RunMachine:
             self._diverge(position, event.type, "nothing (the code did not reach it)")
         return command
 
-    def wants_timer(self, position: int) -> bool:
+    def _wants_timer(self, position: int) -> bool:
         command = self.commands.get(position)
         return command is not None and self.active and not command.future.done
 
@@ -557,6 +658,14 @@ class RunMachine:
             event, self.run_id, self.seq, self.stamp.clock(), self.stamp.worker, self.stamp.epoch
         )
 
+
+_ACTIVATE: dict[type[Activation], Callable[[RunMachine, Any], None]] = {
+    Wake: RunMachine._wake,
+    Deliver: RunMachine._deliver,
+    TimerDue: RunMachine._timer_due,
+    Cancel: RunMachine._cancel,
+    Park: RunMachine._park,
+}
 
 # The handler of each event record type; tests/unit/test_machine_dispatch.py checks every one is here.
 _APPLY: dict[type[Event], Callable[[RunMachine, Any], None]] = {
