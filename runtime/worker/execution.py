@@ -33,7 +33,13 @@ from collections.abc import Callable, Mapping
 from runtime import stagemarks
 from runtime.config import Settings
 from runtime.log.port.protocol import EventLog, OwnershipCheck, WriteError
-from runtime.log.records.events import Event, ModelCallScheduled, RunContinuedAsNew
+from runtime.log.records.events import (
+    Event,
+    ModelCallCompleted,
+    ModelCallScheduled,
+    RunContinuedAsNew,
+    ToolCallCompleted,
+)
 from runtime.log.records.payloads import outlined
 from runtime.log.records.prompts import located
 from runtime.worker.batching import TurnBatcher
@@ -160,91 +166,140 @@ class Executor:
         intent: Intent,
         durable: asyncio.Future[int] | None,
     ) -> None:
-        # Only an effect (and a timer) waits for its Scheduled record before it starts; any other
-        # call waits for it after the call, before its outcome is recorded (module docstring) --
-        # unless an effect's outcome may still be in flight before it.
-        unacked = durable
-        scheduled_at: int | None = None
-        if intent.effect or intent.kind in ("timer", "signal") or _behind_effect(owned, run.view.run_id):
-            unacked = None
-            if durable is not None:
-                scheduled_at = await self._scheduled_ack(run.view.run_id, intent, durable)
-                if scheduled_at is None:
-                    return
+        """One intent of ``run``: a timer waited out, or a call run with its retries -- each step
+        once the Scheduled record's ack allows it (the module docstring gives the order)."""
+        ack = _SchedulingAck(durable)
+        # An effect, a timer or a signal wait, or a call behind an effect's unacknowledged outcome,
+        # starts after its Scheduled ack; any other call waits for it before its outcome is recorded.
+        acked_first = (
+            intent.effect or intent.kind in ("timer", "signal") or _behind_effect(owned, run.view.run_id)
+        )
+        if acked_first and not await self._acked(run, intent, ack):
+            return
         if owned.lost or not run.view.active:
             return
         if intent.kind in ("timer", "signal"):
             await self._wait_timer(owned, run, intent)
-            return
-        # An effect starts only once no newer claim can precede its Scheduled record (for an
-        # in-doubt re-execution that record predates our claim, so our claim is the mark).
-        if intent.effect and not await self.still_owner(owned, scheduled_at or owned.epoch):
+        elif not intent.effect or await self._effect_may_run(owned, run, intent, ack):
+            await self._call_with_retries(owned, run, intent, ack)
+
+    async def _acked(self, run: RunInstance, intent: Intent, ack: _SchedulingAck) -> bool:
+        """Wait for the intent's Scheduled ack unless it was awaited already (or nothing was
+        appended with it); False if that append failed."""
+        if ack.pending is None:
+            return True
+        pending, ack.pending = ack.pending, None
+        ack.offset = await self._scheduled_ack(run.view.run_id, intent, pending)
+        return ack.offset is not None
+
+    async def _effect_may_run(
+        self, owned: OwnedPartition, run: RunInstance, intent: Intent, ack: _SchedulingAck
+    ) -> bool:
+        """An effect runs only once no newer claim can precede its Scheduled record (for an
+        in-doubt re-execution that record predates our claim, so our claim is the mark); in a fork
+        it is recorded as skipped instead -- a fork compares, it never acts."""
+        if not await self.still_owner(owned, ack.offset or owned.epoch):
             self.lose(owned.partition, f"fenced: a newer epoch claimed partition {owned.partition}")
-            return
-        if intent.effect and run.view.dry_run:
-            # A fork compares, it never acts: the effect is recorded as skipped, never called.
+            return False
+        if run.view.dry_run:
             self.flush(owned, run, run.activate(Deliver(skipped_in_fork(intent))))
-            return
-        assert self.pool is not None
+            return False
+        return True
+
+    async def _call_with_retries(
+        self, owned: OwnedPartition, run: RunInstance, intent: Intent, ack: _SchedulingAck
+    ) -> None:
+        """Call until an attempt completes or fails for good by the tool's retry policy; every
+        attempt's outcome is recorded."""
         policy = retry_policy(self.app, intent)
         attempt = intent.failed_attempts + (2 if intent.in_doubt else 1)
         while True:
             started = time.perf_counter()
-            # No span call at all while tracing is off (RunSpans.on): this is every step's path.
-            span = (
-                self.spans.call_started(run.view, owned.stamp.worker, intent, attempt)
-                if self.spans.on
-                else None
-            )
             try:
-                if stagemarks.ON:
-                    stagemarks.mark(f"call start {intent.kind}", run.view.run_id, intent.position)
-                outcome = completed(intent, await attempt_once(self.app, intent, self.pool), attempt, started)
-                if stagemarks.ON:
-                    stagemarks.mark(f"call end {intent.kind}", run.view.run_id, intent.position)
-            except asyncio.CancelledError as cancelled:
-                if span is not None:
-                    self.spans.call_failed(span, cancelled)
-                raise
+                outcome, elapsed = await self._attempt(owned, run, intent, attempt, started)
             except Exception as error:  # the call's own failure: recorded, retried by its policy
-                if span is not None:
-                    self.spans.call_failed(span, error)
-                elapsed = time.perf_counter() - started  # the call's own time, not the ack's below
+                elapsed = time.perf_counter() - started  # the call's own time, not the ack's
                 final = not is_retryable(policy, error, attempt)
                 failure = failed(intent, error, attempt, started, final)
-                if unacked is not None:  # a failed attempt is an outcome too: not before the ack
-                    if await self._scheduled_ack(run.view.run_id, intent, unacked) is None:
-                        return
-                    unacked = None
-                if owned.lost or not run.view.active:
-                    return
-                self.metrics.call(run.view.workflow, intent.kind, intent.name, False, elapsed, final)
-                self.flush(owned, run, run.activate(Deliver(failure)), effect_outcome=intent.effect)
-                if final:
+                if not await self._record_failure(owned, run, intent, ack, failure, elapsed, final) or final:
                     return
                 await asyncio.sleep(policy.backoff(attempt))
                 attempt += 1
-                continue
-            elapsed = time.perf_counter() - started
-            if span is not None:
-                self.spans.call_completed(span, outcome)
-            if unacked is not None:
-                if await self._scheduled_ack(run.view.run_id, intent, unacked) is None:
-                    return
-                unacked = None
-            if owned.lost or not run.view.active:
+            else:
+                await self._record_result(owned, run, intent, ack, outcome, elapsed)
                 return
-            self.metrics.call(run.view.workflow, intent.kind, intent.name, True, elapsed, True)
-            text: str | None = None
-            if len(outcome.result) > self.settings.payload_inline_limit:  # chars <= bytes: cheap first
-                data = outcome.result.encode()
-                if len(data) > self.settings.payload_inline_limit:
-                    offset = await self._store_payload(owned, run.view.run_id, data)
-                    if offset is None or owned.lost or not run.view.active:
-                        return
-                    text, outcome = outcome.result, outlined(outcome, offset, data)
-            self.flush(owned, run, run.activate(Deliver(outcome, text)), effect_outcome=intent.effect)
+
+    async def _attempt(
+        self, owned: OwnedPartition, run: RunInstance, intent: Intent, attempt: int, started: float
+    ) -> tuple[ModelCallCompleted | ToolCallCompleted, float]:
+        """One attempt of the call, in its span: its outcome and its own time; raises what it raised."""
+        assert self.pool is not None
+        # No span call at all while tracing is off (RunSpans.on): this is every step's path.
+        span = (
+            self.spans.call_started(run.view, owned.stamp.worker, intent, attempt) if self.spans.on else None
+        )
+        try:
+            if stagemarks.ON:
+                stagemarks.mark(f"call start {intent.kind}", run.view.run_id, intent.position)
+            outcome = completed(intent, await attempt_once(self.app, intent, self.pool), attempt, started)
+            if stagemarks.ON:
+                stagemarks.mark(f"call end {intent.kind}", run.view.run_id, intent.position)
+        except (asyncio.CancelledError, Exception) as error:  # the span ends; the error goes on
+            if span is not None:
+                self.spans.call_failed(span, error)
+            raise
+        elapsed = time.perf_counter() - started
+        if span is not None:
+            self.spans.call_completed(span, outcome)
+        return outcome, elapsed
+
+    async def _may_record(
+        self, owned: OwnedPartition, run: RunInstance, intent: Intent, ack: _SchedulingAck
+    ) -> bool:
+        """No outcome is recorded before its Scheduled record is durable, nor for a run that ended
+        or a partition lost meanwhile."""
+        return await self._acked(run, intent, ack) and not owned.lost and run.view.active
+
+    async def _record_failure(
+        self,
+        owned: OwnedPartition,
+        run: RunInstance,
+        intent: Intent,
+        ack: _SchedulingAck,
+        failure: Event,
+        elapsed: float,
+        final: bool,
+    ) -> bool:
+        """Record a failed attempt (an outcome too); False if it could not be."""
+        if not await self._may_record(owned, run, intent, ack):
+            return False
+        self.metrics.call(run.view.workflow, intent.kind, intent.name, False, elapsed, final)
+        self.flush(owned, run, run.activate(Deliver(failure)), effect_outcome=intent.effect)
+        return True
+
+    async def _record_result(
+        self,
+        owned: OwnedPartition,
+        run: RunInstance,
+        intent: Intent,
+        ack: _SchedulingAck,
+        outcome: ModelCallCompleted | ToolCallCompleted,
+        elapsed: float,
+    ) -> None:
+        """Record a completed call; a result over the inline limit is stored out of line first and
+        its record points at it (the run is given the value itself)."""
+        if not await self._may_record(owned, run, intent, ack):
             return
+        self.metrics.call(run.view.workflow, intent.kind, intent.name, True, elapsed, True)
+        text: str | None = None
+        if len(outcome.result) > self.settings.payload_inline_limit:  # chars <= bytes: cheap first
+            data = outcome.result.encode()
+            if len(data) > self.settings.payload_inline_limit:
+                offset = await self._store_payload(owned, run.view.run_id, data)
+                if offset is None or owned.lost or not run.view.active:
+                    return
+                text, outcome = outcome.result, outlined(outcome, offset, data)
+        self.flush(owned, run, run.activate(Deliver(outcome, text)), effect_outcome=intent.effect)
 
     async def _scheduled_ack(self, run_id: str, intent: Intent, durable: asyncio.Future[int]) -> int | None:
         """The offset whose ack vouches for the intent's Scheduled record (and all before it);
@@ -315,6 +370,17 @@ class Executor:
             return
         self.metrics.step(fired.view.workflow)
         self.flush(owned, run, fired)
+
+
+class _SchedulingAck:
+    """The ack of an intent's Scheduled record, awaited at most once: ``pending`` until then,
+    ``offset`` after (None if nothing was appended with the intent, as for an in-doubt re-run)."""
+
+    __slots__ = ("offset", "pending")
+
+    def __init__(self, pending: asyncio.Future[int] | None) -> None:
+        self.pending = pending
+        self.offset: int | None = None
 
 
 def _behind_effect(owned: OwnedPartition, run_id: str) -> bool:
