@@ -178,12 +178,15 @@ class RunMachine:
         blobs: Mapping[str, bytes] = NO_BLOBS
         if self.blobs:
             blobs, self.blobs = self.blobs, {}
-        return Completion(records, intents, blobs, self.view)
+        return Completion(records, intents, blobs, self._refreshed_view())
 
     @property
     def view(self) -> RunView:
-        """The run as the worker sees it; rebuilt only when something in it changed (at most a few
-        times in a run), so reading it costs no allocation per step."""
+        """The run as the worker sees it, as of its last activation (nothing changes it between two)."""
+        return self._view
+
+    def _refreshed_view(self) -> RunView:
+        """A new view only when something in it changed (a few times in a run): a step allocates none."""
         view = self._view
         if (
             view.status != self.status
