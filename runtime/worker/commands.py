@@ -46,7 +46,6 @@ import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
-from runtime import stagemarks
 from runtime.errors import AgentlogError, RetryableError
 from runtime.log.port.partitioning import name_in_partition, partition_of_key
 from runtime.log.port.protocol import Delivery, WriteError
@@ -314,8 +313,6 @@ class CommandHandler:
         ]
         owned.sizes[command.run_id] = [0, 0]
         self.batcher.append(owned, [started, *copies])  # first: a run whose start fails has no machine
-        if stagemarks.ON:
-            stagemarks.mark("append RunStarted", command.run_id)
         run: RunInstance = RunMachine(
             self.app, started, owned.stamp, history_warn_events=self.executor.settings.history_warn_events
         )

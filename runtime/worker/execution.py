@@ -107,8 +107,6 @@ class Executor:
         durable = self.batcher.append(owned, events) if events else None
         if effect_outcome and durable is not None:
             owned.effect_outcomes[view.run_id] = durable
-        if stagemarks.ON:
-            _mark_appended(view, events, durable)
         if view.active and self._over_history_limit(owned, view):
             ready = []  # parked: nothing more runs
             parked = run.activate(Park(self._history_limit_reason(owned, view)))
@@ -395,12 +393,3 @@ def _behind_effect(owned: OwnedPartition, run_id: str) -> bool:
         del owned.effect_outcomes[run_id]
         return False
     return True
-
-
-def _mark_appended(view: RunView, events: list[Event], durable: asyncio.Future[int] | None) -> None:
-    """Stage marks (runtime.stagemarks) of the records queued now, and of an ended run's ack."""
-    for event in events:
-        stagemarks.mark(f"append {type(event).__name__}", event.run_id, getattr(event, "position", -1))
-    if not view.active and durable is not None:
-        run_id = view.run_id
-        durable.add_done_callback(lambda _: stagemarks.mark("end acked", run_id))

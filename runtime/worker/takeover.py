@@ -49,8 +49,7 @@ class Takeover:
         started = time.perf_counter()
         rebuilt = rebuild_partitions(self.settings, self.serde, self.log, epochs)
         read_ms = (time.perf_counter() - started) * 1000
-        if stagemarks.ON:
-            stagemarks.start("partitions read")
+        stagemarks.start("partitions read")
         return {partition: self._resume(rebuilt[partition], read_ms) for partition in epochs}
 
     def _resume(self, rebuilt: RebuiltPartition, read_ms: float) -> OwnedPartition:
