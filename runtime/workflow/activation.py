@@ -18,6 +18,10 @@ In, one of:
 Out, a :class:`Completion`: the stamped records to append, in order; the messages to store out
 of line before those records (they point at them); the intents (calls, timers, signal waits) to
 carry out once their records are durable; and the run's :class:`RunView`.
+
+An activation and its completion are made on every step of every run, so they are named tuples
+(immutable, and cheaper to build than a frozen dataclass); the view, rebuilt a few times in
+a run, is a frozen dataclass.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from runtime.errors import NonDeterminismError
 from runtime.log.records.events import Event
@@ -36,8 +40,7 @@ from runtime.workflow.intents import Drift, InDoubt, Intent
 NO_BLOBS: Mapping[str, bytes] = MappingProxyType({})
 
 
-@dataclass(frozen=True, slots=True)
-class Wake:
+class Wake(NamedTuple):
     """Replay ``history`` (the run's records, RunStarted first; empty for a run just started) and,
     ``go_live``, carry on live from its end: commands history never saw get their records, and a
     call recorded as scheduled with no outcome (in flight at a crash) is run again, in doubt.
@@ -48,8 +51,7 @@ class Wake:
     go_live: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class Deliver:
+class Deliver(NamedTuple):
     """A live record for the run (a call's ``...Completed`` or ``...Failed``, a ``SignalReceived``):
     stamped, applied and returned to append. ``result_text``: the result of a ``...Completed`` whose
     record points at it stored out of line -- the log gets the pointer, the workflow the value."""
@@ -58,24 +60,21 @@ class Deliver:
     result_text: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class TimerDue:
+class TimerDue(NamedTuple):
     """The timer, or signal wait's timeout, at ``position`` is due: a ``TimerFired`` if the run
     still waits for it, else nothing."""
 
     position: int
 
 
-@dataclass(frozen=True, slots=True)
-class Cancel:
+class Cancel(NamedTuple):
     """Cancel the run now, or -- effects to compensate -- record the request and unwind first."""
 
     reason: str
     command_offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class Park:
+class Park(NamedTuple):
     """Stop the run without failing it (an operator decides what happens next); nothing if it ended."""
 
     reason: str
@@ -103,8 +102,7 @@ class RunView:
         return self.status == "running"
 
 
-@dataclass(frozen=True, slots=True)
-class Completion:
+class Completion(NamedTuple):
     """What one activation produced, to be carried out in this order: ``blobs`` stored, ``records``
     appended, ``intents`` started once the records before them are durable."""
 
