@@ -16,10 +16,10 @@ from typing import Any
 from runtime.errors import AgentlogError, NonDeterminismError
 from runtime.log.records.events import RECORD_TYPES, Event, RunStarted
 from runtime.log.records.status import RunState
-from runtime.workflow.activation import RunInstance, Wake
+from runtime.workflow.activation import Wake
 from runtime.workflow.app import App
+from runtime.workflow.instance import new_run
 from runtime.workflow.intents import Drift, Stamp
-from runtime.workflow.machine import RunMachine
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class Replayer:
         if not history or not isinstance(history[0], RunStarted):
             raise AgentlogError("a history starts with RunStarted")
         started = history[0]
-        run: RunInstance = RunMachine(self.app, started, Stamp(lambda: started.occurred_at, "replayer", -1))
+        run = new_run(self.app, started, Stamp(lambda: started.occurred_at, "replayer", -1))
         # Offline: report what the code did with the history, never go live.
         view = run.activate(Wake(history, go_live=False)).view
         if view.divergence is not None and self.raise_on_replay_failure:

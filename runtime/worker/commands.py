@@ -66,12 +66,12 @@ from runtime.worker.batching import TurnBatcher
 from runtime.worker.execution import Executor
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.tracing import trace_id_for
-from runtime.workflow.activation import Cancel, Deliver, RunInstance, Wake
+from runtime.workflow.activation import Cancel, Deliver, Wake
 from runtime.workflow.app import App
 from runtime.workflow.compensation import RESERVED_SIGNAL_PREFIX
 from runtime.workflow.input_shape import shape_error
+from runtime.workflow.instance import new_run
 from runtime.workflow.intents import with_envelope
-from runtime.workflow.machine import RunMachine
 
 log = logging.getLogger("agentlog.worker")
 
@@ -313,7 +313,7 @@ class CommandHandler:
         ]
         owned.sizes[command.run_id] = [0, 0]
         self.batcher.append(owned, [started, *copies])  # first: a run whose start fails has no machine
-        run: RunInstance = RunMachine(
+        run = new_run(
             self.app, started, owned.stamp, history_warn_events=self.executor.settings.history_warn_events
         )
         owned.runs[command.run_id] = run

@@ -17,10 +17,10 @@ from runtime.worker.commands import now_ms
 from runtime.worker.execution import Executor
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.rebuild import RebuiltPartition, claim, rebuild_partitions
-from runtime.workflow.activation import RunInstance, Wake
+from runtime.workflow.activation import Wake
 from runtime.workflow.app import App
+from runtime.workflow.instance import new_run
 from runtime.workflow.intents import Stamp
-from runtime.workflow.machine import RunMachine
 
 log = logging.getLogger("agentlog.worker")
 
@@ -72,7 +72,7 @@ class Takeover:
                 self._park(owned, started_event.workflow, events[-1], rebuilt.unloadable[run_id])
                 continue
             try:
-                run: RunInstance = RunMachine(
+                run = new_run(
                     self.app, started_event, stamp, history_warn_events=self.settings.history_warn_events
                 )
             except AgentlogError as error:  # e.g. a workflow this code no longer has: parked, visibly

@@ -4,7 +4,7 @@ Everything outside :mod:`runtime.workflow` -- the worker, the replayer, reset an
 cache -- drives a run with one call, ``completion = run.activate(activation)`` (Temporal's
 ``WorkflowInstance.activate`` in spirit), and reads it only through ``completion.view`` /
 ``run.view``. The run machine (:class:`runtime.workflow.machine.RunMachine`) is the one
-implementation of :class:`RunInstance`.
+implementation of :class:`RunInstance`; :func:`runtime.workflow.instance.new_run` makes one.
 
 In, one of:
 - :class:`Wake` -- bring the run into memory from its recorded history (none for a new run),
