@@ -162,6 +162,7 @@ class RunMachine:
         self._drift_in_history: set[tuple[int, str]] = set()
         self._after_replay: list[Event] = []  # emitted during replay: stamped once history is done
         self.replaying = False
+        self._woken = False
         self._view = RunView(self.run_id, self.workflow, self.dry_run, self.status)
         self._ctx = Context(self)
         self.saga = Saga()  # compensations registered by ctx.tool(..., compensate_with=...)
@@ -221,6 +222,9 @@ class RunMachine:
         return bool(kinds) and all(kind in ("timer", "signal") for kind in kinds)
 
     def _wake(self, wake: Wake) -> None:
+        if self._woken:  # a run evicted and woken again is a new one (new_run), replayed from its history
+            raise AgentlogError(f"run {self.run_id} is in memory already: a run is woken once")
+        self._woken = True
         if wake.history:
             self.begin(wake.history)
             self.replay(wake.history)
@@ -662,6 +666,7 @@ class RunMachine:
         )
 
 
+# The handler of each kind of activation (runtime.workflow.activation).
 _ACTIVATE: dict[type[Activation], Callable[[RunMachine, Any], None]] = {
     Wake: RunMachine._wake,
     Deliver: RunMachine._deliver,

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from runtime.errors import AgentlogError
 from runtime.log.records.events import (
     Event,
     ModelCallCompleted,
@@ -224,6 +225,13 @@ def test_new_run_is_a_run_instance_not_yet_activated() -> None:
     run = new_run(make_app(), started(), Stamp(Clock(), "w1", 0))
     assert run.view.active and run.view.run_id == "r1" and not run.view.dry_run
     assert [e.type for e in run.activate(Wake()).records] == ["ModelCallScheduled"]
+
+
+def test_a_run_is_woken_once() -> None:
+    run = new_run(make_app(), started(), Stamp(Clock(), "w1", 0))
+    run.activate(Wake())
+    with pytest.raises(AgentlogError, match="woken once"):
+        run.activate(Wake())
 
 
 def test_nothing_outside_the_workflow_package_imports_the_machine() -> None:
