@@ -2,8 +2,11 @@
 through, for bench/stages.py to split where the time goes, and of a worker's start (run ``START``),
 for bench/recovery.py.
 
-Off unless ``BENCH_STAGE_MARKS`` names a directory (read once, at import). Call sites test
-``stagemarks.ON`` before anything else, so the normal path pays one attribute read. When on, each
+Off unless ``BENCH_STAGE_MARKS`` names a directory (read once, at import). A step's marks are
+taken at a few seams only -- the commands' intake, a call (its Scheduled ack, its start and end),
+the batcher (each record appended, each batch sent), the writer (each broker ack) and the client's
+tail -- and each tests ``stagemarks.ON`` before anything else, so the normal path pays one
+attribute read. A start's marks (once per process) call :func:`start`, which tests it. When on, each
 process keeps ``(ns, stage, run, position)`` tuples in memory and writes them at exit to
 ``<dir>/marks-<pid>.tsv``: writing per mark would put a system call into the very stages measured.
 Times are ``time.time_ns()`` (CLOCK_REALTIME) so that marks of the client's and the worker's
@@ -44,8 +47,10 @@ def mark(stage: str, run: str | bytes | None, position: int = -1) -> None:
 
 def write() -> None:
     """Write this process's marks (atexit does; a benchmark's own process may call it earlier)."""
+    if not ON:
+        return
     marks = _marks.get(os.getpid())
-    if not ON or not marks:
+    if not marks:
         return
     path = Path(_DIR) / f"marks-{os.getpid()}.tsv"
     with path.open("a") as out:
@@ -61,5 +66,7 @@ def enable(directory: str) -> None:
 
 def start(stage: str) -> None:
     """Note that this worker's start reached ``stage``, with the CPU time it has used so far (on a
-    machine shared with other work, wall time between two marks also counts the waits for a core)."""
-    mark(stage, START, time.process_time_ns() // 1000)
+    machine shared with other work, wall time between two marks also counts the waits for a core).
+    Nothing when marks are off."""
+    if ON:
+        mark(stage, START, time.process_time_ns() // 1000)

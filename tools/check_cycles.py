@@ -6,11 +6,12 @@ other half-initialised) and makes neither module testable alone, so every strong
 component of the module import graph must have exactly one module.
 
 The graph is grimp's (the one import-linter checks): imports inside functions count -- a lazy
-import is still a dependency. Imports under ``if TYPE_CHECKING:`` are left out (``--with-type-checking``
-counts them too): they never run, so they cannot break import order, and annotations naming a
-type from a module that uses this one are how a two-way relation is typed.
+import is still a dependency -- and so do imports under ``if TYPE_CHECKING:``. Those never run, so
+they cannot break import order, but a module that names another's type depends on it all the
+same: neither can be read or changed alone. A two-way relation is typed with a protocol the
+lower module defines and the upper one satisfies.
 
-Usage: ``python tools/check_cycles.py [--with-type-checking] [package ...]``
+Usage: ``python tools/check_cycles.py [package ...]``
 """
 
 from __future__ import annotations
@@ -68,11 +69,9 @@ def strongly_connected(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
     return components
 
 
-def find_cycles(
-    packages: Iterable[str], with_type_checking: bool = False
-) -> tuple[grimp.ImportGraph, list[list[str]]]:
+def find_cycles(packages: Iterable[str]) -> tuple[grimp.ImportGraph, list[list[str]]]:
     """The import graph, and every group of two or more modules that import each other."""
-    graph = grimp.build_graph(*packages, exclude_type_checking_imports=not with_type_checking, cache_dir=None)
+    graph = grimp.build_graph(*packages, exclude_type_checking_imports=False, cache_dir=None)
     edges = {module: graph.find_modules_directly_imported_by(module) for module in graph.modules}
     return graph, [component for component in strongly_connected(edges) if len(component) > 1]
 
@@ -91,12 +90,11 @@ def _explain(graph: grimp.ImportGraph, component: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("packages", nargs="*", default=list(PACKAGES))
-    parser.add_argument("--with-type-checking", action="store_true", help="count TYPE_CHECKING imports")
     args = parser.parse_args(argv)
     # This checkout's packages: examples/ is in no install, and an editable install may be another checkout's.
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    graph, found = find_cycles(args.packages, args.with_type_checking)
+    graph, found = find_cycles(args.packages)
     for component in found:
         print(f"import cycle between {len(component)} modules: {', '.join(component)}")
         print("\n".join(_explain(graph, component)))

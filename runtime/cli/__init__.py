@@ -2,9 +2,8 @@
 
 from runtime import stagemarks
 
-if stagemarks.ON:  # the interpreter is up (bench/recovery.py: a restarted worker's start)
-    stagemarks.start("interpreter up")
+stagemarks.start("interpreter up")  # bench/recovery.py: a restarted worker's start
 
-from runtime.cli.main import main  # after the mark, which times what precedes it
+from runtime.cli.main import main  # noqa: E402 -- after the mark, which times what precedes it
 
 __all__ = ["main"]

@@ -159,15 +159,12 @@ def one_line(error: BaseException) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if stagemarks.ON:
-        stagemarks.start("cli imported")
+    stagemarks.start("cli imported")
     try:
         args = build_parser(argv).parse_args(argv)
-        if stagemarks.ON:
-            stagemarks.start("arguments parsed")
+        stagemarks.start("arguments parsed")
         settings = _settings(args)
-        if stagemarks.ON:
-            stagemarks.start("settings built")
+        stagemarks.start("settings built")
         handler: Handler = args.func
         return handler(args, settings)
     except ConfigError as exc:

@@ -78,15 +78,13 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
 
     _app_module(args.app)
     check_access(settings, "worker")  # a user without the worker's permissions: one line, now
-    if stagemarks.ON:
-        stagemarks.start("access checked")
+    stagemarks.start("access checked")
     # Join the group first: the join runs in librdkafka's threads while the rest is imported.
     log = KafkaLog(settings)
     feed = log.join(worker_id, args.session_timeout_ms)
     # And the producer, connected while the rest is imported (the claims are its first records).
     log.connect()
-    if stagemarks.ON:
-        stagemarks.start("join and connect started")
+    stagemarks.start("join and connect started")
     _serve(args, settings, worker_id, log, feed)
     return 0
 
@@ -107,16 +105,14 @@ def _serve(
         serde.warm_up_in_background()
     from runtime.worker.loop import Worker
 
-    if stagemarks.ON:
-        stagemarks.start("worker imported")
+    stagemarks.start("worker imported")
     try:
         app = load_app(args.app)
     except BaseException:
         feed.close()  # leave the group at once: the partitions go to another worker
         log.close()
         raise
-    if stagemarks.ON:
-        stagemarks.start("app loaded")
+    stagemarks.start("app loaded")
     log.connect()  # the reader is connected before partitions arrive: rebuilds read with it
     try:
         worker = Worker(
@@ -128,8 +124,7 @@ def _serve(
             session_timeout_ms=args.session_timeout_ms,  # a rejoin after fencing joins as the first did
             feed=feed,
         )
-        if stagemarks.ON:
-            stagemarks.start("worker built")
+        stagemarks.start("worker built")
         worker.run(tune_gc=True)
     finally:
         log.close()
@@ -158,13 +153,11 @@ def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: 
     serde.warm_up()
 
     def child() -> int:
-        if stagemarks.ON:
-            stagemarks.start("forked")
+        stagemarks.start("forked")
         log = KafkaLog(settings)
         feed = log.join(worker_id, args.session_timeout_ms)
         log.connect()  # its ProducerId is acquired while the group is joined (see _worker)
-        if stagemarks.ON:
-            stagemarks.start("join and connect started")
+        stagemarks.start("join and connect started")
         _serve(args, settings, worker_id, log, feed, serde)
         return 0
 

@@ -16,9 +16,10 @@ from typing import Any
 from runtime.errors import AgentlogError, NonDeterminismError
 from runtime.log.records.events import RECORD_TYPES, Event, RunStarted
 from runtime.log.records.status import RunState
+from runtime.workflow.activation import Wake
 from runtime.workflow.app import App
+from runtime.workflow.instance import new_run
 from runtime.workflow.intents import Drift, Stamp
-from runtime.workflow.machine import RunMachine
 
 
 @dataclass(frozen=True)
@@ -53,37 +54,24 @@ class Replayer:
         if not history or not isinstance(history[0], RunStarted):
             raise AgentlogError("a history starts with RunStarted")
         started = history[0]
-        machine = RunMachine(self.app, started, Stamp(lambda: started.occurred_at, "replayer", -1), history)
-        machine.begin()
-        machine.replay(history)
-        machine.replaying = False  # do not go live: report what the code did with the history
-        if machine.divergence is None:
-            for position in sorted(p for p in _recorded_positions(history) if p not in machine.commands):
-                machine.divergence = NonDeterminismError(
-                    started.run_id, position, "a recorded command", "nothing (the code did not reach it)"
-                )
-                break
-        if machine.divergence is not None and self.raise_on_replay_failure:
-            raise machine.divergence
+        run = new_run(self.app, started, Stamp(lambda: started.occurred_at, "replayer", -1))
+        # Offline: report what the code did with the history, never go live.
+        view = run.activate(Wake(history, go_live=False)).view
+        if view.divergence is not None and self.raise_on_replay_failure:
+            raise view.divergence
         return ReplayResult(
             started.run_id,
             started.workflow,
-            machine.status,
+            view.status,
             len(history),
-            machine.divergence,
-            machine.result,
-            tuple(machine.drift),
-            tuple(dict.fromkeys(machine.old_patches)),
+            view.divergence,
+            view.result,
+            view.drift,
+            tuple(dict.fromkeys(view.old_patches)),
         )
 
     def replay_all(self, histories: Iterable[Sequence[Event]]) -> list[ReplayResult]:
         return [self.replay(history) for history in histories]
-
-
-def _recorded_positions(history: Sequence[Event]) -> set[int]:
-    from runtime.workflow.machine import SCHEDULED_TYPES
-
-    return {e.position for e in history if isinstance(e, SCHEDULED_TYPES)}
 
 
 def history_from_json(items: Sequence[dict[str, Any]]) -> list[Event]:

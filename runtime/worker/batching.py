@@ -69,6 +69,8 @@ class TurnBatcher:
             self._dirty.append(owned)
         owned.last_write = future
         owned.writes_since_checkpoint += len(events)
+        if stagemarks.ON:
+            _mark_appended(events, future)
         return future
 
     def send(self) -> None:
@@ -116,6 +118,18 @@ def send_partition(
     if stagemarks.ON:
         stagemarks.mark("sent", records[-1][0])
     log.append_batch(loop, settings.events_topic, owned.partition, records, watched)
+
+
+def _mark_appended(events: list[Event], durable: asyncio.Future[int]) -> None:
+    """Stage marks (runtime.stagemarks) of the records queued now, and of a run's ending's ack."""
+    for event in events:
+        stagemarks.mark(f"append {type(event).__name__}", event.run_id, getattr(event, "position", -1))
+        if isinstance(event, TERMINAL_TYPES):
+            durable.add_done_callback(functools.partial(_mark_end_acked, event.run_id))
+
+
+def _mark_end_acked(run_id: str, _acked: asyncio.Future[int]) -> None:
+    stagemarks.mark("end acked", run_id)
 
 
 def _index_runs(

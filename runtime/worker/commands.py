@@ -46,7 +46,6 @@ import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
-from runtime import stagemarks
 from runtime.errors import AgentlogError, RetryableError
 from runtime.log.port.partitioning import name_in_partition, partition_of_key
 from runtime.log.port.protocol import Delivery, WriteError
@@ -67,11 +66,12 @@ from runtime.worker.batching import TurnBatcher
 from runtime.worker.execution import Executor
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.tracing import trace_id_for
+from runtime.workflow.activation import Cancel, Deliver, Wake
 from runtime.workflow.app import App
 from runtime.workflow.compensation import RESERVED_SIGNAL_PREFIX
 from runtime.workflow.input_shape import shape_error
+from runtime.workflow.instance import new_run
 from runtime.workflow.intents import with_envelope
-from runtime.workflow.machine import RunMachine
 
 log = logging.getLogger("agentlog.worker")
 
@@ -252,8 +252,8 @@ class CommandHandler:
         if isinstance(command, RunSubmitted):
             self._submit(owned, command, offset)
         elif isinstance(command, SignalSent):
-            machine = owned.runs.get(command.run_id)
-            if machine is None:
+            run = owned.runs.get(command.run_id)
+            if run is None:
                 log.info("signal %r for run %s that is not running: ignored", command.name, command.run_id)
                 return
             if command.name.startswith(RESERVED_SIGNAL_PREFIX):  # agentlog's own (a cancel's record)
@@ -263,20 +263,18 @@ class CommandHandler:
                     )
                 )
                 return
-            machine.record(
-                SignalReceived(
-                    run_id=command.run_id, name=command.name, payload=command.payload, command_offset=offset
-                )
+            received = SignalReceived(
+                run_id=command.run_id, name=command.name, payload=command.payload, command_offset=offset
             )
-            self.executor.metrics.step(machine.workflow)
-            self.executor.flush(owned, machine)
+            completion = run.activate(Deliver(received))
+            self.executor.metrics.step(completion.view.workflow)
+            self.executor.flush(owned, run, completion)
         elif isinstance(command, CancelRequested):
-            machine = owned.runs.get(command.run_id)
-            if machine is None:
+            run = owned.runs.get(command.run_id)
+            if run is None:
                 log.info("cancel for run %s that is not running: ignored", command.run_id)
                 return
-            machine.cancel(command.reason, offset)
-            self.executor.flush(owned, machine)
+            self.executor.flush(owned, run, run.activate(Cancel(command.reason, offset)))
 
     def _submit(self, owned: OwnedPartition, command: RunSubmitted, offset: int) -> None:
         if command.run_id in owned.known_runs:
@@ -315,22 +313,13 @@ class CommandHandler:
         ]
         owned.sizes[command.run_id] = [0, 0]
         self.batcher.append(owned, [started, *copies])  # first: a run whose start fails has no machine
-        if stagemarks.ON:
-            stagemarks.mark("append RunStarted", command.run_id)
-        machine = RunMachine(
-            self.app,
-            started,
-            owned.stamp,
-            history=[started, *copies] if copies else (),
-            history_warn_events=self.executor.settings.history_warn_events,
+        run = new_run(
+            self.app, started, owned.stamp, history_warn_events=self.executor.settings.history_warn_events
         )
-        owned.runs[command.run_id] = machine
+        owned.runs[command.run_id] = run
         self.executor.metrics.run_started(command.workflow)
-        machine.begin()
-        if copies:
-            machine.replay(copies)
-            machine.finish_replay()
-        self.executor.flush(owned, machine)
+        # A reset replays the copied records, then goes live, as a recovered run does.
+        self.executor.flush(owned, run, run.activate(Wake([started, *copies] if copies else ())))
 
     def _submission_problem(self, command: RunSubmitted) -> str | None:
         spec = self.app.workflows.get(command.workflow)

@@ -28,12 +28,18 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from runtime import stagemarks
 from runtime.config import Settings
 from runtime.log.port.protocol import EventLog, OwnershipCheck, WriteError
-from runtime.log.records.events import Event, ModelCallScheduled, RunContinuedAsNew, TimerFired
+from runtime.log.records.events import (
+    Event,
+    ModelCallCompleted,
+    ModelCallScheduled,
+    RunContinuedAsNew,
+    ToolCallCompleted,
+)
 from runtime.log.records.payloads import outlined
 from runtime.log.records.prompts import located
 from runtime.worker.batching import TurnBatcher
@@ -43,9 +49,9 @@ from runtime.worker.continuation import Continuer
 from runtime.worker.metrics import WorkerMetrics
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.tracing import RunSpans
+from runtime.workflow.activation import Completion, Deliver, Park, RunInstance, RunView, TimerDue
 from runtime.workflow.app import App
 from runtime.workflow.intents import Intent
-from runtime.workflow.machine import RunMachine
 
 log = logging.getLogger("agentlog.worker")
 
@@ -53,7 +59,8 @@ BLOB_ACK_TIMEOUT = 30.0  # seconds for a message stored out of line to be acknow
 
 
 class Executor:
-    """Appends what a machine emitted and carries out the intents that became ready."""
+    """Carries out what a run's activation completed: stores its blobs, appends its records,
+    starts its intents, and activates the run with each outcome."""
 
     def __init__(
         self,
@@ -83,60 +90,67 @@ class Executor:
         self.pool, self.ownership = pool, ownership
         self.spans.watch(asyncio.get_running_loop())
 
-    def flush(self, owned: OwnedPartition, machine: RunMachine, effect_outcome: bool = False) -> None:
-        """Append what the machine emitted; start the intents that became ready. ``effect_outcome``:
-        what is appended holds the outcome of an effect that ran (held back the next call's start)."""
-        events, ready = machine.drain()
-        if machine.blobs:
-            stored = self._store_blobs(owned, machine, events)
+    def flush(
+        self, owned: OwnedPartition, run: RunInstance, completion: Completion, effect_outcome: bool = False
+    ) -> None:
+        """Append what an activation of ``run`` produced; start the intents that became ready.
+        ``effect_outcome``: what is appended holds the outcome of an effect that ran (held back the
+        next call's start)."""
+        events, ready, view = completion.records, completion.intents, completion.view
+        if completion.blobs:
+            stored = self._store_blobs(owned, view.run_id, completion.blobs, events)
             if stored is None:
                 return  # the worker stops (``failure``); the run is rebuilt from its records
             events = stored
-        if self.spans.on and machine.active:
-            self.spans.run_span(machine)
+        if self.spans.on and view.active:
+            self.spans.run_span(view, owned.stamp.worker)
         durable = self.batcher.append(owned, events) if events else None
         if effect_outcome and durable is not None:
-            owned.effect_outcomes[machine.run_id] = durable
-        if stagemarks.ON:
-            _mark_appended(machine, events, durable)
-        if machine.active and self._over_history_limit(owned, machine):
+            owned.effect_outcomes[view.run_id] = durable
+        if view.active and self._over_history_limit(owned, view):
             ready = []  # parked: nothing more runs
-            durable = self.batcher.append(owned, machine.drain()[0]) or durable
-        if not machine.active:
-            self.spans.run_ended(machine.run_id, machine.status)
-            self.metrics.run_ended(machine.workflow, machine.status)
+            parked = run.activate(Park(self._history_limit_reason(owned, view)))
+            durable = self.batcher.append(owned, parked.records) or durable
+            view = parked.view
+        if not view.active:
+            self.spans.run_ended(view.run_id, view.status)
+            self.metrics.run_ended(view.workflow, view.status)
             continued = next((e for e in events if isinstance(e, RunContinuedAsNew)), None)
             if continued is not None:  # its first offset stays until the successor is submitted
-                owned.runs.pop(machine.run_id, None)
-                owned.sizes.pop(machine.run_id, None)
-                self.continuer.after(owned, continued, machine.workflow, durable)
+                owned.runs.pop(view.run_id, None)
+                owned.sizes.pop(view.run_id, None)
+                self.continuer.after(owned, continued, view.workflow, durable)
             else:
-                owned.forget(machine.run_id)
+                owned.forget(view.run_id)
             if self.batcher.serde.sealer is not None:  # its records are encoded: its ciphers are done
-                self.batcher.serde.sealer.forget_run(machine.run_id)
+                self.batcher.serde.sealer.forget_run(view.run_id)
         for intent in ready:
-            owned.spawn(self._carry_out(owned, machine, intent, durable))
+            owned.spawn(self._carry_out(owned, run, intent, durable))
 
-    def _over_history_limit(self, owned: OwnedPartition, machine: RunMachine) -> bool:
-        """Warn once past the warn threshold; park the run at the limit (Temporal's defaults)."""
-        events, size = owned.sizes.get(machine.run_id, (0, 0))
+    def _over_history_limit(self, owned: OwnedPartition, view: RunView) -> bool:
+        """Warn once past the warn threshold; True at the limit (Temporal's defaults): the run parks."""
+        events, size = owned.sizes.get(view.run_id, (0, 0))
         s = self.settings
         if events >= s.history_limit_events or size >= s.history_limit_bytes:
-            machine.park(
-                f"history limit reached: {events} events, {size} bytes (limit {s.history_limit_events} events or "
-                f"{s.history_limit_bytes} bytes); carry state into a fresh run with ctx.continue_as_new"
-            )
             return True
         warned = owned.warned
-        if (events >= s.history_warn_events or size >= s.history_warn_bytes) and machine.run_id not in warned:
-            warned.add(machine.run_id)
-            self.metrics.history_warning(machine.workflow)
+        if (events >= s.history_warn_events or size >= s.history_warn_bytes) and view.run_id not in warned:
+            warned.add(view.run_id)
+            self.metrics.history_warning(view.workflow)
             log.warning(
                 json.dumps(
-                    {"event": "history_size_warning", "run": machine.run_id, "events": events, "bytes": size}
+                    {"event": "history_size_warning", "run": view.run_id, "events": events, "bytes": size}
                 )
             )
         return False
+
+    def _history_limit_reason(self, owned: OwnedPartition, view: RunView) -> str:
+        events, size = owned.sizes.get(view.run_id, (0, 0))
+        s = self.settings
+        return (
+            f"history limit reached: {events} events, {size} bytes (limit {s.history_limit_events} events or "
+            f"{s.history_limit_bytes} bytes); carry state into a fresh run with ctx.continue_as_new"
+        )
 
     async def still_owner(self, owned: OwnedPartition, upto: int) -> bool:
         if self.ownership is None or owned.lost:
@@ -146,98 +160,146 @@ class Executor:
     async def _carry_out(
         self,
         owned: OwnedPartition,
-        machine: RunMachine,
+        run: RunInstance,
         intent: Intent,
         durable: asyncio.Future[int] | None,
     ) -> None:
-        # Only an effect (and a timer) waits for its Scheduled record before it starts; any other
-        # call waits for it after the call, before its outcome is recorded (module docstring) --
-        # unless an effect's outcome may still be in flight before it.
-        unacked = durable
-        scheduled_at: int | None = None
-        if intent.effect or intent.kind in ("timer", "signal") or _behind_effect(owned, machine.run_id):
-            unacked = None
-            if durable is not None:
-                scheduled_at = await self._scheduled_ack(machine, intent, durable)
-                if scheduled_at is None:
-                    return
-        if owned.lost or not machine.active:
+        """One intent of ``run``: a timer waited out, or a call run with its retries -- each step
+        once the Scheduled record's ack allows it (the module docstring gives the order)."""
+        ack = _SchedulingAck(durable)
+        # An effect, a timer or a signal wait, or a call behind an effect's unacknowledged outcome,
+        # starts after its Scheduled ack; any other call waits for it before its outcome is recorded.
+        acked_first = (
+            intent.effect or intent.kind in ("timer", "signal") or _behind_effect(owned, run.view.run_id)
+        )
+        if acked_first and not await self._acked(run, intent, ack):
+            return
+        if owned.lost or not run.view.active:
             return
         if intent.kind in ("timer", "signal"):
-            await self._wait_timer(owned, machine, intent)
-            return
-        # An effect starts only once no newer claim can precede its Scheduled record (for an
-        # in-doubt re-execution that record predates our claim, so our claim is the mark).
-        if intent.effect and not await self.still_owner(owned, scheduled_at or owned.epoch):
+            await self._wait_timer(owned, run, intent)
+        elif not intent.effect or await self._effect_may_run(owned, run, intent, ack):
+            await self._call_with_retries(owned, run, intent, ack)
+
+    async def _acked(self, run: RunInstance, intent: Intent, ack: _SchedulingAck) -> bool:
+        """Wait for the intent's Scheduled ack unless it was awaited already (or nothing was
+        appended with it); False if that append failed."""
+        if ack.pending is None:
+            return True
+        pending, ack.pending = ack.pending, None
+        ack.offset = await self._scheduled_ack(run.view.run_id, intent, pending)
+        return ack.offset is not None
+
+    async def _effect_may_run(
+        self, owned: OwnedPartition, run: RunInstance, intent: Intent, ack: _SchedulingAck
+    ) -> bool:
+        """An effect runs only once no newer claim can precede its Scheduled record (for an
+        in-doubt re-execution that record predates our claim, so our claim is the mark); in a fork
+        it is recorded as skipped instead -- a fork compares, it never acts."""
+        if not await self.still_owner(owned, ack.offset or owned.epoch):
             self.lose(owned.partition, f"fenced: a newer epoch claimed partition {owned.partition}")
-            return
-        if intent.effect and machine.dry_run:
-            # A fork compares, it never acts: the effect is recorded as skipped, never called.
-            machine.record(skipped_in_fork(intent))
-            self.flush(owned, machine)
-            return
-        assert self.pool is not None
+            return False
+        if run.view.dry_run:
+            self.flush(owned, run, run.activate(Deliver(skipped_in_fork(intent))))
+            return False
+        return True
+
+    async def _call_with_retries(
+        self, owned: OwnedPartition, run: RunInstance, intent: Intent, ack: _SchedulingAck
+    ) -> None:
+        """Call until an attempt completes or fails for good by the tool's retry policy; every
+        attempt's outcome is recorded."""
         policy = retry_policy(self.app, intent)
         attempt = intent.failed_attempts + (2 if intent.in_doubt else 1)
         while True:
             started = time.perf_counter()
-            # No span call at all while tracing is off (RunSpans.on): this is every step's path.
-            span = self.spans.call_started(machine, intent, attempt) if self.spans.on else None
             try:
-                if stagemarks.ON:
-                    stagemarks.mark(f"call start {intent.kind}", machine.run_id, intent.position)
-                outcome = completed(intent, await attempt_once(self.app, intent, self.pool), attempt, started)
-                if stagemarks.ON:
-                    stagemarks.mark(f"call end {intent.kind}", machine.run_id, intent.position)
-            except asyncio.CancelledError as cancelled:
-                if span is not None:
-                    self.spans.call_failed(span, cancelled)
-                raise
+                outcome, elapsed = await self._attempt(owned, run, intent, attempt, started)
             except Exception as error:  # the call's own failure: recorded, retried by its policy
-                if span is not None:
-                    self.spans.call_failed(span, error)
-                elapsed = time.perf_counter() - started  # the call's own time, not the ack's below
+                elapsed = time.perf_counter() - started  # the call's own time, not the ack's
                 final = not is_retryable(policy, error, attempt)
                 failure = failed(intent, error, attempt, started, final)
-                if unacked is not None:  # a failed attempt is an outcome too: not before the ack
-                    if await self._scheduled_ack(machine, intent, unacked) is None:
-                        return
-                    unacked = None
-                if owned.lost or not machine.active:
-                    return
-                self.metrics.call(machine.workflow, intent.kind, intent.name, False, elapsed, final)
-                machine.record(failure)
-                self.flush(owned, machine, effect_outcome=intent.effect)
-                if final:
+                if not await self._record_failure(owned, run, intent, ack, failure, elapsed, final) or final:
                     return
                 await asyncio.sleep(policy.backoff(attempt))
                 attempt += 1
-                continue
-            elapsed = time.perf_counter() - started
-            if span is not None:
-                self.spans.call_completed(span, outcome)
-            if unacked is not None:
-                if await self._scheduled_ack(machine, intent, unacked) is None:
-                    return
-                unacked = None
-            if owned.lost or not machine.active:
+            else:
+                await self._record_result(owned, run, intent, ack, outcome, elapsed)
                 return
-            self.metrics.call(machine.workflow, intent.kind, intent.name, True, elapsed, True)
-            text: str | None = None
-            if len(outcome.result) > self.settings.payload_inline_limit:  # chars <= bytes: cheap first
-                data = outcome.result.encode()
-                if len(data) > self.settings.payload_inline_limit:
-                    offset = await self._store_payload(owned, machine.run_id, data)
-                    if offset is None or owned.lost or not machine.active:
-                        return
-                    text, outcome = outcome.result, outlined(outcome, offset, data)
-            machine.record(outcome, result_text=text)
-            self.flush(owned, machine, effect_outcome=intent.effect)
-            return
 
-    async def _scheduled_ack(
-        self, machine: RunMachine, intent: Intent, durable: asyncio.Future[int]
-    ) -> int | None:
+    async def _attempt(
+        self, owned: OwnedPartition, run: RunInstance, intent: Intent, attempt: int, started: float
+    ) -> tuple[ModelCallCompleted | ToolCallCompleted, float]:
+        """One attempt of the call, in its span: its outcome and its own time; raises what it raised."""
+        assert self.pool is not None
+        # No span call at all while tracing is off (RunSpans.on): this is every step's path.
+        span = (
+            self.spans.call_started(run.view, owned.stamp.worker, intent, attempt) if self.spans.on else None
+        )
+        try:
+            if stagemarks.ON:
+                stagemarks.mark(f"call start {intent.kind}", run.view.run_id, intent.position)
+            outcome = completed(intent, await attempt_once(self.app, intent, self.pool), attempt, started)
+            if stagemarks.ON:
+                stagemarks.mark(f"call end {intent.kind}", run.view.run_id, intent.position)
+        except (asyncio.CancelledError, Exception) as error:  # the span ends; the error goes on
+            if span is not None:
+                self.spans.call_failed(span, error)
+            raise
+        elapsed = time.perf_counter() - started
+        if span is not None:
+            self.spans.call_completed(span, outcome)
+        return outcome, elapsed
+
+    async def _may_record(
+        self, owned: OwnedPartition, run: RunInstance, intent: Intent, ack: _SchedulingAck
+    ) -> bool:
+        """No outcome is recorded before its Scheduled record is durable, nor for a run that ended
+        or a partition lost meanwhile."""
+        return await self._acked(run, intent, ack) and not owned.lost and run.view.active
+
+    async def _record_failure(
+        self,
+        owned: OwnedPartition,
+        run: RunInstance,
+        intent: Intent,
+        ack: _SchedulingAck,
+        failure: Event,
+        elapsed: float,
+        final: bool,
+    ) -> bool:
+        """Record a failed attempt (an outcome too); False if it could not be."""
+        if not await self._may_record(owned, run, intent, ack):
+            return False
+        self.metrics.call(run.view.workflow, intent.kind, intent.name, False, elapsed, final)
+        self.flush(owned, run, run.activate(Deliver(failure)), effect_outcome=intent.effect)
+        return True
+
+    async def _record_result(
+        self,
+        owned: OwnedPartition,
+        run: RunInstance,
+        intent: Intent,
+        ack: _SchedulingAck,
+        outcome: ModelCallCompleted | ToolCallCompleted,
+        elapsed: float,
+    ) -> None:
+        """Record a completed call; a result over the inline limit is stored out of line first and
+        its record points at it (the run is given the value itself)."""
+        if not await self._may_record(owned, run, intent, ack):
+            return
+        self.metrics.call(run.view.workflow, intent.kind, intent.name, True, elapsed, True)
+        text: str | None = None
+        if len(outcome.result) > self.settings.payload_inline_limit:  # chars <= bytes: cheap first
+            data = outcome.result.encode()
+            if len(data) > self.settings.payload_inline_limit:
+                offset = await self._store_payload(owned, run.view.run_id, data)
+                if offset is None or owned.lost or not run.view.active:
+                    return
+                text, outcome = outcome.result, outlined(outcome, offset, data)
+        self.flush(owned, run, run.activate(Deliver(outcome, text)), effect_outcome=intent.effect)
+
+    async def _scheduled_ack(self, run_id: str, intent: Intent, durable: asyncio.Future[int]) -> int | None:
         """The offset whose ack vouches for the intent's Scheduled record (and all before it);
         None if that append failed: nothing of the call may then be recorded, and the worker
         stops (``failure``); its successor rebuilds the run from what the log holds."""
@@ -245,33 +307,30 @@ class Executor:
             at = await durable
         except WriteError as error:
             self._fail(
-                f"run {machine.run_id}: the record scheduling {intent.kind} {intent.name!r} at position "
+                f"run {run_id}: the record scheduling {intent.kind} {intent.name!r} at position "
                 f"{intent.position} was not acknowledged: {error}"
             )
             return None
         if stagemarks.ON:
-            stagemarks.mark("scheduled acked", machine.run_id, intent.position)
+            stagemarks.mark("scheduled acked", run_id, intent.position)
         return at
 
     def _store_blobs(
-        self, owned: OwnedPartition, machine: RunMachine, events: list[Event]
+        self, owned: OwnedPartition, run_id: str, blobs: Mapping[str, bytes], events: list[Event]
     ) -> list[Event] | None:
-        """Append the messages the machine stores out of line to the payloads topic (the run's
-        partition) and wait for their acks, then point ``events`` at their offsets. Rare (a message
-        over the record budget) and synchronous, so the records keep their order; a blob that is
-        not acknowledged stops the worker (None) before any record points at it."""
-        blobs, machine.blobs = machine.blobs, {}
+        """Append the messages a run stores out of line to the payloads topic (the run's partition)
+        and wait for their acks, then point ``events`` at their offsets. Rare (a message over the
+        record budget) and synchronous, so the records keep their order; a blob that is not
+        acknowledged stops the worker (None) before any record points at it."""
         offsets: dict[str, int] = {}
-        key = machine.run_id.encode()
+        key = run_id.encode()
         for sha, data in blobs.items():
             try:
                 offsets[sha] = self.log.append(
-                    self.settings.payloads_topic, owned.partition, key, self._sealed(machine.run_id, data)
+                    self.settings.payloads_topic, owned.partition, key, self._sealed(run_id, data)
                 ).result(timeout=BLOB_ACK_TIMEOUT)
             except (WriteError, TimeoutError) as error:
-                self._fail(
-                    f"run {machine.run_id}: a message stored out of line was not acknowledged: {error}"
-                )
+                self._fail(f"run {run_id}: a message stored out of line was not acknowledged: {error}")
                 return None
         return [
             located(e, owned.partition, offsets) if isinstance(e, ModelCallScheduled) else e for e in events
@@ -299,14 +358,27 @@ class Executor:
             self.failure = self.failure or str(error)
             return None
 
-    async def _wait_timer(self, owned: OwnedPartition, machine: RunMachine, intent: Intent) -> None:
+    async def _wait_timer(self, owned: OwnedPartition, run: RunInstance, intent: Intent) -> None:
         # An asyncio sleep: a run waiting days for a timer or a signal holds no thread.
         await asyncio.sleep(max(0.0, intent.fire_at / 1000 - time.time()))
-        if owned.lost or not machine.wants_timer(intent.position):
+        if owned.lost:
             return
-        machine.record(TimerFired(run_id=machine.run_id, position=intent.position))
-        self.metrics.step(machine.workflow)
-        self.flush(owned, machine)
+        fired = run.activate(TimerDue(intent.position))
+        if not fired.records:  # the run no longer waits for it (ended, or the signal came)
+            return
+        self.metrics.step(fired.view.workflow)
+        self.flush(owned, run, fired)
+
+
+class _SchedulingAck:
+    """The ack of an intent's Scheduled record, awaited at most once: ``pending`` until then,
+    ``offset`` after (None if nothing was appended with the intent, as for an in-doubt re-run)."""
+
+    __slots__ = ("offset", "pending")
+
+    def __init__(self, pending: asyncio.Future[int] | None) -> None:
+        self.pending = pending
+        self.offset: int | None = None
 
 
 def _behind_effect(owned: OwnedPartition, run_id: str) -> bool:
@@ -321,12 +393,3 @@ def _behind_effect(owned: OwnedPartition, run_id: str) -> bool:
         del owned.effect_outcomes[run_id]
         return False
     return True
-
-
-def _mark_appended(machine: RunMachine, events: list[Event], durable: asyncio.Future[int] | None) -> None:
-    """Stage marks (runtime.stagemarks) of the records queued now, and of an ended run's ack."""
-    for event in events:
-        stagemarks.mark(f"append {type(event).__name__}", event.run_id, getattr(event, "position", -1))
-    if not machine.active and durable is not None:
-        run_id = machine.run_id
-        durable.add_done_callback(lambda _: stagemarks.mark("end acked", run_id))

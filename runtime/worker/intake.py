@@ -140,8 +140,7 @@ class CommandIntake:
         self.feed.bind(self._assigned, self._revoked)
 
     def _assigned(self, partitions: list[int]) -> dict[int, int]:
-        if stagemarks.ON:
-            stagemarks.start("assignment polled")
+        stagemarks.start("assignment polled")
         starts = self._in_loop(self.on_assign, partitions)
         self._held.update(partitions)
         return starts

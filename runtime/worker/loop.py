@@ -116,8 +116,7 @@ class Worker:
         intake = CommandIntake(
             self.feed, loop, self._deliver_all, self._on_assign, self._on_revoke, self._rejoin
         )
-        if stagemarks.ON:
-            stagemarks.start("serving")
+        stagemarks.start("serving")
         intake.start()
         try:
             while not self._stopping and not (stop is not None and stop.is_set()):
@@ -209,13 +208,11 @@ class Worker:
 
     # ------------------------------------------------------------------------------ partitions
     def _on_assign(self, partitions: list[int]) -> dict[int, int]:
-        if stagemarks.ON:
-            stagemarks.start("assigned")
+        stagemarks.start("assigned")
         self.readiness.assigning(partitions)
         started = time.perf_counter()
         epochs = self.takeover.claim_all(partitions)
-        if stagemarks.ON:
-            stagemarks.start("claims acked")
+        stagemarks.start("claims acked")
         starts: dict[int, int] = {}
         for partition, owned in self.takeover.take_all(epochs).items():
             self.owned[partition] = owned
@@ -228,8 +225,7 @@ class Worker:
                 # new runs' keys cached as they are written, not read on each run's first command
                 self.serde.sealer.keys.follow(partitions)
         self.readiness.assigned()
-        if stagemarks.ON:
-            stagemarks.start("runs resumed")
+        stagemarks.start("runs resumed")
         return starts
 
     def _on_revoke(self, partitions: list[int]) -> None:

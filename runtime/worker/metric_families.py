@@ -10,13 +10,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from runtime.worker.metrics import CALL_BUCKETS, WorkerMetrics, cumulative
-from runtime.workflow.futures import GatherFuture
 
 if TYPE_CHECKING:
     from runtime.log.schemas.serde import Serde
     from runtime.ops.sampler import Sampler
     from runtime.worker.partition import OwnedPartition
-    from runtime.workflow.machine import RunMachine
 
 
 def commands_lag(
@@ -145,9 +143,9 @@ class WorkerCollector(Collector):
         yield partitions
         counts: dict[tuple[str, str], int] = {}
         for partition in owned:
-            for machine in list(partition.runs.values()):
-                state = "waiting" if _waiting(machine) else "active"
-                key = (machine.workflow, state)
+            for run in list(partition.runs.values()):
+                state = "waiting" if run.waiting() else "active"
+                key = (run.view.workflow, state)
                 counts[key] = counts.get(key, 0) + 1
         runs = GaugeMetricFamily(
             "agentlog_runs",
@@ -157,18 +155,6 @@ class WorkerCollector(Collector):
         for (workflow, state), n in sorted(counts.items()):
             runs.add_metric([workflow, state], n)
         yield runs
-
-
-def _waiting(machine: RunMachine) -> bool:
-    """True if all the run waits for is timers or signals: one lookup per future it waits on, not a
-    walk of the run's commands (a scrape must stay cheap under thousands of long runs)."""
-    blocked = machine.blocked_on
-    if blocked is None:
-        return False
-    futures = blocked.children if isinstance(blocked, GatherFuture) else [blocked]
-    commands = machine.commands
-    kinds = [commands[f.position].kind for f in futures if not f.done and f.position in commands]
-    return bool(kinds) and all(kind in ("timer", "signal") for kind in kinds)
 
 
 def _counter(

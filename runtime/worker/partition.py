@@ -9,8 +9,8 @@ from typing import Any
 
 from runtime.log.port.protocol import Delivery
 from runtime.log.records.run_index import RunLocation
+from runtime.workflow.activation import RunInstance
 from runtime.workflow.intents import Stamp
-from runtime.workflow.machine import RunMachine
 
 FirstOffset = int | asyncio.Future[int] | None
 
@@ -32,7 +32,7 @@ class OwnedPartition:
     stamp: Stamp
     next_command: int
     known_runs: set[str]  # every run id the partition has seen: a resubmission starts nothing
-    runs: dict[str, RunMachine] = field(default_factory=dict)
+    runs: dict[str, RunInstance] = field(default_factory=dict)  # driven only by activate
     first_offsets: dict[str, int] = field(default_factory=dict)  # where a rebuild reads a run from
     sizes: dict[str, list[int]] = field(default_factory=dict)  # run id -> [events, bytes]
     last_write: asyncio.Future[int] | None = None

@@ -71,8 +71,7 @@ def supervise(run_child: Callable[[], int]) -> int:
                 try:
                     code = run_child()
                 finally:
-                    if stagemarks.ON:  # os._exit skips atexit, which writes them otherwise
-                        stagemarks.write()
+                    stagemarks.write()  # os._exit skips atexit, which writes them otherwise
                     os._exit(code)
             status = _wait(child)
             code = os.waitstatus_to_exitcode(status)

@@ -17,9 +17,10 @@ from runtime.worker.commands import now_ms
 from runtime.worker.execution import Executor
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.rebuild import RebuiltPartition, claim, rebuild_partitions
+from runtime.workflow.activation import Wake
 from runtime.workflow.app import App
+from runtime.workflow.instance import new_run
 from runtime.workflow.intents import Stamp
-from runtime.workflow.machine import RunMachine
 
 log = logging.getLogger("agentlog.worker")
 
@@ -48,8 +49,7 @@ class Takeover:
         started = time.perf_counter()
         rebuilt = rebuild_partitions(self.settings, self.serde, self.log, epochs)
         read_ms = (time.perf_counter() - started) * 1000
-        if stagemarks.ON:
-            stagemarks.start("partitions read")
+        stagemarks.start("partitions read")
         return {partition: self._resume(rebuilt[partition], read_ms) for partition in epochs}
 
     def _resume(self, rebuilt: RebuiltPartition, read_ms: float) -> OwnedPartition:
@@ -72,24 +72,18 @@ class Takeover:
                 self._park(owned, started_event.workflow, events[-1], rebuilt.unloadable[run_id])
                 continue
             try:
-                machine = RunMachine(
-                    self.app,
-                    started_event,
-                    stamp,
-                    history=events,
-                    history_warn_events=self.settings.history_warn_events,
+                run = new_run(
+                    self.app, started_event, stamp, history_warn_events=self.settings.history_warn_events
                 )
             except AgentlogError as error:  # e.g. a workflow this code no longer has: parked, visibly
                 self._park(owned, started_event.workflow, events[-1], str(error))
                 continue
-            machine.begin()
-            machine.replay(events)
-            machine.finish_replay()
-            in_doubt += [{"run": run_id, **d.__dict__} for d in machine.in_doubt]
-            for doubt in machine.in_doubt:
+            woken = run.activate(Wake(events))  # replayed, then live: calls in flight run again
+            in_doubt += [{"run": run_id, **d.__dict__} for d in woken.view.in_doubt]
+            for doubt in woken.view.in_doubt:
                 self.executor.metrics.call_in_doubt(doubt.kind, doubt.name)
-            owned.runs[run_id] = machine
-            self.executor.flush(owned, machine)
+            owned.runs[run_id] = run
+            self.executor.flush(owned, run, woken)
         for run_id, (ended, workflow) in rebuilt.to_continue.items():
             # Its successor may not have been submitted before the crash: submit (again).
             owned.first_offsets[run_id] = rebuilt.first_offsets[run_id]

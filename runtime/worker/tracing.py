@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, Tracer
 
+    from runtime.workflow.activation import RunView
     from runtime.workflow.intents import Intent
-    from runtime.workflow.machine import RunMachine
 
 
 def _off() -> Span:
@@ -106,22 +106,22 @@ class RunSpans:
             if not self.on:
                 loop.call_later(1.0, self.watch, loop)
 
-    def run_span(self, machine: RunMachine) -> Span:
-        span = self._runs.get(machine.run_id)
+    def run_span(self, run: RunView, worker: str) -> Span:
+        span = self._runs.get(run.run_id)
         if span is None:
             if not self.on:
                 return _off()
             from opentelemetry.trace import SpanKind
 
-            span = self._runs[machine.run_id] = _tracer().start_span(
-                f"invoke_agent {machine.workflow}",
-                context=_run_root(machine.run_id),
+            span = self._runs[run.run_id] = _tracer().start_span(
+                f"invoke_agent {run.workflow}",
+                context=_run_root(run.run_id),
                 kind=SpanKind.INTERNAL,
                 attributes={
                     "gen_ai.operation.name": "invoke_agent",
-                    "gen_ai.agent.name": machine.workflow,
-                    "agentlog.run_id": machine.run_id,
-                    "agentlog.worker": machine.stamp.worker,
+                    "gen_ai.agent.name": run.workflow,
+                    "agentlog.run_id": run.run_id,
+                    "agentlog.worker": worker,
                 },
             )
         return span
@@ -137,13 +137,13 @@ class RunSpans:
                     span.set_status(Status(StatusCode.ERROR, status))
             span.end()
 
-    def call_started(self, machine: RunMachine, intent: Intent, attempt: int) -> Span:
+    def call_started(self, run: RunView, worker: str, intent: Intent, attempt: int) -> Span:
         if not self.on:
             return _off()
         from opentelemetry import trace
         from opentelemetry.trace import SpanKind
 
-        parent = trace.set_span_in_context(self.run_span(machine))
+        parent = trace.set_span_in_context(self.run_span(run, worker))
         if intent.kind == "model":
             name, attributes = (
                 f"chat {intent.name}",
@@ -154,11 +154,9 @@ class RunSpans:
                 f"execute_tool {intent.name}",
                 {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": intent.name},
             )
-        span = _tracer().start_span(
-            name, context=parent, kind=SpanKind.CLIENT, attributes=attributes
-        )
+        span = _tracer().start_span(name, context=parent, kind=SpanKind.CLIENT, attributes=attributes)
         if span.is_recording():
-            span.set_attribute("agentlog.run_id", machine.run_id)
+            span.set_attribute("agentlog.run_id", run.run_id)
             span.set_attribute("agentlog.position", intent.position)
             span.set_attribute("agentlog.attempt", attempt)
             span.set_attribute("agentlog.in_doubt", intent.in_doubt)

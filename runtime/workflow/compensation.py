@@ -33,21 +33,34 @@ import json
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from runtime.errors import AgentlogError, CallFailed
 from runtime.log.records.events import Event, RunCancelled, RunFailed, RunParked
+from runtime.workflow.app import App
 from runtime.workflow.canonical import NAMESPACE
 from runtime.workflow.futures import DurableFuture
-
-if TYPE_CHECKING:
-    from runtime.workflow.context import RunHost
-    from runtime.workflow.machine import RunMachine
 
 # Signal names agentlog keeps for itself: a client refuses to send them, a worker ignores them.
 RESERVED_SIGNAL_PREFIX = "agentlog:"
 # The name of the signal that records a cancellation whose run has compensations to run.
 CANCEL_SIGNAL = f"{RESERVED_SIGNAL_PREFIX}cancel"
+
+
+class Compensator(Protocol):
+    """What the unwind needs of the run it undoes: its id, the key each effect was recorded with,
+    and a way to issue a compensating tool call. The run machine provides it; this module never
+    imports the machine."""
+
+    run_id: str
+
+    def effect_key(self, position: int) -> str:
+        """The idempotency key recorded with the effect issued at ``position``."""
+        ...
+
+    def issue_tool(
+        self, name: str, args: dict[str, Any], *, key: str | None = None, compensates: int | None = None
+    ) -> DurableFuture: ...
 
 
 class Unwound(BaseException):
@@ -77,15 +90,15 @@ class Saga:
     registered: list[Registered] = field(default_factory=list)
     unwinding: bool = False
 
-    def checked(self, machine: RunHost, tool: str, compensate_with: Any) -> tuple[str, dict[str, Any]]:
+    def checked(self, app: App, tool: str, compensate_with: Any) -> tuple[str, dict[str, Any]]:
         """``compensate_with`` as (compensating tool, arguments), checked before the effect is issued."""
         name, args = _parse(compensate_with, tool)
-        spec = machine.app.tools.get(tool)
+        spec = app.tools.get(tool)
         if spec is None or not spec.effect:
             raise AgentlogError(f"compensate_with is for effecting tools; {tool!r} is not one (effect=True)")
-        compensating = machine.app.tools.get(name)
+        compensating = app.tools.get(name)
         if compensating is None or not compensating.effect:
-            known = sorted(n for n, t in machine.app.tools.items() if t.effect)
+            known = sorted(n for n, t in app.tools.items() if t.effect)
             raise AgentlogError(
                 f"compensation {name!r} of {tool!r} must be a registered effecting tool (known: {known})"
             )
@@ -98,10 +111,10 @@ class Saga:
         """Something may need undoing: an effect with a compensation that did not fail."""
         return any(not r.future.failed for r in self.registered)
 
-    def unwind(self, machine: RunMachine, ending: Event) -> Coroutine[Any, Any, None]:
+    def unwind(self, run: Compensator, ending: Event) -> Coroutine[Any, Any, None]:
         """The coroutine the machine drives in place of the workflow's (see the module docstring)."""
         self.unwinding = True
-        return _unwind(machine, list(self.registered), ending)
+        return _unwind(run, list(self.registered), ending)
 
 
 def compensation_key(effect_key: str, tool: str) -> str:
@@ -113,7 +126,7 @@ def cancelled_by(payload: str, command_offset: int, run_id: str) -> RunCancelled
     return RunCancelled(run_id=run_id, reason=json.loads(payload), command_offset=command_offset)
 
 
-async def _unwind(machine: RunMachine, registered: list[Registered], ending: Event) -> None:
+async def _unwind(run: Compensator, registered: list[Registered], ending: Event) -> None:
     # Effects still in flight settle first: one that completes is undone like the others.
     for entry in registered:
         if not entry.future.done:
@@ -122,13 +135,11 @@ async def _unwind(machine: RunMachine, registered: list[Registered], ending: Eve
     for entry in reversed(registered):
         if entry.future.failed:
             continue
-        command = machine.commands[entry.position]
-        assert command.key is not None  # an effect's key, recorded with it
         try:
-            await machine.issue_tool(
+            await run.issue_tool(
                 entry.compensation,
                 entry.args,
-                key=compensation_key(command.key, entry.compensation),
+                key=compensation_key(run.effect_key(entry.position), entry.compensation),
                 compensates=entry.position,
             )
         except CallFailed as failed:
@@ -139,7 +150,7 @@ async def _unwind(machine: RunMachine, registered: list[Registered], ending: Eve
             ]
             raise Unwound(
                 RunParked(
-                    run_id=machine.run_id,
+                    run_id=run.run_id,
                     reason=f"compensation {entry.compensation} of {entry.tool} at position {entry.position} "
                     f"failed ({failed}); not compensated yet: {left or 'nothing'}; the run ended as: "
                     f"{_describe(ending)}",

@@ -6,15 +6,12 @@ import datetime as dt
 import random as _random
 import uuid as _uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from runtime.errors import AgentlogError, DecisionOutOfBounds
 from runtime.workflow.app import App
 from runtime.workflow.canonical import NAMESPACE, canonical_json, sha256_hex
 from runtime.workflow.futures import DurableFuture, GatherFuture
-
-if TYPE_CHECKING:
-    from runtime.workflow.compensation import Saga
 
 
 class RunHost(Protocol):
@@ -34,11 +31,15 @@ class RunHost(Protocol):
         self, name: str, messages: list[dict[str, Any]], params: dict[str, Any], prompt_version: str | None
     ) -> DurableFuture: ...
 
-    saga: Saga  # the run's registered compensations
-
     def issue_tool(
         self, name: str, args: dict[str, Any], *, key: str | None = None, compensates: int | None = None
     ) -> DurableFuture: ...
+
+    def issue_compensable_tool(
+        self, name: str, args: dict[str, Any], compensate_with: tuple[str, dict[str, Any]]
+    ) -> DurableFuture:
+        """An effect issued with the call that undoes it (runtime.workflow.compensation)."""
+        ...
 
     def issue_timer(self, duration_ms: int) -> DurableFuture: ...
 
@@ -112,11 +113,7 @@ class Context:
         one, called if a later step fails or the run is cancelled (runtime.workflow.compensation)."""
         if compensate_with is None:
             return self._machine.issue_tool(name, args)
-        saga = self._machine.saga
-        compensation = saga.checked(self._machine, name, compensate_with)
-        future = self._machine.issue_tool(name, args)
-        saga.add(future, name, compensation)
-        return future
+        return self._machine.issue_compensable_tool(name, args, compensate_with)
 
     def sleep(self, seconds: float) -> DurableFuture:
         """A durable timer: survives worker restarts; holds no thread while it waits."""

@@ -1,7 +1,10 @@
 """The state machine of one run: drives workflow code and matches it against history.
 
-The same code path serves live execution and replay. Replay gets the whole recorded history
-up front: every command the code issues is compared, at issue time, with the record history
+Everything outside this package drives it through one door, :meth:`RunMachine.activate`
+(runtime.workflow.activation): an activation in, a completion out.
+
+The same code path serves live execution and replay. A :class:`Wake` with the recorded history
+replays it: every command the code issues is compared, at issue time, with the record history
 holds at the same position (kind, name and the hash of the canonical arguments) -- the first
 difference parks the run. Results are then applied in log order, resuming the coroutine
 exactly where it was resumed when the run was live. When history runs out
@@ -9,14 +12,15 @@ exactly where it was resumed when the run was live. When history runs out
 their ``...Scheduled`` records, and a call that was scheduled but has no result -- the one in
 flight at the crash -- is re-executed and marked in doubt.
 
-The machine never does I/O. It emits stamped events into ``outbox`` and the commands the
-worker must carry out into ``ready``; the worker appends the events in order and executes a
-command only once its record is durable.
+The machine never does I/O. Each activation's completion holds the stamped events to append
+and the intents the worker must carry out; the worker appends the events in order and executes
+an intent only once its record is durable.
 
 Two pure helpers keep it to that one job: :mod:`runtime.workflow.scheduling` says what each ctx call
 issues and which record schedules it, :mod:`runtime.workflow.stepping` resumes the coroutine once
 and says what its ending means as a record. The context the workflow sees
-(:mod:`runtime.workflow.context`) knows the machine only as the ``RunHost`` protocol it defines.
+(:mod:`runtime.workflow.context`) knows the machine only as the ``RunHost`` protocol it defines, the
+saga (:mod:`runtime.workflow.compensation`) only as its ``Compensator``.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter, deque
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -32,11 +36,13 @@ import orjson
 from runtime.config import Settings
 from runtime.errors import AgentlogError, CallFailed, NonDeterminismError
 from runtime.log.records.events import (
+    EpochClaimed,
     Event,
     ModelCallCompleted,
     ModelCallFailed,
     ModelCallScheduled,
     NonDeterminismDetected,
+    PartitionCheckpoint,
     PatchRecorded,
     PromptDrifted,
     Redecided,
@@ -45,6 +51,7 @@ from runtime.log.records.events import (
     RunContinuedAsNew,
     RunFailed,
     RunParked,
+    RunRejected,
     RunStarted,
     SignalReceived,
     TimerFired,
@@ -55,6 +62,17 @@ from runtime.log.records.events import (
 )
 from runtime.log.records.prompts import PromptBook
 from runtime.log.records.status import RunState, status_after
+from runtime.workflow.activation import (
+    NO_BLOBS,
+    Activation,
+    Cancel,
+    Completion,
+    Deliver,
+    Park,
+    RunView,
+    TimerDue,
+    Wake,
+)
 from runtime.workflow.app import App
 from runtime.workflow.canonical import canonical_json
 from runtime.workflow.compensation import CANCEL_SIGNAL, Saga, cancelled_by
@@ -96,7 +114,6 @@ class RunMachine:
         app: App,
         started: RunStarted,
         stamp: Stamp,
-        history: Sequence[Event] = (),
         history_warn_events: int = HISTORY_WARN_EVENTS,
     ) -> None:
         spec = app.workflows.get(started.workflow)
@@ -133,31 +150,119 @@ class RunMachine:
         self._waiters: dict[str, deque[Intent]] = {}
         self._blocked_on: DurableFuture | GatherFuture | None = None
         self._pending_terminal: Event | None = None
-        self._history_records = {e.position: e for e in history if isinstance(e, SCHEDULED_TYPES)}
+        # What the recorded history holds, filled by ``begin`` before the code first runs.
+        self._history_records: dict[int, Event] = {}
         # The run's message sequence (runtime.log.records.prompts): a live call records only what is new.
         self._prompts = PromptBook()
-        # Messages a live call stores out of line (sha256 -> canonical JSON), taken by the worker
-        # with ``drain_blobs`` before the records that point at them are appended.
+        # Messages a live call stores out of line (sha256 -> canonical JSON), handed out with the
+        # records that point at them (Completion.blobs).
         self.blobs: dict[str, bytes] = {}
-        for event in history:
-            if isinstance(event, ModelCallScheduled):
-                self._prompts.learn(event)
-        self._redecided_in_history = {e.position for e in history if isinstance(e, Redecided)}
+        self._redecided_in_history: set[int] = set()
         # (position, issued args hash): a replay meeting the same drift again records nothing.
-        self._drift_in_history = {
-            (e.position, e.issued_args_hash) for e in history if isinstance(e, PromptDrifted)
-        }
+        self._drift_in_history: set[tuple[int, str]] = set()
         self._after_replay: list[Event] = []  # emitted during replay: stamped once history is done
-        self.replaying = bool(history)
+        self.replaying = False
+        self._woken = False
+        self._view = RunView(self.run_id, self.workflow, self.dry_run, self.status)
         self._ctx = Context(self)
         self.saga = Saga()  # compensations registered by ctx.tool(..., compensate_with=...)
         self._coro: Coroutine[Any, Any, Any] = spec.fn(
             self._ctx, coerce_input(spec.input_type, json.loads(started.input))
         )
 
+    # ----------------------------------------------------------------------------- the door
+    def activate(self, activation: Activation) -> Completion:
+        """Hand the run one activation (runtime.workflow.activation); what it produced."""
+        _ACTIVATE[type(activation)](self, activation)
+        records, intents = self.outbox, self.ready
+        self.outbox, self.ready = [], []
+        blobs: Mapping[str, bytes] = NO_BLOBS
+        if self.blobs:
+            blobs, self.blobs = self.blobs, {}
+        return Completion(records, intents, blobs, self._refreshed_view())
+
+    @property
+    def view(self) -> RunView:
+        """The run as the worker sees it, as of its last activation (nothing changes it between two)."""
+        return self._view
+
+    def _refreshed_view(self) -> RunView:
+        """A new view only when something in it changed (a few times in a run): a step allocates none."""
+        view = self._view
+        if (
+            view.status != self.status
+            or view.result is not self.result
+            or view.divergence is not self.divergence
+            or len(view.in_doubt) != len(self.in_doubt)
+            or len(view.drift) != len(self.drift)
+            or len(view.old_patches) != len(self.old_patches)
+        ):
+            view = self._view = RunView(
+                self.run_id,
+                self.workflow,
+                self.dry_run,
+                self.status,
+                self.result,
+                tuple(self.in_doubt),
+                tuple(self.drift),
+                self.divergence,
+                tuple(self.old_patches),
+            )
+        return view
+
+    def waiting(self) -> bool:
+        """True if all the run waits for is timers or signals: one lookup per future it waits on, not
+        a walk of the run's commands (a scrape must stay cheap under thousands of long runs)."""
+        blocked = self._blocked_on
+        if blocked is None:
+            return False
+        futures = blocked.children if isinstance(blocked, GatherFuture) else [blocked]
+        commands = self.commands
+        kinds = [commands[f.position].kind for f in futures if not f.done and f.position in commands]
+        return bool(kinds) and all(kind in ("timer", "signal") for kind in kinds)
+
+    def _wake(self, wake: Wake) -> None:
+        if self._woken:  # a run evicted and woken again is a new one (new_run), replayed from its history
+            raise AgentlogError(f"run {self.run_id} is in memory already: a run is woken once")
+        self._woken = True
+        if wake.history:
+            self.begin(wake.history)
+            self.replay(wake.history)
+            if wake.go_live:
+                self.finish_replay()
+            else:
+                self._end_offline()
+        else:
+            self.begin()
+
+    def _deliver(self, deliver: Deliver) -> None:
+        self.record(deliver.event, deliver.result_text)
+
+    def _timer_due(self, due: TimerDue) -> None:
+        if self._wants_timer(due.position):
+            self.record(TimerFired(run_id=self.run_id, position=due.position))
+
+    def _cancel(self, cancel: Cancel) -> None:
+        self.cancel(cancel.reason, cancel.command_offset)
+
+    def _park(self, park: Park) -> None:
+        self.park(park.reason)
+
     # ----------------------------------------------------------------------------- lifecycle
-    def begin(self) -> None:
-        """Run the workflow until it first blocks."""
+    # The steps an activation takes; the machine's own tests drive them one by one.
+    def begin(self, history: Sequence[Event] = ()) -> None:
+        """Run the workflow until it first blocks; with ``history`` (the run's records, RunStarted
+        first), every command it issues is matched against the record at its position."""
+        if history:
+            self._history_records = {e.position: e for e in history if isinstance(e, SCHEDULED_TYPES)}
+            for event in history:
+                if isinstance(event, ModelCallScheduled):
+                    self._prompts.learn(event)
+            self._redecided_in_history = {e.position for e in history if isinstance(e, Redecided)}
+            self._drift_in_history = {
+                (e.position, e.issued_args_hash) for e in history if isinstance(e, PromptDrifted)
+            }
+            self.replaying = True
         self._drive()
 
     def replay(self, history: Sequence[Event]) -> None:
@@ -195,14 +300,21 @@ class RunMachine:
             else:
                 self._record(command)
 
+    def _end_offline(self) -> None:
+        """History is exhausted and the run stays offline (the replayer): the first recorded command
+        the code did not reach is the divergence; nothing is issued or parked."""
+        self.replaying = False
+        if self.divergence is not None:
+            return
+        unreached = sorted(p for p in self._history_records if p not in self.commands)
+        if unreached:
+            self.divergence = NonDeterminismError(
+                self.run_id, unreached[0], "a recorded command", "nothing (the code did not reach it)"
+            )
+
     @property
     def active(self) -> bool:
         return self.status == "running"
-
-    @property
-    def blocked_on(self) -> DurableFuture | GatherFuture | None:
-        """What the workflow waits for now (the worker's runs gauge: waiting or active)."""
-        return self._blocked_on
 
     def drain(self) -> tuple[list[Event], list[Intent]]:
         events, ready = self.outbox, self.ready
@@ -223,70 +335,87 @@ class RunMachine:
         return stamped
 
     def apply(self, event: Event) -> None:
+        """Apply one event of the run's log: the handler for its record type (``_APPLY``)."""
         self.seq = max(self.seq, event.seq)
-        if isinstance(event, SCHEDULED_TYPES):
-            self._apply_record(event)
-            return
+        _APPLY[type(event)](self, event)
+
+    # Each handler applies one kind of record. A record that answers a command resumes the
+    # workflow at the time and seq it was written (``_resumed_by``), as it did live.
+    def _matched_at_issue(self, event: Event) -> None:
+        """A ``...Scheduled`` or patch record: matched when the code issued the command (``_issue``)."""
+
+    def _resumed_by(self, event: Event) -> None:
         self.now_ms = event.occurred_at
         self.resumed_seq = event.seq
-        if isinstance(event, (ModelCallCompleted, ToolCallCompleted)):
-            if event.result_offset is not None:
-                raise AgentlogError(
-                    f"run {self.run_id}: the result at position {event.position} is stored out of line "
-                    f"(payloads offset {event.result_offset}) and was not read back; a saved history "
-                    "needs `agentlog history --json --payloads`"
+
+    def _apply_completed(self, event: ModelCallCompleted | ToolCallCompleted) -> None:
+        self._resumed_by(event)
+        if event.result_offset is not None:
+            raise AgentlogError(
+                f"run {self.run_id}: the result at position {event.position} is stored out of line "
+                f"(payloads offset {event.result_offset}) and was not read back; a saved history "
+                "needs `agentlog history --json --payloads`"
+            )
+        command = self._command_for(event.position, event)
+        if command is None:
+            return
+        command.future.set_result(orjson.loads(event.result))  # written by canonical_json
+        if event.in_doubt and self.replaying:  # live re-executions were listed by finish_replay
+            self.in_doubt.append(InDoubt(command.kind, command.name, command.position, command.key))
+        self._drive()
+
+    def _apply_failed(self, event: ModelCallFailed | ToolCallFailed) -> None:
+        self._resumed_by(event)
+        command = self._command_for(event.position, event)
+        if command is None:
+            return
+        command.failed_attempts = max(command.failed_attempts, event.attempt)
+        if event.final:
+            command.future.set_exception(
+                CallFailed(
+                    command.kind, command.name, command.position, event.error_type, event.error, event.attempt
                 )
-            command = self._command_for(event.position, event)
-            if command is None:
-                return
-            command.future.set_result(orjson.loads(event.result))  # written by canonical_json
-            if event.in_doubt and self.replaying:  # live re-executions were listed by finish_replay
-                self.in_doubt.append(InDoubt(command.kind, command.name, command.position, command.key))
-        elif isinstance(event, (ModelCallFailed, ToolCallFailed)):
-            command = self._command_for(event.position, event)
-            if command is None:
-                return
-            command.failed_attempts = max(command.failed_attempts, event.attempt)
-            if event.final:
-                command.future.set_exception(
-                    CallFailed(
-                        command.kind,
-                        command.name,
-                        command.position,
-                        event.error_type,
-                        event.error,
-                        event.attempt,
-                    )
-                )
-        elif isinstance(event, TimerFired):
-            command = self._command_for(event.position, event)
-            if command is None:
-                return
-            if command.kind == "timer":
-                command.future.set_result(None)
-            elif not command.future.done:
-                self._waiters.get(command.name, deque()).remove(command)
-                command.future.set_exception(
-                    TimeoutError(f"no signal {command.name!r} within {command.duration_ms} ms")
-                )
-        elif isinstance(event, SignalReceived) and event.name == CANCEL_SIGNAL:
+            )
+        self._drive()
+
+    def _apply_timer_fired(self, event: TimerFired) -> None:
+        self._resumed_by(event)
+        command = self._command_for(event.position, event)
+        if command is None:
+            return
+        if command.kind == "timer":
+            command.future.set_result(None)
+        elif not command.future.done:  # a signal wait's timeout
+            self._waiters.get(command.name, deque()).remove(command)
+            command.future.set_exception(
+                TimeoutError(f"no signal {command.name!r} within {command.duration_ms} ms")
+            )
+        self._drive()
+
+    def _apply_signal(self, event: SignalReceived) -> None:
+        self._resumed_by(event)
+        if event.name == CANCEL_SIGNAL:
             self._begin_unwind(cancelled_by(event.payload, event.command_offset, self.run_id))
-        elif isinstance(event, SignalReceived):
+        else:
             waiters = self._waiters.get(event.name)
             if waiters:
                 waiters.popleft().future.set_result(json.loads(event.payload))
             else:
                 self._signals.setdefault(event.name, deque()).append(event.payload)
-        elif isinstance(event, (RunCompleted, RunFailed, RunCancelled, RunContinuedAsNew, RunParked)):
-            self._terminate(event)
-            return
-        elif isinstance(event, (NonDeterminismDetected, Redecided, PromptDrifted)):
-            return
         self._drive()
 
-    def _apply_record(self, event: Event) -> None:
-        # The match itself happened when the code issued the command (see _issue).
-        return
+    def _apply_ending(self, event: Event) -> None:
+        self._resumed_by(event)
+        self._terminate(event)
+
+    def _apply_note(self, event: Event) -> None:
+        """A divergence, re-decision or drift already recorded: it changes nothing in the run."""
+        self._resumed_by(event)
+
+    def _apply_other(self, event: Event) -> None:
+        """A record no command waits for (RunStarted, a claim, a checkpoint, a rejection)."""
+        self._resumed_by(event)
+        self._drive()
 
     def _command_for(self, position: int, event: Event) -> Intent | None:
         command = self.commands.get(position)
@@ -294,7 +423,7 @@ class RunMachine:
             self._diverge(position, event.type, "nothing (the code did not reach it)")
         return command
 
-    def wants_timer(self, position: int) -> bool:
+    def _wants_timer(self, position: int) -> bool:
         command = self.commands.get(position)
         return command is not None and self.active and not command.future.done
 
@@ -331,6 +460,19 @@ class RunMachine:
             compensates=compensates,
         )
         return self._issue(command)
+
+    def issue_compensable_tool(
+        self, name: str, args: dict[str, Any], compensate_with: tuple[str, dict[str, Any]]
+    ) -> DurableFuture:
+        compensation = self.saga.checked(self.app, name, compensate_with)
+        future = self.issue_tool(name, args)
+        self.saga.add(future, name, compensation)
+        return future
+
+    def effect_key(self, position: int) -> str:
+        key = self.commands[position].key
+        assert key is not None  # an effect's key, recorded with it
+        return key
 
     def issue_timer(self, duration_ms: int) -> DurableFuture:
         return self._issue(timer_intent(self._next_position(), duration_ms))
@@ -522,3 +664,29 @@ class RunMachine:
         return with_envelope(
             event, self.run_id, self.seq, self.stamp.clock(), self.stamp.worker, self.stamp.epoch
         )
+
+
+# The handler of each kind of activation (runtime.workflow.activation).
+_ACTIVATE: dict[type[Activation], Callable[[RunMachine, Any], None]] = {
+    Wake: RunMachine._wake,
+    Deliver: RunMachine._deliver,
+    TimerDue: RunMachine._timer_due,
+    Cancel: RunMachine._cancel,
+    Park: RunMachine._park,
+}
+
+# The handler of each event record type; tests/unit/test_machine_dispatch.py checks every one is here.
+_APPLY: dict[type[Event], Callable[[RunMachine, Any], None]] = {
+    **dict.fromkeys(SCHEDULED_TYPES, RunMachine._matched_at_issue),
+    ModelCallCompleted: RunMachine._apply_completed,
+    ToolCallCompleted: RunMachine._apply_completed,
+    ModelCallFailed: RunMachine._apply_failed,
+    ToolCallFailed: RunMachine._apply_failed,
+    TimerFired: RunMachine._apply_timer_fired,
+    SignalReceived: RunMachine._apply_signal,
+    **dict.fromkeys(
+        (RunCompleted, RunFailed, RunCancelled, RunContinuedAsNew, RunParked), RunMachine._apply_ending
+    ),
+    **dict.fromkeys((NonDeterminismDetected, Redecided, PromptDrifted), RunMachine._apply_note),
+    **dict.fromkeys((RunStarted, EpochClaimed, PartitionCheckpoint, RunRejected), RunMachine._apply_other),
+}

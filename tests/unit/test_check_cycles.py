@@ -1,9 +1,10 @@
-"""tools/check_cycles.py: Tarjan on a toy graph, and no cycle in the packages themselves."""
+"""tools/check_cycles.py: Tarjan on a toy graph, a cycle closed under TYPE_CHECKING, none in the packages."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -34,3 +35,18 @@ def test_strongly_connected_components(check_cycles: ModuleType) -> None:
 def test_the_packages_have_no_import_cycles(check_cycles: ModuleType) -> None:
     _, cycles = check_cycles.find_cycles(check_cycles.PACKAGES)
     assert cycles == []
+
+
+def test_an_import_under_type_checking_closes_a_cycle(
+    check_cycles: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "typed_circle"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "host.py").write_text("from typed_circle import guest\n")
+    (package / "guest.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from typed_circle import host\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _, cycles = check_cycles.find_cycles(["typed_circle"])
+    assert cycles == [["typed_circle.guest", "typed_circle.host"]]

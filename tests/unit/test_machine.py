@@ -114,8 +114,8 @@ def test_live_run_records_scheduled_then_completed_and_finishes() -> None:
 def test_replay_serves_recorded_results_and_reexecutes_only_the_in_flight_call() -> None:
     history = live_run(make_app(), crash_after=2)  # model and lookup answered; refund scheduled, in flight
     assert history[-1].type == "ToolCallScheduled"
-    machine = RunMachine(make_app(), started(), Stamp(Clock(), "w2", 99), history)
-    machine.begin()
+    machine = RunMachine(make_app(), started(), Stamp(Clock(), "w2", 99))
+    machine.begin(history)
     machine.replay(history)
     machine.finish_replay()
     events, ready = machine.drain()
@@ -135,8 +135,8 @@ def test_idempotency_key_ignores_free_text_arguments_outside_key_args() -> None:
 
 def test_divergent_arguments_park_the_run_naming_both_commands() -> None:
     history = live_run(make_app(step_arg=1), crash_after=2)
-    machine = RunMachine(make_app(step_arg=2), started(), Stamp(Clock(), "w2", 99), history)
-    machine.begin()
+    machine = RunMachine(make_app(step_arg=2), started(), Stamp(Clock(), "w2", 99))
+    machine.begin(history)
     machine.replay(history)
     machine.finish_replay()
     events, ready = machine.drain()
@@ -208,8 +208,8 @@ def test_gather_timer_and_signal_replay_deterministically() -> None:
     live_result = json.loads(history[-1].result)
     assert live_result[:3] == [1, 2, {"ok": True}]
 
-    replayed = RunMachine(app, started(), Stamp(Clock(), "w2", 5), history)
-    replayed.begin()
+    replayed = RunMachine(app, started(), Stamp(Clock(), "w2", 5))
+    replayed.begin(history)
     replayed.replay(history)
     replayed.finish_replay()
     assert replayed.status == "completed" and replayed.drain() == ([], [])

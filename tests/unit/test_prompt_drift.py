@@ -110,8 +110,8 @@ def waiting_history(app: App) -> list[Event]:
 
 def resume(app: App, history: list[Event], signal: bool = True) -> tuple[RunMachine, list[Event]]:
     """Friday: a worker running ``app`` replays ``history``, goes live and gets the approval."""
-    machine = RunMachine(app, STARTED, Stamp(Clock(), "w2", 7), history)
-    machine.begin()
+    machine = RunMachine(app, STARTED, Stamp(Clock(), "w2", 7))
+    machine.begin(history)
     machine.replay(history)
     machine.finish_replay()
     out = list(history)
@@ -193,15 +193,15 @@ def test_strict_prompts_parks_a_reworded_prompt() -> None:
 
 def test_replaying_a_history_that_holds_the_drift_records_nothing_new() -> None:
     history = waiting_history(po_app())
-    first = RunMachine(po_app(version="v2"), STARTED, Stamp(Clock(), "w2", 7), history)
-    first.begin()
+    first = RunMachine(po_app(version="v2"), STARTED, Stamp(Clock(), "w2", 7))
+    first.begin(history)
     first.replay(history)
     first.finish_replay()
     events, _ = first.drain()
     assert [e.type for e in events] == ["PromptDrifted"]
     with_drift = history + events
-    again = RunMachine(po_app(version="v2"), STARTED, Stamp(Clock(), "w3", 8), with_drift)
-    again.begin()
+    again = RunMachine(po_app(version="v2"), STARTED, Stamp(Clock(), "w3", 8))
+    again.begin(with_drift)
     again.replay(with_drift)
     again.finish_replay()
     assert again.drain()[0] == [] and again.divergence is None and again.active
@@ -219,13 +219,13 @@ def test_replaying_a_history_that_holds_the_drift_records_nothing_new() -> None:
 
 def test_a_second_prompt_change_is_recorded_again() -> None:
     history = waiting_history(po_app())
-    first = RunMachine(po_app(version="v2"), STARTED, Stamp(Clock(), "w2", 7), history)
-    first.begin()
+    first = RunMachine(po_app(version="v2"), STARTED, Stamp(Clock(), "w2", 7))
+    first.begin(history)
     first.replay(history)
     first.finish_replay()
     with_drift = history + first.drain()[0]
-    again = RunMachine(po_app(version="v3"), STARTED, Stamp(Clock(), "w3", 8), with_drift)
-    again.begin()
+    again = RunMachine(po_app(version="v3"), STARTED, Stamp(Clock(), "w3", 8))
+    again.begin(with_drift)
     again.replay(with_drift)
     again.finish_replay()
     (drifted,) = again.drain()[0]

@@ -52,8 +52,8 @@ def chat_app(turns: int) -> App:
 def run_live(app: App, history: Sequence[Event] = (), limit: int = 10_000) -> tuple[RunMachine, list[Event]]:
     """Drive the run to its end, answering every model call; every event it emitted."""
     started = RunStarted(run_id="r1", seq=1, occurred_at=1, workflow="talk", input="{}", command_offset=0)
-    run = RunMachine(app, started, Stamp(itertools.count(5).__next__, "w1", 0), history=history)
-    run.begin()
+    run = RunMachine(app, started, Stamp(itertools.count(5).__next__, "w1", 0))
+    run.begin(history)
     if history:
         run.replay(history)
         run.finish_replay()

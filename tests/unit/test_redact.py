@@ -67,8 +67,8 @@ def pay_app(card: str = CARD) -> tuple[App, list[dict[str, Any]]]:
 
 def run(app: App, history: Sequence[Event] = ()) -> tuple[RunMachine, list[Event]]:
     started = RunStarted(run_id="r1", seq=1, occurred_at=1, workflow="pay", input="{}", command_offset=0)
-    machine = RunMachine(app, started, Stamp(itertools.count(5).__next__, "w1", 0), history=history)
-    machine.begin()
+    machine = RunMachine(app, started, Stamp(itertools.count(5).__next__, "w1", 0))
+    machine.begin(history)
     if history:
         machine.replay(history)
         machine.finish_replay()

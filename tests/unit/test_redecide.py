@@ -117,10 +117,8 @@ def live(
 
 def recovered(history: list[Event], answer: Answer) -> tuple[RunMachine, list[Event]]:
     """A new worker: replay ``history``, then carry on live."""
-    machine = RunMachine(
-        make_app(), started(), Stamp(itertools.count(9000).__next__, "w2", 7), history=history
-    )
-    machine.begin()
+    machine = RunMachine(make_app(), started(), Stamp(itertools.count(9000).__next__, "w2", 7))
+    machine.begin(history)
     machine.replay(history)
     machine.finish_replay()
     return machine, drive(machine, lambda c: result_event(c, answer(c)), list(history))

@@ -79,8 +79,8 @@ def reset_run(history: list[Event], position: int, key_root: str | None) -> RunM
     """What the worker does with a reset submission: copies after RunStarted, replay, go live."""
     copies = decode_seed(encode_seed(cut(history, position)), position)
     start = started("r2", key_root)
-    machine = RunMachine(make_app(), start, Stamp(itertools.count(900).__next__, "w2", 5), [start, *copies])
-    machine.begin()
+    machine = RunMachine(make_app(), start, Stamp(itertools.count(900).__next__, "w2", 5))
+    machine.begin([start, *copies])
     machine.replay(copies)
     machine.finish_replay()
     return machine

@@ -183,7 +183,7 @@ def test_the_machine_reports_the_vocabulary() -> None:
         return value
 
     started = RunStarted(run_id="r", workflow="done", input="1", command_offset=0)
-    machine = RunMachine(app, started, Stamp(lambda: 0, "test", 0), [])
+    machine = RunMachine(app, started, Stamp(lambda: 0, "test", 0))
     machine.begin()
     assert machine.status == "completed" and machine.status in RUN_STATES
     machine.park("operator")  # a run that ended is not parked again
