@@ -34,8 +34,9 @@ from runtime.config import Settings
 from runtime.log.port.memory import MemoryLog
 from runtime.log.records.chain import ChainKey
 from runtime.log.records.chain import seal as chain_seal
-from runtime.log.records.sealing import KeyStore, Sealer
 from runtime.log.schemas.serde import Serde
+from runtime.log.sealing.keys import KeyStore
+from runtime.log.sealing.sealer import Sealer
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 40

@@ -36,6 +36,7 @@ from runtime.log.records.run_index import RunLocation, parse_location, run_key
 from runtime.log.records.status import has_ended
 from runtime.log.schemas.datum import DecodeError, record_to_dict
 from runtime.log.schemas.serde import Serde
+from runtime.log.sealing.submitter import SubmitterKeys
 from runtime.replay.reset import SeedError, UncleanSeam, cut, encode_seed
 from runtime.results import ResultTail
 from runtime.run_status import LoggedEvent, RunStatus, summarize
@@ -87,15 +88,16 @@ class Client:
         # Signals keep ``log``'s idempotent producer: the worker delivers a repeated SignalSent
         # twice. Cancellations too (one producer for what must not repeat).
         self._submissions: EventLog = log if log is not None else KafkaLog(self.settings, idempotent=False)
-        # Keys go through the submissions' producer, just before the command, without an ack each.
+        # The keys of the commands this client writes (runtime.log.sealing.submitter): through the
+        # submissions' producer, just before the command, without an ack each, when the client
+        # opened its own log; a client whose key store is its own (no serde given: a serde given may
+        # be another's) follows the keys partitions it reads twice.
         sealer = self.serde.seal_over(self._submissions).sealer
-        if sealer is not None and log is None:
-            sealer.keys.ack_each = False
-            # A submission with an id of its own looks for the id's key first (a repeated
-            # submission reuses it): a client that submits many follows their partitions -- with
-            # a key store of its own (a serde given may be another's).
-            sealer.keys.follow_reads = serde is None
-        self._follows_keys = sealer is not None and sealer.keys.follow_reads
+        self._keys = (
+            SubmitterKeys(sealer, own_producer=log is None, follow_reads=log is None and serde is None)
+            if sealer is not None
+            else None
+        )
         self._closes_log = log is None
         self._wrote = False
         # Results pushed: one tail over the events partitions of the runs this client submitted,
@@ -127,14 +129,10 @@ class Client:
         producer cannot take the record."""
         drawn = run_id is None
         run_id = run_id or new_run_id()
-        if subject is not None:
-            if self.serde.sealer is None:
-                raise ValueError("submit(subject=...) needs a deployment that seals contents (seal_contents)")
-            self.serde.sealer.use_subject(run_id, subject)
-        elif drawn and self.serde.sealer is not None:
-            # A random id drawn just now has no key yet: make one without reading the keys
-            # partition (a given id may be a repeated submission, whose key must be reused).
-            self.serde.sealer.use_new_key(run_id)
+        if self._keys is not None:
+            self._keys.for_submission(run_id, drawn=drawn, subject=subject)
+        elif subject is not None:
+            raise ValueError("submit(subject=...) needs a deployment that seals contents (seal_contents)")
         self._note_floor(run_id)
         text = raw_input if raw_input is not None else canonical_json(input)
         self._send(RunSubmitted(run_id=run_id, workflow=workflow, input=text))
@@ -230,27 +228,26 @@ class Client:
 
     def _learn_key_of(self, run_id: str) -> None:
         """Before sealing a signal for a run this client did not submit (``seal_contents``): learn
-        which key seals the run's contents from the run's own first record -- a sealed value names
-        its key id in the clear, and decoding it teaches the sealer (``Sealer.open_text``). Its
-        RunStarted where the run index locates it, else its submission in the commands topic (whose
-        key may be a moment behind it: the decoding waits for it). Sealing under a key of the run
-        id instead would make a second key: for a run sealed under its data subject's key, one
-        that ``agentlog erase --subject`` does not destroy; for a run whose key is not readable
-        yet, one that compaction would keep in place of the run's own."""
-        sealer = self.serde.sealer
-        if sealer is None or sealer.knows_key_of(run_id):
+        which key seals the run's contents (``SubmitterKeys.learn_key_of``) from the run's own
+        first record -- its RunStarted where the run index locates it, else its submission in the
+        commands topic (whose key may be a moment behind it: the decoding waits for it)."""
+        if self._keys is None:
             return
-        location = self.location(run_id)
-        if location is not None:  # decoding its RunStarted is what teaches the sealer
-            next(self.events(run_id, start=location.first, end=location.first + 1), None)
-        if not sealer.knows_key_of(run_id):
+
+        def from_run_started() -> None:
+            location = self.location(run_id)
+            if location is not None:  # decoding its RunStarted is what teaches the sealer
+                next(self.events(run_id, start=location.first, end=location.first + 1), None)
+
+        def from_submission() -> None:
             key = run_id.encode()
             for record in self.log.read(
                 self.settings.commands_topic, self.partition(run_id), keep=lambda k: k == key
             ):
                 if isinstance(self.serde.decode(record.value or b"", record.key), RunSubmitted):
                     break
-        if not sealer.knows_key_of(run_id):
+
+        if not self._keys.learn_key_of(run_id, (from_run_started, from_submission)):
             raise AgentlogError(
                 f"run {run_id}: no submission of it in {self.settings.commands_topic!r}, so the key its "
                 "contents are sealed under is not known, and a signal is sealed under that key: submit "
@@ -285,16 +282,16 @@ class Client:
             self._submissions.flush()
             if self.log is not self._submissions:
                 self.log.flush()
-            if self.serde.sealer is not None:
-                self.serde.sealer.keys.settle()  # the submissions' keys (raises if one was not written)
+            if self._keys is not None:
+                self._keys.settle()  # the submissions' keys (raises if one was not written)
 
     def close(self) -> None:
         """Stop following results, flush and close the log this client opened (not one it was
         given); safe to call twice. The client may be used again afterwards (it opens new
         connections)."""
         self._results.close()
-        if self._follows_keys and self.serde.sealer is not None:
-            self.serde.sealer.keys.stop_following()
+        if self._keys is not None:
+            self._keys.close()
         if self._closes_log:
             try:
                 self._submissions.close()

@@ -2,7 +2,7 @@
 destroys a data subject's key (runtime.erasure), so that no run still writing under it is erased.
 
 Which runs a subject's key seals is said by the records themselves: every sealed value names its
-key id (runtime.log.records.sealing), and nothing else -- no schema field, no index -- records the
+key id (runtime.log.sealing), and nothing else -- no schema field, no index -- records the
 subject. So the question is "which runs that have not ended name this key", and the cheapest
 correct place to ask it is where a worker's rebuild looks for the runs that have not ended, per
 partition:
@@ -31,10 +31,10 @@ from runtime.client import Client
 from runtime.errors import AgentlogError
 from runtime.log.port.protocol import LogRecord
 from runtime.log.records.events import PartitionCheckpoint, Record
-from runtime.log.records.sealing import CONTENT_FIELDS, is_sealed, key_id_of
 from runtime.log.records.status import has_ended
 from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.serde import Serde
+from runtime.log.sealing.form import CONTENT_FIELDS, is_sealed, key_id_of
 from runtime.worker.rebuild import checkpoint_key
 
 NOT_STARTED = "submitted, not started"  # a submission no worker has handled yet

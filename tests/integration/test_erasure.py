@@ -15,7 +15,8 @@ import pytest
 from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.kafka.backend import KafkaLog
-from runtime.log.records.sealing import ERASED, KeyStore
+from runtime.log.sealing.form import ERASED
+from runtime.log.sealing.keys import KeyStore
 from support.erasure_apps import COMPLETION_TOKENS, PROMPT_TOKENS
 from support.sink import (
     SinkProcess,
@@ -152,9 +153,7 @@ def test_the_erased_key_leaves_the_keys_topic_once_compacted(erased: Erased) -> 
     keys = KeyStore(KafkaLog(s), s.keys_topic, s.partitions)
     fillers = iter(range(1000))
     wait_until(
-        lambda: (
-            keys.get_or_create(f"filler-{next(fillers)}") and erased.key not in raw_bytes(s, s.keys_topic)
-        ),
+        lambda: keys.sealing_key(f"filler-{next(fillers)}") and erased.key not in raw_bytes(s, s.keys_topic),
         240,
         "the erased run's key compacted out of the keys topic",
         interval=10,

@@ -19,8 +19,8 @@ from runtime.errors import AgentlogError
 from runtime.log.kafka.backend import KafkaLog
 from runtime.log.port.partitioning import name_in_partition, partition_for
 from runtime.log.records.events import SignalReceived, SignalSent
-from runtime.log.records.sealing import ERASED, key_id_of, subject_key_id
 from runtime.log.schemas.serde import Serde
+from runtime.log.sealing.form import ERASED, key_id_of, subject_key_id
 from support.late_keys import LateKeySubmission
 from support.services import agentlog, make_deployment
 from support.wait import wait_until
@@ -195,9 +195,14 @@ def test_a_signal_from_another_client_is_sealed_under_the_run_s_subject_key(
         assert signal.event.payload == ERASED
 
 
-def test_a_signal_for_a_run_never_submitted_is_refused_naming_it(sealed: tuple[Settings, WorkerProcess]) -> None:
+def test_a_signal_for_a_run_never_submitted_is_refused_naming_it(
+    sealed: tuple[Settings, WorkerProcess],
+) -> None:
     settings, _ = sealed
     nobody = f"nobody-{new_run_id()}"
-    with Client(settings) as client, pytest.raises(AgentlogError, match=rf"run {nobody}: no submission of it"):
+    with (
+        Client(settings) as client,
+        pytest.raises(AgentlogError, match=rf"run {nobody}: no submission of it"),
+    ):
         client.signal(nobody, "go", None)
     assert keys_named(settings, nobody) == 0

@@ -23,8 +23,10 @@ from runtime.log.port.memory import MemoryLog
 from runtime.log.port.protocol import LogRecord
 from runtime.log.records.chain import chain_key_of, first_break, link_of
 from runtime.log.records.events import ModelCallScheduled, RunSubmitted, ToolCallCompleted, ToolCallScheduled
-from runtime.log.records.sealing import ERASED, KeyStore, Sealer, SealError
 from runtime.log.schemas.serde import Serde
+from runtime.log.sealing.form import ERASED
+from runtime.log.sealing.keys import KeyStore
+from runtime.log.sealing.sealer import Sealer, SealError
 from runtime.worker.loop import Worker
 from support.erasure_apps import COMPLETION_TOKENS, PROMPT_TOKENS, app
 
@@ -204,11 +206,11 @@ def test_a_followed_keys_partition_gives_a_new_runs_key_without_a_range_read() -
     worker_keys.follow([0, 1])
     log.strict = True
     try:
-        key = client_keys.get_or_create("fresh-run-id", new=True)  # a drawn id: no read either
-        assert worker_keys.awaited("fresh-run-id", timeout=5) == key
+        key = client_keys.new_key("fresh-run-id")  # a drawn id: no read either
+        assert worker_keys.opening_key("fresh-run-id", wait=5) == key
         client_keys.destroy("fresh-run-id")
         deadline = time.monotonic() + 5
-        while worker_keys.get("fresh-run-id") is not None:  # the tombstone arrives the same way
+        while worker_keys.held("fresh-run-id") is not None:  # the tombstone arrives the same way
             assert time.monotonic() < deadline, "the follower did not see the tombstone"
             time.sleep(0.01)
     finally:
@@ -238,7 +240,7 @@ def test_a_value_sealed_with_the_earlier_nonce_layout_still_opens() -> None:
     # counter) are in Kafka for good: the nonce travels with each value, so they open as before.
     settings = Settings(partitions=1)
     keys = KeyStore(MemoryLog(settings), settings.keys_topic, 1)
-    key = keys.get_or_create("r1")
+    key = keys.sealing_key("r1")
     nonce = os.urandom(8) + (7).to_bytes(4, "big")
     blob = nonce + AESGCM(key).encrypt(nonce, b'{"a":1}', b"r1/args")
     old = "sealed:v1:r1:" + base64.b64encode(blob).decode()
@@ -349,28 +351,28 @@ def _wait_for(condition: object, timeout: float = 5.0) -> None:
 def test_a_store_that_follows_what_it_reads_looks_a_given_id_up_without_reading_again() -> None:
     log = CountingLog(KEYS)
     store = KeyStore(log, KEYS.keys_topic, KEYS.partitions)
-    store.follow_reads = True
+    store.serve_submitter(follow_reads=True)
     try:
-        store.get_or_create("run-a")
-        store.get_or_create("run-b")  # the partition's second read: followed from here on
+        store.sealing_key("run-a")
+        store.sealing_key("run-b")  # the partition's second read: followed from here on
         reads = log.reads
-        keys = {store.get_or_create(f"run-{i}") for i in range(20)}
+        keys = {store.sealing_key(f"run-{i}") for i in range(20)}
         assert log.reads == reads, "an id of a followed partition was looked up with a read"
         assert len(keys) == 20
         # A key another process writes is brought by the follower: the same id reuses it.
         other = KeyStore(log, KEYS.keys_topic, KEYS.partitions)
-        written = other.get_or_create("run-elsewhere")
-        _wait_for(lambda: store.cached("run-elsewhere") is not None)
-        assert store.get_or_create("run-elsewhere") == written
+        written = other.sealing_key("run-elsewhere")
+        _wait_for(lambda: store.held("run-elsewhere") is not None)
+        assert store.sealing_key("run-elsewhere") == written
         assert log.reads == reads + 1  # the other store's own lookup
         # Stopped (a client's close), the store reads again, and follows again once it has read twice.
         store.stop_following()
         before = log.reads
-        assert store.get_or_create("run-elsewhere") == written  # cached: no read
-        store.get_or_create("run-after-stop")
-        store.get_or_create("run-after-stop-2")
+        assert store.sealing_key("run-elsewhere") == written  # cached: no read
+        store.sealing_key("run-after-stop")
+        store.sealing_key("run-after-stop-2")
         assert log.reads == before + 2
-        store.get_or_create("run-after-stop-3")
+        store.sealing_key("run-after-stop-3")
         assert log.reads == before + 2
     finally:
         store.close()
@@ -380,7 +382,7 @@ def test_a_store_that_does_not_follow_reads_for_every_given_id() -> None:
     log = CountingLog(KEYS)
     store = KeyStore(log, KEYS.keys_topic, KEYS.partitions)  # a worker's: it follows what it owns
     for i in range(5):
-        store.get_or_create(f"run-{i}")
+        store.sealing_key(f"run-{i}")
     assert log.reads == 5
 
 
@@ -403,7 +405,9 @@ def test_a_subject_runs_successors_are_sealed_under_the_subject_and_erased_with_
     fresh = Client(local.settings, identity="reader", log=local.log, serde=Serde.offline(local.settings))
     for run_id in runs:
         history = json.dumps(fresh.history(run_id))
-        assert "ToolCallCompleted" in history and MARKER not in history, f"run {run_id} of the chain was not erased"
+        assert "ToolCallCompleted" in history and MARKER not in history, (
+            f"run {run_id} of the chain was not erased"
+        )
     fresh.close()
 
 
@@ -431,7 +435,7 @@ def test_a_worker_drops_the_ciphers_of_the_runs_that_have_ended() -> None:
 
 
 def test_a_sealers_ciphers_are_a_bounded_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("runtime.log.records.sealing.CACHED_CIPHERS", 8)
+    monkeypatch.setattr("runtime.log.sealing.sealer.CACHED_CIPHERS", 8)
     sealer = Sealer(KeyStore(MemoryLog(KEYS), KEYS.keys_topic, 1))
     sealed = {}
     for i in range(20):

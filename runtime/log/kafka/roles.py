@@ -59,7 +59,7 @@ def grants(role: Role, settings: Settings) -> list[Grant]:
     if role == "submitter":
         return [
             Grant("topic", s.commands_topic, "WRITE"),
-            # A sealed run's data key is made by its submitter (runtime.log.records.sealing), which
+            # A sealed run's data key is made by its submitter (runtime.log.sealing), which
             # also reads it to open the run's result.
             *(Grant("topic", s.keys_topic, op) for op in ("READ", "WRITE")),
             *(Grant("topic", t, "READ") for t in (s.events_topic, s.checkpoints_topic, s.payloads_topic)),
