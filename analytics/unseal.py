@@ -10,7 +10,7 @@ Where a sealed value sits in a cell:
 
 - the whole cell (``args``, ``result``, ``input``, ``params``, each of ``new_messages``, a
   payload's ``content``): the cell becomes the plain JSON text, or ``"erased"`` (JSON text, as
-  ``Client.history`` reads it);
+  ``RunHandle.history`` reads it);
 - inside a JSON string the store's views built (a message's ``content`` in ``model_calls.messages``):
   the string becomes the plain text, JSON-escaped, or ``erased``;
 - bare inside a JSON text (a message stored with no role, whose whole canonical JSON was sealed):

@@ -47,7 +47,7 @@ def _one(client: Client, db: Path) -> dict[str, float]:
     run = new_run_id()
     submitted = time.time()
     client.submit("e2e", {"run": run}, run_id=run)
-    client.result(run, timeout=120)
+    client.run(run).result(timeout=120)
     answered = time.time()
     first, last = _times(db, run)
     return {
@@ -64,7 +64,7 @@ def _wait_all(client: Client, runs: list[str]) -> None:
         many(runs, timeout=600)
     else:
         for run in runs:
-            client.result(run, timeout=600)
+            client.run(run).result(timeout=600)
 
 
 def bench_e2e(
@@ -75,7 +75,7 @@ def bench_e2e(
     client = Client(settings)
     try:
         for _ in range(3):  # the worker joins, claims its partitions and warms its code paths
-            client.result(client.submit("e2e", {"run": (run := new_run_id())}, run_id=run), timeout=120)
+            client.submit("e2e", {"run": (run := new_run_id())}, run_id=run).result(timeout=120)
         singles = []
         for _ in range(l_runs):
             time.sleep(idle_s)  # the worker is idle when the submission arrives

@@ -61,7 +61,7 @@ def record_run(path: Path) -> None:
     thread.start()
     try:
         with Client(settings, identity="bench", log=log, serde=serde) as client:
-            client.result(client.submit("refund", {"order": "bulk-1"}), timeout=120)
+            client.submit("refund", {"order": "bulk-1"}).result(timeout=120)
     finally:
         worker.stop()
         thread.join(timeout=10)

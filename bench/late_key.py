@@ -74,7 +74,7 @@ def one_round(late_s: float) -> dict[str, Any]:
         )
 
     try:
-        neighbour = client.submit("ticks", {"count": 400})
+        neighbour = client.submit("ticks", {"count": 400}).run_id
         while steps(neighbour) < 3:
             time.sleep(0.01)
         scratch = KeyStore(MemoryLog(settings), settings.keys_topic, 1)
@@ -91,7 +91,7 @@ def one_round(late_s: float) -> dict[str, Any]:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                status = client.status("late")
+                status = client.run("late").status()
             except AgentlogError as error:  # SealError, DecodeError: reported, not raised
                 return {"neighbour_steps_while_waiting": during, "late_status": f"unreadable: {error}"}
             if status.status not in ("unknown", "running"):

@@ -43,7 +43,7 @@ def erase_run(client: Client, run_id: str) -> str:
     """Destroy the key ``run_id``'s contents are sealed under; returns its key id. Refuses a run
     that is unknown or has not ended, naming it and its status."""
     sealer = _sealer(client)
-    status = client.status(run_id)
+    status = client.run(run_id).status()
     if status.status == "unknown":
         raise ErasureRefused(f"run {run_id} is not in the log: nothing to erase")
     if not has_ended(status.status):

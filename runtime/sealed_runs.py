@@ -14,7 +14,7 @@ partition:
 - the commands from the checkpoint's ``commands_offset`` on hold the submissions no worker has
   turned into a run yet.
 
-A run found there that names the key is then asked for its status (``Client.status``, which reads
+A run found there that names the key is then asked for its status (``RunHandle.status``, which reads
 its own records through the run index); one that has not ended, or a submission not started yet,
 is named. Cost: the checkpoints partition (one record per run the partition has seen, compacted),
 one record per active run, and what was written since the last checkpoint -- not the events topic,
@@ -84,7 +84,7 @@ def unended_runs(client: Client, key_id: str) -> list[UnendedRun]:
                 found.add(run_id)
     unended: list[UnendedRun] = []
     for run_id in sorted(candidates | submitted):
-        status = client.status(run_id).status
+        status = client.run(run_id).status().status
         if status == "unknown" and run_id in submitted:
             unended.append(UnendedRun(run_id, NOT_STARTED))
         elif status != "unknown" and not has_ended(status):

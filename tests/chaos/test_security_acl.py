@@ -206,8 +206,8 @@ def test_a_run_served_by_role_users_leaks_no_password(
     sink = SinkProcess(as_user(deployment, "sink"), dsn, tmp_path / "sink.log")
     try:
         with Client(as_user(deployment, "submitter")) as client:
-            run = client.submit("short", {"order": "acl-1", "steps": 2})
-            assert client.result(run, timeout=60) == "acl-1"
+            run = client.submit("short", {"order": "acl-1", "steps": 2}).run_id
+            assert client.run(run).result(timeout=60) == "acl-1"
         events = read_partition(deployment, 0)
         wait_for_rows(dsn, deployment.events_topic, len(events), proc=sink.proc)
         listing = subprocess.run(

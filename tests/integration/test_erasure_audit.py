@@ -58,10 +58,12 @@ def sealed(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
     try:
         worker.wait_ready(2)
         with Client(settings) as client:
-            run_id = client.submit("intake", {"note": MARKER})
-            twin_id = client.submit("intake", {"note": MARKER})  # the same run again, under its own key
-            assert client.result(run_id, timeout=60)["filed"] == MARKER
-            assert client.result(twin_id, timeout=60)["filed"] == MARKER
+            run_id = client.submit("intake", {"note": MARKER}).run_id
+            twin_id = client.submit(
+                "intake", {"note": MARKER}
+            ).run_id  # the same run again, under its own key
+            assert client.run(run_id).result(timeout=60)["filed"] == MARKER
+            assert client.run(twin_id).result(timeout=60)["filed"] == MARKER
     finally:
         worker.stop()
     dsn = f"chdb://{tmp}/store"
