@@ -51,17 +51,7 @@ class Endings:
         self._tail.close()
 
     def result(self, run_id: str, timeout: float = 60.0, *, follow: bool = False) -> Any:
-        """Wait for the run to end and return its result (decoded JSON).
-
-        The answer is pushed: the client's tail over its runs' partitions (``runtime.results``)
-        reads the ending event as it is written. A run this client did not submit is read once
-        from its partition's start, then watched the same way.
-        ``follow``: a run that continued as new is followed along its chain (``ctx.continue_as_new``)
-        to the last run, whose result is returned; ``timeout`` covers the whole chain.
-        Raises RunError if it ended otherwise (``status`` failed, cancelled, parked, rejected or,
-        without ``follow``, continued_as_new, with the reason), or with status "timeout" if it is
-        still running (or not started) after ``timeout`` seconds -- saying which worker the
-        workers' group has given its partition to, or that none has."""
+        """The run's result once it has ended: ``RunHandle.result`` says what is raised and when."""
         self._flush()
         deadline = time.monotonic() + timeout
         while True:

@@ -42,11 +42,9 @@ class RunReader:
 
     def events(self, run_id: str, start: int | None = None, end: int | None = None) -> Iterator[LoggedEvent]:
         """The run's events in log order with their offsets and sizes, fenced (zombie) records
-        left out; ``start``: the offset to read the partition from (default its beginning),
-        ``end``: where to stop (default the end now).
-        A record this code cannot decode is left out with a warning: the worker parks a run
-        with such a record, naming its offset, so the run's status still says what is wrong.
-        Raises KafkaException if the topic cannot be read."""
+        left out (``RunHandle.events``). A record this code cannot decode is left out with a
+        warning: the worker parks a run with such a record, naming its offset, so the run's status
+        still says what is wrong."""
         partition = self.partition(run_id)
         key = run_id.encode()
         fence = FenceFilter()
@@ -69,12 +67,7 @@ class RunReader:
             yield LoggedEvent(record.offset, len(record.value), event)
 
     def history(self, run_id: str, *, payloads: bool = False) -> list[dict[str, Any]]:
-        """As ``agentlog history --json``: each event's fields plus ``type``, ``partition`` and
-        ``offset``. ``payloads``: results stored out of line are read back and shown inline, and
-        each ``ModelCallScheduled`` also gets ``messages``, its whole prompt rebuilt from the run's
-        message sequence (``prompts``), or ``prompt_error`` saying why it could not be.
-        An unknown run has an empty history. Raises AgentlogError if a stored result or message is
-        missing (with ``payloads``), and what ``events`` raises."""
+        """As ``agentlog history --json`` (``RunHandle.history``)."""
         partition = self.partition(run_id)
         logged = self.logged(run_id, self.location(run_id))
         events = [e.event for e in logged]
@@ -96,9 +89,7 @@ class RunReader:
         ]
 
     def prompts(self, run_id: str) -> dict[int, RecordedInput]:
-        """Every model call's input, by position, rebuilt from the run's message sequence with the
-        messages stored out of line read back (runtime.log.records.prompts). Raises AgentlogError if a
-        stored message is missing or altered, or the sequence lacks a message a prompt names."""
+        """Every model call's input, by position (``RunHandle.prompts``)."""
         return self.inputs(run_id, [e.event for e in self.logged(run_id, self.location(run_id))])
 
     def inputs(self, run_id: str, events: list[Event]) -> dict[int, RecordedInput]:
@@ -184,9 +175,5 @@ class RunReader:
         return None
 
     def status(self, run_id: str) -> RunStatus:
-        """The run's status, size, in-doubt calls, re-decisions and outcome, read from its events
-        (from its first record when the run index locates it, else the whole partition is
-        scanned). A run id the log does not hold has status "unknown".
-        Raises KafkaException if the events topic cannot be read, DecodeError on a record this
-        code cannot decode."""
+        """The run's status read from its events (``RunHandle.status``)."""
         return summarize(run_id, self.logged(run_id, self.location(run_id)))

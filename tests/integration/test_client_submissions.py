@@ -47,10 +47,10 @@ _FRESH_PROCESS = """
 import json, sys
 from runtime.client import Client
 client = Client()
-run_id = client.submit("sleepy", {"sleep": 0})
+run_id = client.submit("sleepy", {"sleep": 0}).run_id
 client.flush()
 print(json.dumps({"run_id": run_id, "registry_client_imported": "runtime.log.schemas.registry_client" in sys.modules,
-                  "submissions_idempotent": client._submissions.idempotent}))
+                  "submissions_idempotent": client._writer._submissions.idempotent}))
 client.close()
 """
 
