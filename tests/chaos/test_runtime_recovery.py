@@ -94,7 +94,7 @@ def test_kill_inside_an_effect_applies_it_once(
 ) -> None:
     db, env, first = refund_worker(deployment, workers, tmp_path, REFUND_HANG_IN_EFFECT="refund")
     client = Client(deployment)
-    run_id = client.submit("refund", {"order": "48211", "steps": 25}).run_id
+    run = client.submit("refund", {"order": "48211", "steps": 25})
     client.flush()
     wait_until(
         lambda: db.execute("SELECT COUNT(*) FROM effects WHERE kind='refund'").fetchone()[0] == 1,
@@ -105,11 +105,11 @@ def test_kill_inside_an_effect_applies_it_once(
     first.proc.wait()
 
     workers.append(WorkerProcess(deployment, REFUND_APP, "w1", tmp_path / "w1b.log", **env))
-    client.run(run_id).result(timeout=60)
+    run.result(timeout=60)
     attempts = db.execute("SELECT idempotency_key FROM effect_attempts WHERE kind='refund'").fetchall()
     assert len(attempts) == 2 and attempts[0] == attempts[1]  # re-executed with the same key
     assert db.execute("SELECT COUNT(*) FROM effects WHERE kind='refund'").fetchone()[0] == 1
-    in_doubt = client.run(run_id).status().in_doubt
+    in_doubt = run.status().in_doubt
     assert in_doubt == (InDoubtCall(kind="tool", position=44, idempotency_key=attempts[0][0], name="refund"),)
     client.close()
 

@@ -26,9 +26,9 @@ def test_signal_wait_times_out_durably(
 ) -> None:
     start_worker(deployment, workers, tmp_path)
     client = Client(deployment)
-    run_id = client.submit("sleepy", {"sleep": 0, "timeout": 1}).run_id
+    run = client.submit("sleepy", {"sleep": 0, "timeout": 1})
     with pytest.raises(RunError) as failed:
-        client.run(run_id).result(timeout=30)
+        run.result(timeout=30)
     assert failed.value.status == "failed" and "TimeoutError" in failed.value.reason
     client.close()
 
@@ -38,16 +38,14 @@ def test_submitting_an_existing_run_id_starts_nothing_new(
 ) -> None:
     start_worker(deployment, workers, tmp_path)
     client = Client(deployment)
-    run_id = client.submit("short", {"order": "first"}, run_id="order-48211").run_id
-    assert client.run(run_id).result(timeout=30) == "first"
+    run = client.submit("short", {"order": "first"}, run_id="order-48211")
+    assert run.result(timeout=30) == "first"
     client.submit("short", {"order": "second"}, run_id="order-48211")
-    follow = client.submit(
-        "short", {"order": "after"}
-    ).run_id  # same client, later: processed after the duplicate
-    assert client.run(follow).result(timeout=30) == "after"
-    history = client.run(run_id).history()
+    follow = client.submit("short", {"order": "after"})  # same client, later: processed after the duplicate
+    assert follow.result(timeout=30) == "after"
+    history = run.history()
     assert [e["type"] for e in history].count("RunStarted") == 1
-    assert client.run(run_id).result() == "first"
+    assert run.result() == "first"
     client.close()
 
 
@@ -90,15 +88,15 @@ def test_retries_are_recorded_and_a_workflow_can_catch_a_tool_failure(
 ) -> None:
     start_worker(deployment, workers, tmp_path)
     client = Client(deployment)
-    run_id = client.submit("retrying", {"name": "svc"}).run_id
-    assert client.run(run_id).result(timeout=30) == {
+    run = client.submit("retrying", {"name": "svc"})
+    assert run.result(timeout=30) == {
         "lucky": "third time lucky",
         "caught": "ValueError",
         "attempts": 2,
     }
     failures = [
         (e["type"], e["position"], e["attempt"], e["final"])
-        for e in client.run(run_id).history()
+        for e in run.history()
         if e["type"] == "ToolCallFailed"
     ]
     assert failures == [
@@ -107,7 +105,7 @@ def test_retries_are_recorded_and_a_workflow_can_catch_a_tool_failure(
         ("ToolCallFailed", 2, 1, False),
         ("ToolCallFailed", 2, 2, True),
     ]
-    completed = [e for e in client.run(run_id).history() if e["type"] == "ToolCallCompleted"]
+    completed = [e for e in run.history() if e["type"] == "ToolCallCompleted"]
     assert completed[0]["attempt"] == 3
     client.close()
 
@@ -161,13 +159,13 @@ def test_a_run_at_its_history_limit_is_parked_with_the_reason(
         deployment, workers, tmp_path, AGENTLOG_HISTORY_WARN_EVENTS="6", AGENTLOG_HISTORY_LIMIT_EVENTS="12"
     )
     client = Client(deployment)
-    small = client.submit("short", {"order": "fits", "steps": 2}).run_id  # 6 events: not parked
-    big = client.submit("short", {"order": "too-long", "steps": 20}).run_id
-    assert client.run(small).result(timeout=30) == "fits"
+    small = client.submit("short", {"order": "fits", "steps": 2})  # 6 events: not parked
+    big = client.submit("short", {"order": "too-long", "steps": 20})
+    assert small.result(timeout=30) == "fits"
     with pytest.raises(RunError) as parked:
-        client.run(big).result(timeout=30)
+        big.result(timeout=30)
     assert parked.value.status == "parked" and "history limit reached: 12 events" in parked.value.reason
-    assert client.run(big).status().events == 13  # the 12 that reached the limit, then RunParked
+    assert big.status().events == 13  # the 12 that reached the limit, then RunParked
     # The warning at 6 events is a log record only: tests/unit/test_history_limit.py checks it.
     client.close()
 

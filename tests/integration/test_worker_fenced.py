@@ -31,11 +31,9 @@ def test_a_fenced_worker_rejoins_and_its_waiting_run_completes(
     worker = start_worker(deployment, workers, tmp_path)
     first_claims = worker.wait_ready(deployment.partitions, timeout=60)
     client = Client(deployment)
-    run = client.submit("waiter", {}).run_id
+    run = client.submit("waiter", {})
     client.flush()
-    wait_until(
-        lambda: client.run(run).status().status == "running", 30, "the run to start", detail=worker.log_tail
-    )
+    wait_until(lambda: run.status().status == "running", 30, "the run to start", detail=worker.log_tail)
 
     impostor = Consumer(consumer_config(deployment, "w1", 6000))  # the worker's group.instance.id
     impostor.subscribe([deployment.commands_topic])
@@ -64,8 +62,8 @@ def test_a_fenced_worker_rejoins_and_its_waiting_run_completes(
         detail=worker.log_tail,
     )
     assert set(claims) == set(first_claims)
-    client.run(run).signal("go", "after the fence")
-    assert client.run(run).result(timeout=60) == "after the fence"
+    run.signal("go", "after the fence")
+    assert run.result(timeout=60) == "after the fence"
     assert worker.proc.poll() is None, worker.log_tail()
     client.close()
 

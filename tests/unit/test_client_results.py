@@ -43,8 +43,8 @@ def result_tails() -> list[threading.Thread]:
 async def test_wait_returns_the_result_pushed_by_the_tail_while_the_worker_runs_in_this_loop() -> None:
     h = Harness(echo_app())
     h.start()
-    run = h.client.submit("twice", 21).run_id
-    assert await h.client.run(run).wait(timeout=5) == {"n": 21, "doubled": 42}
+    run = h.client.submit("twice", 21)
+    assert await run.wait(timeout=5) == {"n": 21, "doubled": 42}
     await h.stop_all()
     h.client.close()
 
@@ -68,15 +68,15 @@ async def test_many_runs_are_answered_by_one_tail() -> None:
 async def test_a_run_that_ended_already_answers_without_reading_the_partition() -> None:
     h = Harness(echo_app())
     h.start()
-    run = h.client.submit("twice", 5).run_id
-    assert await h.client.run(run).wait(timeout=5) == {"n": 5, "doubled": 10}
+    run = h.client.submit("twice", 5)
+    assert await run.wait(timeout=5) == {"n": 5, "doubled": 10}
     await h.stop_all()
 
     def no_reads(*args: object, **kwargs: object) -> list[LogRecord]:
         raise AssertionError("the partition was read again")
 
     h.log.read = no_reads  # type: ignore[method-assign]
-    assert h.client.run(run).result(timeout=1) == {"n": 5, "doubled": 10}
+    assert run.result(timeout=1) == {"n": 5, "doubled": 10}
     h.client.close()
 
 
@@ -114,9 +114,9 @@ def test_a_fenced_ending_event_is_not_the_result() -> None:
 
 def test_a_timeout_says_that_no_worker_holds_the_partition() -> None:
     h = Harness(echo_app())
-    run = h.client.submit("twice", 1).run_id
+    run = h.client.submit("twice", 1)
     with pytest.raises(RunError) as raised:
-        h.client.run(run).result(timeout=0.2)
+        run.result(timeout=0.2)
     assert raised.value.status == "timeout"
     assert "status unknown" in raised.value.reason
     assert "no worker of group 'agentlog-workers' holds its partition 0" in raised.value.reason
@@ -126,9 +126,9 @@ def test_a_timeout_says_that_no_worker_holds_the_partition() -> None:
 def test_a_timeout_names_the_worker_the_partition_is_assigned_to() -> None:
     h = Harness(echo_app())
     feed = h.log.join("stalled-worker", 10_000)  # a member that never polls: it takes no command
-    run = h.client.submit("twice", 1).run_id
+    run = h.client.submit("twice", 1)
     with pytest.raises(RunError) as raised:
-        h.client.run(run).result(timeout=0.2)
+        run.result(timeout=0.2)
     assert "its partition 0 is assigned to worker 'stalled-worker'" in raised.value.reason
     feed.close()
     h.client.close()

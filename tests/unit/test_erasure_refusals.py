@@ -70,9 +70,9 @@ def test_a_subject_with_a_running_run_refuses_erasure_naming_it(memory: Deployme
     done = memory.client.submit("intake", {"note": "a"}, subject="customer-7").run_id
     memory.client.run(done).result(timeout=20)
     waiting = memory.client.submit("intake", {"note": "b", "wait": True}, subject="customer-7").run_id
-    other = memory.client.submit("intake", {"note": "c", "wait": True}, subject="customer-8").run_id
+    other = memory.client.submit("intake", {"note": "c", "wait": True}, subject="customer-8")
     wait_for(lambda: memory.client.run(waiting).status().status == "running", "the waiting run running")
-    wait_for(lambda: memory.client.run(other).status().status == "running", "the other subject's run running")
+    wait_for(lambda: other.status().status == "running", "the other subject's run running")
     with pytest.raises(ErasureRefused) as refused:
         erase_subject(memory.client, "customer-7")
     assert str(refused.value) == (

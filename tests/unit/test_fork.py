@@ -110,6 +110,6 @@ def test_a_run_that_is_not_a_fork_has_no_overrides(
     served: tuple[Client, list[str], list[dict[str, Any]]],
 ) -> None:
     client, refunds, seen = served
-    run = client.submit("refund", {"order": "7"}).run_id
-    client.run(run).result(timeout=30)
+    run = client.submit("refund", {"order": "7"})
+    run.result(timeout=30)
     assert seen == [{}, {}] and refunds == ["7:41.6", "7:41.6"]

@@ -101,8 +101,8 @@ def test_a_submission_whose_key_never_comes_is_rejected_and_the_partition_goes_o
     monkeypatch.setattr(commands, "KEY_ARRIVAL_TIMEOUT", 0.3)
     late = LateKeySubmission(SETTINGS, memory.serde, "keyless-run", "intake", {"note": "lost"})
     memory.send(late)
-    after = memory.client.submit("intake", {"note": "after"}).run_id
-    assert memory.client.run(after).result(timeout=20)["filed"] == "after"
+    after = memory.client.submit("intake", {"note": "after"})
+    assert after.result(timeout=20)["filed"] == "after"
     (rejected,) = memory.events(late.run_id)
     assert isinstance(rejected, RunRejected)
     assert f"run {late.run_id}: its data key '{late.run_id}' is not in the keys topic" in rejected.reason
@@ -119,7 +119,7 @@ def test_a_resubmission_of_an_erased_ended_run_is_ignored_and_it_still_reads_era
     erase_run(memory.client, run_id)
     command = next(r for r in memory.log.read(SETTINGS.commands_topic, 0) if r.key == run_id.encode())
     memory.log.append(SETTINGS.commands_topic, 0, command.key, command.value).result(5)  # sent again
-    after = memory.client.submit("intake", {"note": "after"}).run_id
-    memory.client.run(after).result(timeout=20)
+    after = memory.client.submit("intake", {"note": "after"})
+    after.result(timeout=20)
     assert memory.count(run_id, RunRejected) == 0
     assert memory.client.run(run_id).status().result == "erased"

@@ -73,12 +73,12 @@ def content_topics(s: Settings) -> tuple[str, ...]:
 
 
 def test_contents_are_sealed_in_the_log_and_open_for_readers(local: Local) -> None:
-    run_id = local.client.submit("intake", {"note": MARKER + " " + "z" * 40_000}).run_id  # a result out of line
-    result = local.client.run(run_id).result(timeout=20)
+    run = local.client.submit("intake", {"note": MARKER + " " + "z" * 40_000})  # a result out of line
+    result = run.result(timeout=20)
     assert result["filed"].startswith(MARKER)
     assert MARKER.encode() not in local.raw(*content_topics(local.settings))
     assert b"sealed:v1:" in local.raw(local.settings.payloads_topic)
-    history = local.client.run(run_id).history(payloads=True)
+    history = run.history(payloads=True)
     assert MARKER in json.dumps(history)
 
 
@@ -153,13 +153,13 @@ def test_an_altered_sealed_value_is_refused_not_read_as_erased() -> None:
 
 
 def test_a_fork_of_a_sealed_run_reads_its_copied_records_and_is_erased_on_its_own(local: Local) -> None:
-    run_id = local.client.submit("intake", {"note": MARKER}).run_id
-    local.client.run(run_id).result(timeout=20)
-    fork_id = local.client.run(run_id).fork(2, {}).run_id
+    run = local.client.submit("intake", {"note": MARKER})
+    run.result(timeout=20)
+    fork_id = run.fork(2, {}).run_id
     assert local.client.run(fork_id).result(timeout=20)["filed"] == MARKER
     assert MARKER.encode() not in local.raw(*content_topics(local.settings))
     erase_run(local.client, fork_id)
-    assert MARKER in json.dumps(local.client.run(run_id).history())
+    assert MARKER in json.dumps(run.history())
     assert local.client.run(fork_id).status().result == "erased"
 
 
