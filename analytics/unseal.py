@@ -1,7 +1,7 @@
 """Sealed contents opened on read, for the people reading the store (``agentlog audit``, the UI).
 
 The store holds what the topics hold: with ``seal_contents``, a run's contents are
-``sealed:v1:<key id>:<base64>`` (runtime.log.records.sealing), and they stay so in every table --
+``sealed:v1:<key id>:<base64>`` (runtime.log.sealing), and they stay so in every table --
 nothing here writes. A reader that renders contents for people wraps its store in
 :class:`OpenedStore`: each sealed value of a result is opened with its key, read from the keys
 topic through the runtime's ``KeyStore``, or shown as ``erased`` once that key is destroyed.
@@ -10,7 +10,7 @@ Where a sealed value sits in a cell:
 
 - the whole cell (``args``, ``result``, ``input``, ``params``, each of ``new_messages``, a
   payload's ``content``): the cell becomes the plain JSON text, or ``"erased"`` (JSON text, as
-  ``Client.history`` reads it);
+  ``RunHandle.history`` reads it);
 - inside a JSON string the store's views built (a message's ``content`` in ``model_calls.messages``):
   the string becomes the plain text, JSON-escaped, or ``erased``;
 - bare inside a JSON text (a message stored with no role, whose whole canonical JSON was sealed):
@@ -37,15 +37,9 @@ from typing import Any
 
 from runtime.config import Settings
 from runtime.log.port.protocol import EventLog
-from runtime.log.records.sealing import (
-    CONTENT_FIELDS,
-    ERASED,
-    PREFIX,
-    KeyStore,
-    Sealer,
-    SealError,
-    key_id_of,
-)
+from runtime.log.sealing.form import CONTENT_FIELDS, ERASED, PREFIX, key_id_of
+from runtime.log.sealing.keys import KeyStore
+from runtime.log.sealing.sealer import Sealer, SealError
 
 from .results import JsonValue, QueryResult
 from .store import QueryStore, connect
@@ -136,7 +130,7 @@ class Opener:
         if last is None or now - last > self.max_age:
             keys = self._sealer.keys
             # One incremental read of the key's partition from where the store last stopped.
-            if keys.awaited(key_id, timeout=0.0) is None:
+            if keys.opening_key(key_id, wait=0.0) is None:
                 self._sealer.forget(key_id)  # its tombstone was read: the cached cipher must go too
             self._looked_up[key_id] = now
         return self._sealer

@@ -110,7 +110,7 @@ def chain_key_of(client: Client) -> ChainKey:
 def log_entries(client: Client, run_id: str) -> Iterator[Entry]:
     """The run's records in the events topic, bytes as written, fenced records left out."""
     settings = client.settings
-    partition = client.partition(run_id)
+    partition = client.run(run_id).partition
     key = run_id.encode()
     fence = FenceFilter()
     topic = settings.events_topic

@@ -181,7 +181,7 @@ def row(name: str, runs: list[str], watch: Watch, world: Path, expected_effects:
 
 
 def submit(client: Client, n: int, steps: int, tag: str) -> list[str]:
-    runs = [client.submit("refund", {"order": f"{tag}-{i}", "steps": steps}) for i in range(n)]
+    runs = [client.submit("refund", {"order": f"{tag}-{i}", "steps": steps}).run_id for i in range(n)]
     client.flush()
     return runs
 
@@ -225,7 +225,7 @@ def crash_points(base: Settings, work: Path, steps: int = 40) -> dict[str, Any]:
                 "in_doubt_runs",
             ):
                 totals[key] += point[key]
-            exactly_one_in_doubt += int(len(client.status(runs[0]).in_doubt) == 1)
+            exactly_one_in_doubt += int(len(client.run(runs[0]).status().in_doubt) == 1)
             totals["history_mismatches"] += int(not point["history_equals_effects"])
         finally:
             watch.close()

@@ -79,8 +79,8 @@ def run(steps: int) -> tuple[Settings, MemoryLog, Serde, str]:
     thread.start()
     try:
         with Client(settings, identity="bench", log=log, serde=serde) as client:
-            run_id = client.submit("talk", {})
-            client.result(run_id, timeout=600)
+            run_id = client.submit("talk", {}).run_id
+            client.run(run_id).result(timeout=600)
     finally:
         worker.stop()
         thread.join(timeout=10)

@@ -87,7 +87,7 @@ def submit_all(client: Client, workload: Workload, n: int) -> None:
     its key's partition first (a round trip per submission, docs/erasure.md), which spaces the
     submissions out -- and a worker handed runs one by one batches less and spends more per step
     for that, sealed or not, so the two halves would not meet the same load."""
-    runs = [client.submit(workload.workflow, workload.request(new_run_id())) for _ in range(n)]
+    runs = [client.submit(workload.workflow, workload.request(new_run_id())).run_id for _ in range(n)]
     client.results(runs, timeout=600)
 
 

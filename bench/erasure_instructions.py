@@ -34,8 +34,9 @@ from runtime.config import Settings
 from runtime.log.port.memory import MemoryLog
 from runtime.log.records.chain import ChainKey
 from runtime.log.records.chain import seal as chain_seal
-from runtime.log.records.sealing import KeyStore, Sealer
 from runtime.log.schemas.serde import Serde
+from runtime.log.sealing.keys import KeyStore
+from runtime.log.sealing.sealer import Sealer
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 40
@@ -60,7 +61,7 @@ def record_run(path: Path) -> None:
     thread.start()
     try:
         with Client(settings, identity="bench", log=log, serde=serde) as client:
-            client.result(client.submit("refund", {"order": "bulk-1"}), timeout=120)
+            client.submit("refund", {"order": "bulk-1"}).result(timeout=120)
     finally:
         worker.stop()
         thread.join(timeout=10)

@@ -36,8 +36,9 @@ def one_round(late_s: float) -> dict[str, Any]:
     from runtime.errors import AgentlogError
     from runtime.log.port.memory import MemoryLog
     from runtime.log.records.events import RunSubmitted, ToolCallCompleted
-    from runtime.log.records.sealing import KeyStore, Sealer
     from runtime.log.schemas.serde import Serde
+    from runtime.log.sealing.keys import KeyStore
+    from runtime.log.sealing.sealer import Sealer
     from runtime.worker.loop import Worker
 
     app = App("late-key-bench")
@@ -73,7 +74,7 @@ def one_round(late_s: float) -> dict[str, Any]:
         )
 
     try:
-        neighbour = client.submit("ticks", {"count": 400})
+        neighbour = client.submit("ticks", {"count": 400}).run_id
         while steps(neighbour) < 3:
             time.sleep(0.01)
         scratch = KeyStore(MemoryLog(settings), settings.keys_topic, 1)
@@ -81,7 +82,7 @@ def one_round(late_s: float) -> dict[str, Any]:
             run_id="late", workflow="echo", input='{"note":"hello"}', occurred_at=0, worker="bench"
         )
         value = serde.encode(Sealer(scratch).seal(command))
-        key = scratch.get("late")
+        key = scratch.opening_key("late")
         log.append(settings.commands_topic, 0, b"late", value).result(5)
         before = steps(neighbour)
         time.sleep(late_s)
@@ -90,7 +91,7 @@ def one_round(late_s: float) -> dict[str, Any]:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                status = client.status("late")
+                status = client.run("late").status()
             except AgentlogError as error:  # SealError, DecodeError: reported, not raised
                 return {"neighbour_steps_while_waiting": during, "late_status": f"unreadable: {error}"}
             if status.status not in ("unknown", "running"):

@@ -103,7 +103,7 @@ def produce(events: int, workdir: Path, processes: int) -> tuple[Any, dict[int, 
         waiting = name_in_partition("waiting", 0, 2)
         client.submit("wait", {}, run_id=waiting)
         client.flush()
-        wait_for(lambda: client.status(waiting).status == "running", "the waiting run to start")
+        wait_for(lambda: client.run(waiting).status().status == "running", "the waiting run to start")
         base = {p: end(p) for p in (0, 1)}
         per_run = 2 * STEPS + 2
         runs = max(1, events // per_run)
@@ -113,7 +113,7 @@ def produce(events: int, workdir: Path, processes: int) -> tuple[Any, dict[int, 
             last: list[str] = []
             for partition in (0, 1):
                 for i in range(first, first + count):
-                    run_id = client.submit("burst", {"steps": STEPS}, run_id=name_in_partition(f"b{partition}-{i}", partition, 2))
+                    run_id = client.submit("burst", {"steps": STEPS}, run_id=name_in_partition(f"b{partition}-{i}", partition, 2)).run_id
                 last.append(run_id)
             client.flush()
             target = (first + count) * per_run
@@ -122,7 +122,7 @@ def produce(events: int, workdir: Path, processes: int) -> tuple[Any, dict[int, 
                 f"{first + count} runs per partition",
             )
             for run_id in last:
-                client.result(run_id, timeout=600)
+                client.run(run_id).result(timeout=600)
             print(f"  {first + count}/{runs} runs per partition, {time.monotonic() - started:.0f} s", file=sys.stderr)
         ends = {p: end(p) for p in (0, 1)}
 

@@ -133,7 +133,7 @@ def one_round(
             worker.wait()
             zero = time.time_ns()
             worker = _worker(settings, workdir, db, "0", **marked)
-        client.result(run_id, timeout=120)
+        client.run(run_id).result(timeout=120)
         done = time.time_ns()
         taker = child_of(worker) if respawn else worker.pid
         cpu_done = cpu_seconds(taker) * 1e6

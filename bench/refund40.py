@@ -110,12 +110,12 @@ def segment_bytes(settings: Settings) -> int:
 
 
 def bench_latency_and_bytes(settings: Settings, serde: Serde, client: Client) -> None:
-    warm = client.submit("refund", {"order": "warm-up"})
+    warm = client.submit("refund", {"order": "warm-up"}).run_id
     client.flush()
     wait_quiet(settings, 1)
     runs = []
     for i in range(5):
-        runs.append(client.submit("refund", {"order": f"48211-{i}"}))
+        runs.append(client.submit("refund", {"order": f"48211-{i}"}).run_id)
         client.flush()
         wait_quiet(settings, 1)
     events = run_events(settings, serde, {warm, *runs})
@@ -164,7 +164,7 @@ def bench_throughput(
     before = high_watermarks(settings)
     cpu_before = cpu_seconds(pids)
     started = time.time()
-    runs = [client.submit("refund", {"order": f"bulk-{i}"}) for i in range(n)]
+    runs = [client.submit("refund", {"order": f"bulk-{i}"}).run_id for i in range(n)]
     client.flush()
     submitted = time.time() - started
     wait_quiet(settings, before + n * 160, timeout=600)
@@ -203,7 +203,7 @@ def bench_recovery(settings: Settings, workdir: Path, respawn: bool = False) -> 
     first_log = workdir / f"r-{int(respawn)}.log"
     victim = start_worker(settings, "r1", first_log, *(["--respawn"] if respawn else []), **env)
     time.sleep(3)
-    run_id = client.submit("refund", {"order": "48211"})
+    run_id = client.submit("refund", {"order": "48211"}).run_id
     client.flush()
     deadline = time.monotonic() + 120
     while True:
@@ -229,7 +229,7 @@ def bench_recovery(settings: Settings, workdir: Path, respawn: bool = False) -> 
         restarted = time.time()
         log_path = workdir / "r1b.log"
         successor = start_worker(settings, "r1", log_path, **env)
-    result = client.result(run_id, timeout=120)
+    result = client.run(run_id).result(timeout=120)
     events = run_events(settings, serde, {run_id})[run_id]
     completed_at = next(e for _, e in events if isinstance(e, RunCompleted)).occurred_at / 1000
     text = log_path.read_text()
@@ -240,7 +240,7 @@ def bench_recovery(settings: Settings, workdir: Path, respawn: bool = False) -> 
         calls = dict(db.execute("SELECT step, COUNT(*) FROM model_calls GROUP BY step").fetchall())
         effects = db.execute("SELECT COUNT(*) FROM effects").fetchone()[0]
         attempts = db.execute("SELECT COUNT(*) FROM effect_attempts").fetchone()[0]
-    status = client.status(run_id)
+    status = client.run(run_id).status()
     started_at = _log_time(log, '"worker_started"')
     run_taken_at = max(_log_time(line, "partition_taken") for line in log.splitlines() if run_id in line)
     emit(

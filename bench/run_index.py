@@ -53,7 +53,9 @@ def measure(run_id: str, repeats: int) -> None:
                     list(client.log.read(topic, 0, start=0, end=1))
                 started = time.perf_counter()
                 answer = (
-                    client.result(run_id, timeout=60) if call == "result" else client.status(run_id).status
+                    client.run(run_id).result(timeout=60)
+                    if call == "result"
+                    else client.run(run_id).status().status
                 )
                 timings[call].append(time.perf_counter() - started)
                 read[call] = getattr(client, "events_records_read", None)
@@ -74,12 +76,12 @@ def produce(events: int, workdir: Path) -> tuple[Any, str, int]:
     try:
         runs = max(1, events // (2 * STEPS + 2))
         for first in range(0, runs, CHUNK):
-            batch = [client.submit("burst", {"steps": STEPS}) for _ in range(min(CHUNK, runs - first))]
+            batch = [client.submit("burst", {"steps": STEPS}).run_id for _ in range(min(CHUNK, runs - first))]
             client.results(batch, timeout=600)
-        run_id = client.submit("burst", {"steps": 3})
-        assert client.result(run_id, timeout=60) == 3
+        run_id = client.submit("burst", {"steps": 3}).run_id
+        assert client.run(run_id).result(timeout=60) == 3
         deadline = time.monotonic() + 120
-        while (located := client.location(run_id)) is None or located.end is None:
+        while (located := client.run(run_id).location()) is None or located.end is None:
             if time.monotonic() > deadline or worker.poll() is not None:
                 raise SystemExit(f"the run was not located in the index; see {workdir}/worker.log")
             time.sleep(0.2)

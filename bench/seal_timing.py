@@ -2,7 +2,7 @@
 busy worker, where the cipher's code and each run's key have left the CPU's caches since the
 last call -- a loop that seals and does nothing else measures a warm call, a fraction of that.
 
-``_Cipher.seal_bytes`` is wrapped; every ``_EVERY`` calls the totals (calls, then nanoseconds inside
+``Cipher.seal_bytes`` is wrapped; every ``_EVERY`` calls the totals (calls, then nanoseconds inside
 them) are written over ``$SEAL_TIMING_FILE``, so a reader takes the difference between two reads
 around the stretch it measures. The timer's own two clock reads a call are inside the figure
 (~0.1 us). bench/erasure.py ``--time-seals`` starts its worker with this module.
@@ -18,16 +18,16 @@ from pathlib import Path
 from time import perf_counter_ns
 
 from runtime.cli.main import main
-from runtime.log.records import sealing
+from runtime.log.sealing import cipher
 
 _EVERY = 500
 
 
 def timed(path: Path) -> None:
-    seal_bytes = sealing._Cipher.seal_bytes
+    seal_bytes = cipher.Cipher.seal_bytes
     totals = [0, 0]  # calls, ns
 
-    def seal_bytes_timed(self: sealing._Cipher, value: str, field: str) -> bytes:
+    def seal_bytes_timed(self: cipher.Cipher, value: str, field: str) -> bytes:
         started = perf_counter_ns()
         try:
             return seal_bytes(self, value, field)
@@ -37,7 +37,7 @@ def timed(path: Path) -> None:
             if totals[0] % _EVERY == 0:
                 path.write_text(f"{totals[0]} {totals[1]}\n")
 
-    sealing._Cipher.seal_bytes = seal_bytes_timed  # type: ignore[method-assign]
+    cipher.Cipher.seal_bytes = seal_bytes_timed  # type: ignore[method-assign]
 
 
 def read(path: Path) -> tuple[int, int]:

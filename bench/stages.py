@@ -78,14 +78,14 @@ def main() -> None:
     runs: list[str] = []
     try:
         for _ in range(3):  # the worker joins, claims its partitions and warms its code paths
-            client.result(client.submit(workflow, {"run": (run := new_run_id())}, run_id=run), timeout=120)
+            client.submit(workflow, {"run": (run := new_run_id())}, run_id=run).result(timeout=120)
         for _ in range(args.runs):
             time.sleep(args.idle)
             run = new_run_id()
             stagemarks.mark("submit called", run)
             client.submit(workflow, {"run": run}, run_id=run)
             stagemarks.mark("submit returned", run)
-            client.result(run, timeout=120)
+            client.run(run).result(timeout=120)
             stagemarks.mark("result returned", run)
             runs.append(run)
     finally:

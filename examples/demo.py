@@ -94,23 +94,23 @@ def main(app: str = APPS["plain"], *, role_users: bool = False) -> int:
     first = start_worker(env, workdir / "worker-1.log", app)
     wait_for(lambda: '"partition_taken"' in (workdir / "worker-1.log").read_text(), 60, "the worker to join")
     client = Client(settings)
-    run_id = client.submit("refund", {"order": "48211"})
+    run = client.submit("refund", {"order": "48211"})
     client.flush()
-    say(f"submitted run {run_id}: 40 steps; effects at 14 (email), 22 (refund 41.60), 30 (ticket)")
+    say(f"submitted run {run.run_id}: 40 steps; effects at 14 (email), 22 (refund 41.60), 30 (ticket)")
     wait_for(lambda: model_calls(world, 31) == 1, 120, "step 31")
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     say("step 31's model call started: worker killed with SIGKILL")
     say(
-        f"status now: {json.dumps({k: v for k, v in client.status(run_id).as_dict().items() if k != 'result'})}"
+        f"status now: {json.dumps({k: v for k, v in run.status().as_dict().items() if k != 'result'})}"
     )
 
     restarted = time.monotonic()
     second = start_worker(env, workdir / "worker-2.log", app)
     try:
-        result = client.result(run_id, timeout=120)
+        result = run.result(timeout=120)
         say(f"a new worker finished the run {time.monotonic() - restarted:.2f}s after its start")
-        status = client.status(run_id)
+        status = run.status()
         say(f"status: {status.status}, {status.events} events, {status.bytes} bytes")
         say(f"in doubt (re-executed after the crash): {[call.as_dict() for call in status.in_doubt]}")
         with sqlite3.connect(world) as conn:
@@ -124,7 +124,7 @@ def main(app: str = APPS["plain"], *, role_users: bool = False) -> int:
         )
         say(f"effects applied: {dict(effects)} ({attempts} attempts)")
         say(f"recorded nonces of steps 1-3: {result['nonces'][:3]} ... (served from the log on replay)")
-        say(f"try: agentlog history {run_id}   agentlog status {run_id}")
+        say(f"try: agentlog history {run.run_id}   agentlog status {run.run_id}")
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait(timeout=30)

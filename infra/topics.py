@@ -51,7 +51,7 @@ def wanted(settings: Settings) -> list[TopicSpec]:
         TopicSpec(settings.checkpoints_topic, n, {"cleanup.policy": "compact"}),
         # Results stored out of line: referenced by offset from the events, so kept as long.
         TopicSpec(settings.payloads_topic, n, {"retention.ms": "-1"}),
-        # Data keys of sealed runs (runtime.log.records.sealing): compacted, with short segments and
+        # Data keys of sealed runs (runtime.log.sealing): compacted, with short segments and
         # tombstone retention, so an erased run's key leaves the disk within minutes of `agentlog erase`.
         TopicSpec(
             settings.keys_topic,
@@ -144,7 +144,9 @@ def drop_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
     admin = AdminClient(settings.kafka_common(), logger=_QUIET)
     names = [s.name for s in wanted(settings)]
     deleted: list[str] = []
-    for name, future in admin.delete_topics(names, operation_timeout=timeout, request_timeout=timeout).items():
+    for name, future in admin.delete_topics(
+        names, operation_timeout=timeout, request_timeout=timeout
+    ).items():
         try:
             future.result()
             deleted.append(name)

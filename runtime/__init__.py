@@ -25,6 +25,7 @@ _EXPORTS = {
     "RetryPolicy": "runtime.workflow.app",
     "RetryableError": "runtime.errors",
     "RunError": "runtime.client",
+    "RunHandle": "runtime.client",
     "RunState": "runtime.log.records.status",
     "RunStatus": "runtime.run_status",
     "InDoubtCall": "runtime.run_status",
@@ -47,6 +48,7 @@ __all__ = [
     "RetryPolicy",
     "RetryableError",
     "RunError",
+    "RunHandle",
     "RunState",
     "RunStatus",
     "Settings",
@@ -56,7 +58,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from runtime.client import Client, RunError
+    from runtime.client import Client, RunError, RunHandle
     from runtime.config import ConfigError, Settings, load_settings
     from runtime.errors import (
         AgentlogError,

@@ -1,7 +1,7 @@
 """``agentlog erase``: destroy the data key of a run or of a data subject (crypto-shredding).
 
 The log is never rewritten: the key's tombstone goes to the compacted keys topic, and from then on
-every sealed content field under that key reads as ``"erased"`` (runtime.log.records.sealing),
+every sealed content field under that key reads as ``"erased"`` (runtime.log.sealing),
 while record types, sequence numbers, hashes, tokens and costs stay readable. A run that has not
 ended refuses: its worker holds the key and would go on writing under it. So does a data subject
 with a run that has not ended (or a submission no worker has started yet), and a run whose key is
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from runtime.client import Client
 from runtime.errors import AgentlogError
-from runtime.log.records.sealing import SUBJECT_PREFIX, Sealer, subject_key_id
 from runtime.log.records.status import has_ended
+from runtime.log.sealing.form import SUBJECT_PREFIX, subject_key_id
+from runtime.log.sealing.sealer import Sealer
 from runtime.sealed_runs import UnendedRun, UnreadableLog, listed, unended_runs
 
 
@@ -42,7 +43,7 @@ def erase_run(client: Client, run_id: str) -> str:
     """Destroy the key ``run_id``'s contents are sealed under; returns its key id. Refuses a run
     that is unknown or has not ended, naming it and its status."""
     sealer = _sealer(client)
-    status = client.status(run_id)
+    status = client.run(run_id).status()
     if status.status == "unknown":
         raise ErasureRefused(f"run {run_id} is not in the log: nothing to erase")
     if not has_ended(status.status):

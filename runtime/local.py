@@ -23,7 +23,7 @@ def run_local(app: App, workflow: str, input: Any, *, timeout: float = 60.0) -> 
     """Run ``workflow`` of ``app`` with ``input`` to its end; its result.
 
     Raises ``RunError`` (with the status and reason) if the run did not complete, as
-    ``Client.result`` does."""
+    ``RunHandle.result`` does."""
     settings = Settings(partitions=1)
     log = MemoryLog(settings)
     serde = Serde.offline(settings)
@@ -40,8 +40,7 @@ def run_local(app: App, workflow: str, input: Any, *, timeout: float = 60.0) -> 
     thread.start()
     try:
         with Client(settings, identity="local", log=log, serde=serde) as client:
-            run_id = client.submit(workflow, input)
-            return client.result(run_id, timeout=timeout)
+            return client.submit(workflow, input).result(timeout=timeout)
     finally:
         worker.stop()
         thread.join(timeout=10)

@@ -16,7 +16,7 @@ so the watermark the other runs' events raise it to is one the claims raise it t
 The ending events read are kept (the last ``keep``), so a run that ended before anyone waited for
 it answers at once. So are the keys of the runs watched (the last ``keep`` submitted): a client
 that only submits does not grow without bound, and a run whose key was dropped is answered the
-way a run another client submitted is (``Client.result`` reads its partition first).
+way a run another client submitted is (``RunHandle.result`` reads its partition first).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A run's status as read from its events: what ``Client.status`` returns and ``agentlog status`` prints."""
+"""A run's status as read from its events: what ``RunHandle.status`` returns and ``agentlog status`` prints."""
 
 from __future__ import annotations
 

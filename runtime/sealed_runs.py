@@ -2,7 +2,7 @@
 destroys a data subject's key (runtime.erasure), so that no run still writing under it is erased.
 
 Which runs a subject's key seals is said by the records themselves: every sealed value names its
-key id (runtime.log.records.sealing), and nothing else -- no schema field, no index -- records the
+key id (runtime.log.sealing), and nothing else -- no schema field, no index -- records the
 subject. So the question is "which runs that have not ended name this key", and the cheapest
 correct place to ask it is where a worker's rebuild looks for the runs that have not ended, per
 partition:
@@ -14,7 +14,7 @@ partition:
 - the commands from the checkpoint's ``commands_offset`` on hold the submissions no worker has
   turned into a run yet.
 
-A run found there that names the key is then asked for its status (``Client.status``, which reads
+A run found there that names the key is then asked for its status (``RunHandle.status``, which reads
 its own records through the run index); one that has not ended, or a submission not started yet,
 is named. Cost: the checkpoints partition (one record per run the partition has seen, compacted),
 one record per active run, and what was written since the last checkpoint -- not the events topic,
@@ -31,10 +31,10 @@ from runtime.client import Client
 from runtime.errors import AgentlogError
 from runtime.log.port.protocol import LogRecord
 from runtime.log.records.events import PartitionCheckpoint, Record
-from runtime.log.records.sealing import CONTENT_FIELDS, is_sealed, key_id_of
 from runtime.log.records.status import has_ended
 from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.serde import Serde
+from runtime.log.sealing.form import CONTENT_FIELDS, is_sealed, key_id_of
 from runtime.worker.rebuild import checkpoint_key
 
 NOT_STARTED = "submitted, not started"  # a submission no worker has handled yet
@@ -84,7 +84,7 @@ def unended_runs(client: Client, key_id: str) -> list[UnendedRun]:
                 found.add(run_id)
     unended: list[UnendedRun] = []
     for run_id in sorted(candidates | submitted):
-        status = client.status(run_id).status
+        status = client.run(run_id).status().status
         if status == "unknown" and run_id in submitted:
             unended.append(UnendedRun(run_id, NOT_STARTED))
         elif status != "unknown" and not has_ended(status):

@@ -76,14 +76,14 @@ def _stop(worker: subprocess.Popen[bytes]) -> None:
 def _warm(client: Client, workflow: str, runs: int = 3) -> None:
     """A few runs: the worker joins, claims its partitions and warms its code paths."""
     for _ in range(runs):
-        client.result(client.submit(workflow, {"run": (run := new_run_id())}, run_id=run), timeout=120)
+        client.submit(workflow, {"run": (run := new_run_id())}, run_id=run).result(timeout=120)
 
 
 def crash_at_step_31(client: Client, workflow: str, db: Path) -> tuple[str, str]:
     """Submit a crash run and wait until its 31st tool call has started (and hangs) in the victim
     process; the run's name in the tool's rows and its run id."""
     run = crash_run(new_run_id())
-    run_id = client.submit(workflow, {"run": run})
+    run_id = client.submit(workflow, {"run": run}).run_id
     client.flush()
     wait_in_crash_step(str(db), run)
     return run, run_id
@@ -124,7 +124,7 @@ def recover_cold(
     victim.wait()
     started = time.time()
     successor = _worker(settings, workdir, db, "0")
-    result = client.result(run_id, timeout=120)
+    result = client.run(run_id).result(timeout=120)
     recovered = time.time() - started
     cpu = cpu_seconds(successor.pid)  # all of it spent since its start
     return {
@@ -141,7 +141,7 @@ def recover_respawn(db: Path, client: Client, workload: str, supervisor: subproc
     child = child_of(supervisor)
     os.kill(child, signal.SIGKILL)
     killed = time.time()
-    result = client.result(run_id, timeout=120)
+    result = client.run(run_id).result(timeout=120)
     recovered = time.time() - killed
     if supervisor.poll() is not None:
         raise SystemExit(f"agentlog worker --respawn exited ({supervisor.returncode}) instead of respawning")
@@ -170,14 +170,14 @@ def measure(
             run = new_run_id()
             started = time.time()
             client.submit(workflow, {"run": run}, run_id=run)
-            client.result(run, timeout=120)
+            client.run(run).result(timeout=120)
             singles.append((time.time() - started) * 1000 / STEPS)
-        warm = [client.submit(workflow, {"run": (run := new_run_id())}, run_id=run) for _ in range(24)]
+        warm = [client.submit(workflow, {"run": (run := new_run_id())}, run_id=run).run_id for _ in range(24)]
         client.results(warm, timeout=600)
         time.sleep(1)
         cpu_before = cpu_seconds(worker.pid)
         started = time.time()
-        runs = [client.submit(workflow, {"run": (run := new_run_id())}, run_id=run) for _ in range(t_runs)]
+        runs = [client.submit(workflow, {"run": (run := new_run_id())}, run_id=run).run_id for _ in range(t_runs)]
         client.results(runs, timeout=1200)
         elapsed = time.time() - started
         cpu = cpu_seconds(worker.pid) - cpu_before

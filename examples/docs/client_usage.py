@@ -69,29 +69,29 @@ async def inbox(ctx: Context, state: dict[str, Any]) -> dict[str, Any]:
 def main(settings: Settings | None = None) -> None:
     # --8<-- [start:client]
     with Client(settings or load_settings()) as client:
-        run_id = client.submit("approve", "48211")  # one produce; returns at once
-        client.signal(run_id, "approval", {"ok": True})
-        assert client.result(run_id, timeout=60) == {"order": "48211", "approved": True}
-        status = client.status(run_id)  # a frozen RunStatus; .as_dict() is `agentlog status --json`
+        run = client.submit("approve", "48211")  # one produce; returns the run's handle at once
+        run.signal("approval", {"ok": True})  # client.run(run_id) is the handle of any run, by id
+        assert run.result(timeout=60) == {"order": "48211", "approved": True}
+        status = run.status()  # a frozen RunStatus; .as_dict() is `agentlog status --json`
         assert status.status == "completed" and not status.in_doubt
-        events = client.history(run_id)  # the run's events, from Kafka, in order
+        events = run.history()  # the run's events, from Kafka, in order
         assert events[0]["type"] == "RunStarted" and events[-1]["type"] == "RunCompleted"
     # --8<-- [end:client]
 
         # --8<-- [start:chain]
         first = client.submit("inbox", {"handled": 0})
-        assert client.result(first, timeout=60, follow=True) == {"handled": 3}  # the last run's result
-        successor = client.status(first).continued_as  # "<first>.<seq>": deterministic
-        assert successor is not None and client.status(successor).continued_from == first
+        assert first.result(timeout=60, follow=True) == {"handled": 3}  # the last run's result
+        successor = first.status().continued_as  # "<first>.<seq>": deterministic
+        assert successor is not None and client.run(successor).status().continued_from == first.run_id
         # --8<-- [end:chain]
 
         # --8<-- [start:reset]
         original = client.submit("refund", "48211")
-        decided = client.result(original, timeout=60)
-        again = client.reset(original, 2)  # positions 1..: the model call is served, the refund runs again
-        assert client.result(again, timeout=60) == decided  # ...with the key it had: refunded once
-        fork = client.fork(original, 1, {"model": "planner-v2", "prompt_version": "v2"})
-        assert client.result(fork, timeout=60)["action"] == "hold"  # a dry run: nothing refunded
+        decided = original.result(timeout=60)
+        again = original.reset(2)  # positions 1..: the model call is served, the refund runs again
+        assert again.result(timeout=60) == decided  # ...with the key it had: refunded once
+        fork = original.fork(1, {"model": "planner-v2", "prompt_version": "v2"})
+        assert fork.result(timeout=60)["action"] == "hold"  # a dry run: nothing refunded
         # --8<-- [end:reset]
 
 

@@ -103,12 +103,12 @@ def approve_later() -> Any:
     thread.start()
     try:
         with Client(settings, identity="docs", log=log, serde=serde) as client:
-            run_id = client.submit("refund_with_approval", {"prompt": "refund A-1, it is late"})
+            run = client.submit("refund_with_approval", {"prompt": "refund A-1, it is late"})
             time.sleep(0.5)
-            assert client.status(run_id).status == "running"  # waiting for the approval
+            assert run.status().status == "running"  # waiting for the approval
             assert len(payments.refunds) == 1  # only the first run's refund so far
-            client.signal(run_id, "approval", {"approvals": {"r1": True}})
-            return client.result(run_id, timeout=20)
+            run.signal("approval", {"approvals": {"r1": True}})
+            return run.result(timeout=20)
     finally:
         worker.stop()
         thread.join(timeout=10)

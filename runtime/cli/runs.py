@@ -17,7 +17,7 @@ from runtime.errors import AgentlogError
 from runtime.workflow.app import App
 
 if TYPE_CHECKING:
-    from runtime.client import Client
+    from runtime.client import Client, RunHandle
     from runtime.log.kafka.backend import KafkaLog
     from runtime.log.port.protocol import CommandFeed
     from runtime.log.schemas.serde import Serde
@@ -169,20 +169,19 @@ def _submit(args: argparse.Namespace, settings: Settings) -> int:
     # worker rejects later (that visible rejection stays for records other producers write).
     value = _json_option("--input", args.input)
     with _client(settings, "cli") as client:
-        run_id = client.submit(args.workflow, value, run_id=args.run_id)
-        return _print_run(client, run_id, args)
+        return _print_run(client, client.submit(args.workflow, value, run_id=args.run_id), args)
 
 
-def _print_run(client: Client, run_id: str, args: argparse.Namespace) -> int:
+def _print_run(client: Client, run: RunHandle, args: argparse.Namespace) -> int:
     """The run id; with ``--wait``, the result as JSON, or the reason (exit 1) if it did not complete."""
     from runtime.client import RunError
 
     client.flush()
     if not args.wait:
-        print(run_id)
+        print(run.run_id)
         return 0
     try:
-        print(json.dumps(client.result(run_id, timeout=args.timeout)))
+        print(json.dumps(run.result(timeout=args.timeout)))
     except RunError as error:
         print(f"agentlog: {error}", file=sys.stderr)
         return 1
@@ -191,7 +190,7 @@ def _print_run(client: Client, run_id: str, args: argparse.Namespace) -> int:
 
 def _reset(args: argparse.Namespace, settings: Settings) -> int:
     with _client(settings, "cli") as client:
-        new = client.reset(args.run, args.to, new_id=args.run_id, allow_in_doubt=args.allow_in_doubt)
+        new = client.run(args.run).reset(args.to, new_id=args.run_id, allow_in_doubt=args.allow_in_doubt)
         return _print_run(client, new, args)
 
 
@@ -208,12 +207,12 @@ def _override(text: str) -> tuple[str, Any]:
 
 def _fork(args: argparse.Namespace, settings: Settings) -> int:
     with _client(settings, "cli") as client:
-        new = client.fork(args.run, args.at, dict(args.set or []), new_id=args.run_id)
+        new = client.run(args.run).fork(args.at, dict(args.set or []), new_id=args.run_id)
         return _print_run(client, new, args)
 
 
 def _status(args: argparse.Namespace, settings: Settings) -> int:
-    status = _client(settings).status(args.run)
+    status = _client(settings).run(args.run).status()
     if args.json:
         print(status.to_json())
         return 0
@@ -247,7 +246,7 @@ _SEQUENCE_FIELDS = {"message_slots", "new_roles", "new_messages"}
 
 
 def _history(args: argparse.Namespace, settings: Settings) -> int:
-    events = _client(settings).history(args.run, payloads=args.payloads)
+    events = _client(settings).run(args.run).history(payloads=args.payloads)
     if args.json:
         print(json.dumps(events))
         return 0
@@ -262,7 +261,7 @@ def _history(args: argparse.Namespace, settings: Settings) -> int:
 
 def _signal(args: argparse.Namespace, settings: Settings) -> int:
     with _client(settings, "cli") as client:
-        client.signal(args.run, args.name, _json_option("--payload", args.payload))
+        client.run(args.run).signal(args.name, _json_option("--payload", args.payload))
     return 0
 
 
@@ -275,7 +274,7 @@ def _json_option(option: str, text: str) -> Any:
 
 def _cancel(args: argparse.Namespace, settings: Settings) -> int:
     with _client(settings, "cli") as client:
-        client.cancel(args.run, args.reason)
+        client.run(args.run).cancel(args.reason)
     return 0
 
 
@@ -286,7 +285,7 @@ def _replay_check(args: argparse.Namespace, settings: Settings) -> int:
 
     replayer = Replayer(app=load_app(args.app), raise_on_replay_failure=False)
     histories = [load_history(Path(f)) for f in args.file]
-    histories += [history_from_json(_client(settings).history(run, payloads=True)) for run in args.runs]
+    histories += [history_from_json(_client(settings).run(run).history(payloads=True)) for run in args.runs]
     failed = 0
     for history in histories:
         result = replayer.replay(history)

@@ -82,7 +82,7 @@ class UncleanSeam(SeedError):
             f"position {position} is not a clean seam: it cuts between the Scheduled record and the "
             f"outcome of {', '.join(call.describe() for call in open_calls)}, which the new run would "
             f"execute again, in doubt. Nearest clean seams: {seams}; or pass --allow-in-doubt "
-            "(Client.reset(..., allow_in_doubt=True)) to reset there anyway"
+            "(RunHandle.reset(..., allow_in_doubt=True)) to reset there anyway"
         )
         self.position, self.open_calls, self.below, self.above = position, open_calls, below, above
 

@@ -109,7 +109,7 @@ def completed(
 
 
 def skipped_in_fork(command: Intent) -> ToolCallCompleted:
-    """What an effecting tool "returns" in a fork (runtime.client.Client.fork): it was never called."""
+    """What an effecting tool "returns" in a fork (runtime.client.RunHandle.fork): it was never called."""
     return ToolCallCompleted(run_id="", position=command.position, result=canonical_json(SKIPPED_IN_FORK))
 
 

@@ -25,7 +25,7 @@ not agentlog's own can make are handled here rather than lost:
 A sealed submission (``Settings.seal_contents``) may be read a moment before its data key: a
 client writes the key just before the command without waiting for its ack. Its key is not waited
 for here, on the event loop every run of the worker steps on: the command is **held**, the key
-fetched by a thread of the key store (``KeyStore.fetch``), and the command handled once it has
+fetched by a thread of the key store (``KeyStore.opening_key_later``), and the command handled once it has
 arrived -- meanwhile every live run keeps stepping and the other partitions' commands flow. The
 commands behind a held one *in its partition* wait behind it, in order: a rebuild resumes the
 commands topic after the highest command offset its events name (runtime.worker.rebuild), so a
@@ -58,9 +58,10 @@ from runtime.log.records.events import (
     SignalReceived,
     SignalSent,
 )
-from runtime.log.records.sealing import KEY_ARRIVAL_TIMEOUT, KeyPending
 from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.serde import Serde
+from runtime.log.sealing.keys import KEY_ARRIVAL_TIMEOUT
+from runtime.log.sealing.sealer import KeyPending
 from runtime.replay.reset import SeedError, decode_seed
 from runtime.worker.batching import TurnBatcher
 from runtime.worker.execution import Executor
@@ -167,7 +168,7 @@ class CommandHandler:
             with contextlib.suppress(RuntimeError):  # the loop has closed: the worker has stopped
                 loop.call_soon_threadsafe(self._resume, owned, pending, fetched)
 
-        sealer.keys.fetch(pending.key_id, KEY_ARRIVAL_TIMEOUT).add_done_callback(arrived)
+        sealer.keys.opening_key_later(pending.key_id, KEY_ARRIVAL_TIMEOUT).add_done_callback(arrived)
 
     def _resume(self, owned: OwnedPartition, pending: KeyPending, fetched: Future[bytes | None]) -> None:
         """The held submission's key has arrived, or will not: handle it and the commands behind it."""

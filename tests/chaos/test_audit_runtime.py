@@ -32,14 +32,14 @@ def test_audit_tells_the_same_story_as_history_for_runtime_events(
     workers.append(first)
     first.wait_ready(deployment.partitions)
     client = Client(deployment)
-    refund_run = client.submit("refund", {"order": "48211", "steps": 23})
+    refund_run = client.submit("refund", {"order": "48211", "steps": 23}).run_id
     client.flush()
     hang = tmp_path / "world.db.hang-IN_EFFECT-refund"  # the scripted refund is under way
     wait_until(hang.exists, 60, "the refund to start", process=first.proc, detail=first.log_tail)
     os.kill(first.proc.pid, signal.SIGKILL)
     first.proc.wait()
     workers.append(WorkerProcess(deployment, "examples.refund_agent:app", "w1", tmp_path / "w1b.log", **env))
-    client.result(refund_run, timeout=60)
+    client.run(refund_run).result(timeout=60)
 
     dsn = f"chdb://{tmp_path / 'store'}"
     sink = SinkProcess(deployment, dsn, tmp_path / "sink.log")
@@ -55,12 +55,12 @@ def test_audit_tells_the_same_story_as_history_for_runtime_events(
         assert [{k: e[k] for k in common} for e in audit_events] == [
             {k: e[k] for k in common} for e in history_events
         ]
-        assert len(history_events) == client.status(refund_run).events
+        assert len(history_events) == client.run(refund_run).status().events
 
         tools = json.loads(
             agentlog(deployment, "audit", "tools", "--tool", "refund", "--json", "--dsn", dsn).stdout
         )
-        key = client.status(refund_run).in_doubt[0].idempotency_key
+        key = client.run(refund_run).status().in_doubt[0].idempotency_key
         refund_rows = [row for row in tools if row["idempotency_key"] == key]
         assert len(refund_rows) == 1, tools  # one effect, visible at once with its attempts
         row = refund_rows[0]

@@ -67,7 +67,7 @@ def keys_attempted_twice(db: Path) -> dict[str, int]:
 def finished(client: Client, runs: list[str]) -> dict[str, dict[str, int]]:
     results: dict[str, dict[str, int]] = {}
     for run in runs:
-        status = client.status(run)
+        status = client.run(run).status()
         assert status.status in ("running", "completed"), (run, status.status, status.reason)
         if status.status == "completed":
             results[run] = status.result
@@ -92,7 +92,7 @@ def test_the_partition_leader_killed_mid_run_loses_nothing_and_doubles_nothing(
     workers.append(worker)
     worker.wait_ready(deployment.partitions, timeout=120)
     client = Client(deployment)
-    runs = [client.submit("refund", {"order": f"o{i}", "steps": STEPS}) for i in range(RUNS)]
+    runs = [client.submit("refund", {"order": f"o{i}", "steps": STEPS}).run_id for i in range(RUNS)]
     client.flush()
     wait_until(
         lambda: world_counts(world)[0] >= RUNS * STEPS // 4,
@@ -120,7 +120,7 @@ def test_the_partition_leader_killed_mid_run_loses_nothing_and_doubles_nothing(
     assert effects == RUNS, f"{effects} effects for {RUNS} runs"
     retried = keys_attempted_twice(world)
     for run in runs:  # history equals the effects observed: one recorded send_email a run
-        history = client.history(run)
+        history = client.run(run).history()
         scheduled = [e for e in history if e["type"] == "ToolCallScheduled" and e["tool"] == "send_email"]
         positions = {e["position"] for e in scheduled}
         sent = [e for e in history if e["type"] == "ToolCallCompleted" and e["position"] in positions]

@@ -39,19 +39,19 @@ def test_a_worker_killed_while_compensating_resumes_the_unwind_running_nothing_t
     workers.append(first)
     first.wait_ready(deployment.partitions)
     client = Client(deployment)
-    run_id = client.submit("refund_saga", {"order": "48211"})
+    run = client.submit("refund_saga", {"order": "48211"})
     client.flush()
     wait_until(
         lambda: seen(tmp_path, kill_in), 60, f"{kill_in} to start", process=first.proc, detail=first.log_tail
     )
     os.kill(first.proc.pid, signal.SIGKILL)
     first.proc.wait()
-    assert client.status(run_id).status == "running"
+    assert run.status().status == "running"
 
     second = WorkerProcess(deployment, APP, "w1", tmp_path / "w1b.log", TEST_COUNTER_DIR=counters)
     workers.append(second)
     status = wait_until(
-        lambda: (s := client.status(run_id)).status != "running" and s,
+        lambda: (s := run.status()).status != "running" and s,
         60,
         "the run to end after the restart",
         process=second.proc,

@@ -27,7 +27,7 @@ def records_of(deployment: Settings, topic: str, run_id: str, client: Client) ->
     serde = Serde(deployment)
     return [
         serde.decode(r.value, r.key)
-        for r in read_partition(deployment, topic, client.partition(run_id))
+        for r in read_partition(deployment, topic, client.run(run_id).partition)
         if r.key == run_id.encode() and r.value
     ]
 
@@ -42,7 +42,7 @@ def test_a_worker_killed_between_the_old_run_and_the_new_one_starts_the_new_one_
     workers.append(first)
     first.wait_ready(deployment.partitions)
     client = Client(deployment)
-    run_id = client.submit("counter", {"step": 1, "last": 3, "total": 0})
+    run_id = client.submit("counter", {"step": 1, "last": 3, "total": 0}).run_id
     client.flush()
     wait_for_event(client, run_id, "RunContinuedAsNew", timeout=60)
     wait_until(
@@ -53,7 +53,7 @@ def test_a_worker_killed_between_the_old_run_and_the_new_one_starts_the_new_one_
         detail=first.log_tail,
     )
     first.kill()  # SIGKILL
-    successor = client.status(run_id).continued_as
+    successor = client.run(run_id).status().continued_as
     assert successor is not None
     submitted = [
         r
@@ -63,17 +63,19 @@ def test_a_worker_killed_between_the_old_run_and_the_new_one_starts_the_new_one_
     assert len(submitted) == (0 if hang == "before" else 1), submitted
     # before: nothing was submitted; after: the dying worker may have started the successor
     # already (its command was delivered in the same loop turn as the ack) -- or not.
-    assert client.status(successor).status in (("unknown",) if hang == "before" else ("unknown", "running"))
+    assert client.run(successor).status().status in (
+        ("unknown",) if hang == "before" else ("unknown", "running")
+    )
 
     second = WorkerProcess(deployment, APP, "w2", tmp_path / "w2.log", TEST_COUNTER_DIR=str(tmp_path))
     workers.append(second)
-    result = client.result(run_id, timeout=90, follow=True)
+    result = client.run(run_id).result(timeout=90, follow=True)
     assert result == {"total": 60, "steps": 3}, second.log_tail()
     chain = [run_id]
-    while (nxt := client.status(chain[-1]).continued_as) is not None:
+    while (nxt := client.run(chain[-1]).status().continued_as) is not None:
         chain.append(nxt)
     assert len(chain) == 3 and chain[1] == successor
-    assert [client.status(r).continued_from for r in chain] == [None, *chain[:-1]]
+    assert [client.run(r).status().continued_from for r in chain] == [None, *chain[:-1]]
     started = [
         e
         for e in records_of(deployment, deployment.events_topic, successor, client)

@@ -35,7 +35,7 @@ def test_a_worker_killed_right_after_a_snapshot_leaves_the_waiting_run_to_comple
     first.wait_ready(1)
     client = Client(deployment)
     reader = LogReader(deployment)
-    waiting = client.submit("charge_on_signal", {"account": "acct-9"})
+    waiting = client.submit("charge_on_signal", {"account": "acct-9"}).run_id
     wait_for_event(client, waiting, "ToolCallCompleted")
     wait_until(
         lambda: any(waiting in c.active_runs for c in reader.checkpoints(0)),
@@ -54,7 +54,10 @@ def test_a_worker_killed_right_after_a_snapshot_leaves_the_waiting_run_to_comple
         try:
             while not killed.is_set() and len(traffic) < 1_000:
                 start = len(traffic)
-                batch = [submitter.submit("short", {"order": f"o{start + i}", "steps": 3}) for i in range(10)]
+                batch = [
+                    submitter.submit("short", {"order": f"o{start + i}", "steps": 3}).run_id
+                    for i in range(10)
+                ]
                 traffic.extend(batch)
                 submitter.flush()
                 killed.wait(0.05)  # pacing of a steady producer, not a wait for an outcome
@@ -97,11 +100,13 @@ def test_a_worker_killed_right_after_a_snapshot_leaves_the_waiting_run_to_comple
     finally:
         log.close()
     assert waiting in rebuilt.snapshots and waiting in rebuilt.active
-    assert [client.result(run_id, timeout=60) for run_id in traffic] == [f"o{i}" for i in range(len(traffic))]
-    client.signal(waiting, "go", "approved")
-    assert client.result(waiting, timeout=30) == "charged"
+    assert [client.run(run_id).result(timeout=60) for run_id in traffic] == [
+        f"o{i}" for i in range(len(traffic))
+    ]
+    client.run(waiting).signal("go", "approved")
+    assert client.run(waiting).result(timeout=30) == "charged"
     assert len((tmp_path / "charge-attempts").read_text().splitlines()) == 1  # the effect, once
-    types = [e["type"] for e in client.history(waiting)]
+    types = [e["type"] for e in client.run(waiting).history()]
     assert types.count("RunStarted") == 1 and types.count("SignalReceived") == 1
     assert types.count("ToolCallScheduled") == 2 and types[-1] == "RunCompleted"
     client.close()

@@ -41,7 +41,7 @@ def test_agents_sdk_run_killed_at_step_6_resends_nothing_and_refunds_once(
     first.wait_ready(deployment.partitions)
     db = sqlite3.connect(env["AGENTS_WORLD_DB"], timeout=30)
     client = Client(deployment)
-    run_id = client.submit("support", {"question": "refund A-1 please"})
+    run = client.submit("support", {"question": "refund A-1 please"})
     client.flush()
 
     def step_6_asked() -> bool:
@@ -55,13 +55,13 @@ def test_agents_sdk_run_killed_at_step_6_resends_nothing_and_refunds_once(
     first.proc.wait()
     recorded_before = [
         (type(r.event).__name__, getattr(r.event, "tool", ""))
-        for r in client.events(run_id)
+        for r in run.events()
         if isinstance(r.event, ToolCallScheduled)
     ]
 
     second = WorkerProcess(deployment, APP, "w1", tmp_path / "w1b.log", **env)
     workers.append(second)
-    result = client.result(run_id, timeout=90)
+    result = run.result(timeout=90)
 
     assert result == {"answer": "refunded after 8 steps", "agent": "refund_agent"}
     calls = requests(db)
@@ -71,12 +71,12 @@ def test_agents_sdk_run_killed_at_step_6_resends_nothing_and_refunds_once(
     )
     effects = db.execute("SELECT COUNT(*), COUNT(DISTINCT idempotency_key) FROM effect_attempts").fetchone()
     assert effects == (1, 1) and db.execute("SELECT COUNT(*) FROM effects").fetchone()[0] == 1
-    status = client.status(run_id)
+    status = run.status()
     assert status.status == "completed"
     assert status.in_doubt == (
         InDoubtCall(kind="model", position=16, idempotency_key=None, name="support.model"),
     )
-    events = [r.event for r in client.events(run_id)]
+    events = [r.event for r in run.events()]
     tools = [(type(e).__name__, e.tool) for e in events if isinstance(e, ToolCallScheduled)]
     assert tools[: len(recorded_before)] == recorded_before  # the successor kept the recorded order
     assert tools[:2] == [

@@ -61,7 +61,7 @@ def test_pydantic_ai_agent_killed_inside_the_refund_applies_it_once_and_resends_
 ) -> None:
     db, env, first = start(deployment, workers, tmp_path, REFUND_HANG_IN_EFFECT="refund")
     client = Client(deployment)
-    run_id = client.submit("refund", {"order": "48211"})
+    run = client.submit("refund", {"order": "48211"})
     client.flush()
     wait_until(
         lambda: db.execute("SELECT COUNT(*) FROM effects WHERE kind='refund'").fetchone()[0] == 1,
@@ -76,7 +76,7 @@ def test_pydantic_ai_agent_killed_inside_the_refund_applies_it_once_and_resends_
 
     second = WorkerProcess(deployment, APP, "w1", tmp_path / "w1b.log", **env)
     workers.append(second)
-    result = client.result(run_id, timeout=90)
+    result = run.result(timeout=90)
 
     calls = requests_per_step(db)
     assert [step for step in range(1, MODEL_REQUESTS + 1) if calls.get(step) != 1] == [], second.log_tail()
@@ -88,13 +88,13 @@ def test_pydantic_ai_agent_killed_inside_the_refund_applies_it_once_and_resends_
         ("send_email", 1),
     ]
     assert result["answer"] == "order 48211: 40 steps done" and result["requests"] == MODEL_REQUESTS
-    status = client.status(run_id)
+    status = run.status()
     assert status.status == "completed"
     # exactly one step in doubt: the refund (positions: model, tool per step; step 22's tool is 44)
     assert status.in_doubt == (
         InDoubtCall(kind="tool", position=44, idempotency_key=attempts[0][0], name="refund.refund"),
     )
-    completions = [r.event for r in client.events(run_id) if isinstance(r.event, ModelCallCompleted)]
+    completions = [r.event for r in run.events() if isinstance(r.event, ModelCallCompleted)]
     assert len(completions) == MODEL_REQUESTS
     assert all(c.input_tokens and c.output_tokens for c in completions)  # usage reaches the record
     client.close()
@@ -105,7 +105,7 @@ def test_pydantic_ai_agent_killed_at_step_31_replays_30_steps_without_a_model_re
 ) -> None:
     db, env, first = start(deployment, workers, tmp_path, REFUND_HANG_AT_STEP="31")
     client = Client(deployment)
-    run_id = client.submit("refund", {"order": "48211"})
+    run = client.submit("refund", {"order": "48211"})
     client.flush()
     wait_until(
         lambda: requests_per_step(db).get(31) == 1, 90, "step 31's model request", detail=first.log_tail
@@ -116,7 +116,7 @@ def test_pydantic_ai_agent_killed_at_step_31_replays_30_steps_without_a_model_re
 
     second = WorkerProcess(deployment, APP, "w1", tmp_path / "w1b.log", **env)
     workers.append(second)
-    result = client.result(run_id, timeout=90)
+    result = run.result(timeout=90)
 
     calls = requests_per_step(db)
     assert [step for step in range(1, 31) if calls[step] != 1] == [], second.log_tail()
@@ -128,7 +128,7 @@ def test_pydantic_ai_agent_killed_at_step_31_replays_30_steps_without_a_model_re
     assert db.execute("SELECT COUNT(*) FROM effects").fetchone()[0] == 3
     assert result["nonces"][:30] == first_nonces[:30]  # the recorded responses were served
     assert result["nonces"][30] != first_nonces[30]  # step 31 was asked again
-    status = client.status(run_id)
+    status = run.status()
     assert status.in_doubt == (
         InDoubtCall(kind="model", position=61, idempotency_key=None, name="refund.model"),
     )

@@ -75,8 +75,8 @@ def test_readers_and_cold_starts_survive_a_registry_outage(
     warm = start_worker(deployment, workers, tmp_path, "warm")
     warm.wait_ready(deployment.partitions)
     client = Client(deployment)
-    before = client.submit("short", {"order": "before"})
-    assert client.result(before, timeout=60) == "before"
+    before = client.submit("short", {"order": "before"}).run_id
+    assert client.run(before).result(timeout=60) == "before"
     client.close()
 
     kill_registry(own_registry)

@@ -48,7 +48,7 @@ def test_refund40_killed_when_step_31_model_call_starts(
 ) -> None:
     db, env, first = refund_worker(deployment, workers, tmp_path, REFUND_HANG_AT_STEP="31")
     client = Client(deployment)
-    run_id = client.submit("refund", {"order": "48211"})
+    run_id = client.submit("refund", {"order": "48211"}).run_id
     client.flush()
     wait_inside_step_31(db, first.reader, client, run_id)
     os.kill(first.proc.pid, signal.SIGKILL)
@@ -57,8 +57,8 @@ def test_refund40_killed_when_step_31_model_call_starts(
 
     second = WorkerProcess(deployment, REFUND_APP, "w1", tmp_path / "w1b.log", **env)
     workers.append(second)
-    result = client.result(run_id, timeout=60)
-    epoch = second.wait_ready(deployment.partitions)[client.partition(run_id)]
+    result = client.run(run_id).result(timeout=60)
+    epoch = second.wait_ready(deployment.partitions)[client.run(run_id).partition]
 
     calls = dict(db.execute("SELECT step, COUNT(*) FROM model_calls GROUP BY step").fetchall())
     assert [step for step in range(1, 31) if calls[step] != 1] == []  # 0 re-executed model calls for 1-30
@@ -72,7 +72,7 @@ def test_refund40_killed_when_step_31_model_call_starts(
         result["nonces"][:30] == first_attempt_nonces[:30]
     )  # the recorded first-attempt results were served
     assert result["nonces"][30] != first_attempt_nonces[30]  # step 31 really ran again
-    status = client.status(run_id)
+    status = client.run(run_id).status()
     assert status.status == "completed"
     assert status.in_doubt == (InDoubtCall(kind="model", position=61, idempotency_key=None, name="planner"),)
     # The worker that took over found the call in doubt and re-ran it: the only in-doubt
@@ -80,7 +80,7 @@ def test_refund40_killed_when_step_31_model_call_starts(
     serde = Serde(deployment)
     in_doubt = [
         (e.position, e.epoch)
-        for r in read_partition(deployment, deployment.events_topic, client.partition(run_id))
+        for r in read_partition(deployment, deployment.events_topic, client.run(run_id).partition)
         if r.key == run_id.encode() and r.value
         for e in [serde.decode(r.value, r.key)]
         if isinstance(e, ModelCallCompleted) and e.in_doubt
@@ -94,7 +94,7 @@ def test_kill_inside_an_effect_applies_it_once(
 ) -> None:
     db, env, first = refund_worker(deployment, workers, tmp_path, REFUND_HANG_IN_EFFECT="refund")
     client = Client(deployment)
-    run_id = client.submit("refund", {"order": "48211", "steps": 25})
+    run = client.submit("refund", {"order": "48211", "steps": 25})
     client.flush()
     wait_until(
         lambda: db.execute("SELECT COUNT(*) FROM effects WHERE kind='refund'").fetchone()[0] == 1,
@@ -105,11 +105,11 @@ def test_kill_inside_an_effect_applies_it_once(
     first.proc.wait()
 
     workers.append(WorkerProcess(deployment, REFUND_APP, "w1", tmp_path / "w1b.log", **env))
-    client.result(run_id, timeout=60)
+    run.result(timeout=60)
     attempts = db.execute("SELECT idempotency_key FROM effect_attempts WHERE kind='refund'").fetchall()
     assert len(attempts) == 2 and attempts[0] == attempts[1]  # re-executed with the same key
     assert db.execute("SELECT COUNT(*) FROM effects WHERE kind='refund'").fetchone()[0] == 1
-    in_doubt = client.status(run_id).in_doubt
+    in_doubt = run.status().in_doubt
     assert in_doubt == (InDoubtCall(kind="tool", position=44, idempotency_key=attempts[0][0], name="refund"),)
     client.close()
 
@@ -122,14 +122,14 @@ def test_zombie_writes_after_losing_its_partition_stay_invisible(
     workers.append(zombie)
     zombie.wait_ready(deployment.partitions)
     client = Client(deployment)
-    run_id = client.submit("pausing", {"account": "acct-7"})
+    run_id = client.submit("pausing", {"account": "acct-7"}).run_id
     client.flush()
     wait_until((tmp_path / "stall").exists, 30, "the zombie's model call to start")
     os.kill(zombie.proc.pid, signal.SIGSTOP)  # frozen mid-call, holding the partition
     try:
         successor = WorkerProcess(deployment, APP, "successor", tmp_path / "successor.log", **env)
         workers.append(successor)
-        assert client.result(run_id, timeout=90) == "charged"  # taken over after the session timeout
+        assert client.run(run_id).result(timeout=90) == "charged"  # taken over after the session timeout
     finally:
         os.kill(zombie.proc.pid, signal.SIGCONT)
     # On SIGCONT two things race inside the zombie: its stalled call returns (and it records the
@@ -137,7 +137,7 @@ def test_zombie_writes_after_losing_its_partition_stay_invisible(
     # session timed out (and revokes its partitions). Either may win; whatever the zombie wrote
     # after the successor's claim must be invisible, and it must never charge. (Writes that
     # certainly land behind a newer claim are pinned in tests/integration/test_audit.py.)
-    partition = client.partition(run_id)
+    partition = client.run(run_id).partition
     successor_claims = successor.claimed()  # it took all partitions while the zombie was frozen
     successor_claim = successor_claims[partition]
     reader = LogReader(deployment)
@@ -170,11 +170,11 @@ def test_zombie_writes_after_losing_its_partition_stay_invisible(
     late_types = [t for _, t in late]
     assert any(late_types == written[i : i + len(late_types)] for i in range(len(written) + 1)), late_types
     zombie_late_offsets = {o for o, _ in late}
-    history = client.history(run_id)
+    history = client.run(run_id).history()
     assert not {e["offset"] for e in history} & zombie_late_offsets  # ...and invisible
     assert [e["seq"] for e in history] == list(range(1, len(history) + 1))
     assert [e["type"] for e in history][-3:] == ["ToolCallScheduled", "ToolCallCompleted", "RunCompleted"]
-    assert client.status(run_id).status == "completed"
+    assert client.run(run_id).status().status == "completed"
     client.close()
 
 
@@ -187,11 +187,11 @@ def test_recovery_decodes_the_active_run_not_the_partition(
     workers.append(first)
     first.wait_ready(1)
     client = Client(deployment)
-    active = client.submit("waiter", {})
-    done = [client.submit("short", {"order": f"o{i}", "steps": 3}) for i in range(40)]
+    active = client.submit("waiter", {}).run_id
+    done = [client.submit("short", {"order": f"o{i}", "steps": 3}).run_id for i in range(40)]
     client.flush()
     for run_id in done:
-        client.result(run_id, timeout=60)
+        client.run(run_id).result(timeout=60)
     reader = LogReader(deployment)
     written = reader.end(0)  # everything the runs wrote lies below
     # A checkpoint (every 2 s) that covers it, listing only the run still active.
@@ -217,7 +217,7 @@ def test_recovery_decodes_the_active_run_not_the_partition(
     finally:
         log.close()
     reader.close()
-    active_history = client.status(active).events
+    active_history = client.run(active).status().events
     total = sum(1 for _ in read_partition(deployment, deployment.events_topic, 0))
     print(
         f"partition holds {total} records; rebuild read {rebuilt.records_read}, decoded {rebuilt.records_decoded}"
@@ -225,8 +225,8 @@ def test_recovery_decodes_the_active_run_not_the_partition(
     assert total > 40 * 8
     assert list(rebuilt.active) == [active]
     assert rebuilt.records_decoded <= active_history + 5  # the active run plus the claims/tail
-    client.signal(active, "go", {"ok": 1})
-    assert client.result(active, timeout=30) == {"ok": 1}  # and the second worker resumed it
+    client.run(active).signal("go", {"ok": 1})
+    assert client.run(active).result(timeout=30) == {"ok": 1}  # and the second worker resumed it
     client.close()
 
 
@@ -235,7 +235,7 @@ def test_respawn_forks_a_new_worker_when_the_worker_is_killed(
 ) -> None:
     db, _, supervisor = refund_worker(deployment, workers, tmp_path, "--respawn", REFUND_HANG_AT_STEP="31")
     client = Client(deployment)
-    run_id = client.submit("refund", {"order": "48211"})
+    run_id = client.submit("refund", {"order": "48211"}).run_id
     client.flush()
     wait_inside_step_31(db, supervisor.reader, client, run_id)
     [[child]] = db.execute("SELECT pid FROM model_calls WHERE step = 31").fetchall()
@@ -243,7 +243,7 @@ def test_respawn_forks_a_new_worker_when_the_worker_is_killed(
     assert child != supervisor.proc.pid and child_pids(supervisor.proc.pid) == [child]
     os.kill(child, signal.SIGKILL)
 
-    result = client.result(run_id, timeout=60)
+    result = client.run(run_id).result(timeout=60)
     assert supervisor.proc.poll() is None  # the supervisor lived on ...
     [[_], [respawned]] = db.execute("SELECT pid FROM model_calls WHERE step = 31 ORDER BY id").fetchall()
     assert respawned not in (child, supervisor.proc.pid)  # ... and forked anew: the new worker
@@ -252,7 +252,7 @@ def test_respawn_forks_a_new_worker_when_the_worker_is_killed(
     assert [step for step in range(1, 31) if calls[step] != 1] == [] and calls[31] == 2
     assert db.execute("SELECT COUNT(*) FROM effects").fetchone()[0] == 3
     assert len(set(result["nonces"])) == 40  # the forked worker draws its own nonces
-    assert client.status(run_id).in_doubt == (
+    assert client.run(run_id).status().in_doubt == (
         InDoubtCall(kind="model", position=61, idempotency_key=None, name="planner"),
     )
 

@@ -32,16 +32,16 @@ def test_a_sealed_run_killed_at_step_31_is_finished_by_a_fresh_worker(
     workers.append(first)
     first.wait_ready(deployment.partitions)
     client = Client(deployment)
-    run_id = client.submit("refund", {"order": "48211"})
+    run_id = client.submit("refund", {"order": "48211"}).run_id
     client.flush()
     wait_inside_step_31(db, first.reader, client, run_id)
-    partition = client.partition(run_id)
+    partition = client.run(run_id).partition
     os.kill(first.proc.pid, signal.SIGKILL)
     first.proc.wait()
 
     second = WorkerProcess(deployment, REFUND_APP, "w1", tmp_path / "w1b.log", REFUND_WORLD_DB=str(db_path))
     workers.append(second)
-    result = client.result(run_id, timeout=60)
+    result = client.run(run_id).result(timeout=60)
     calls = dict(db.execute("SELECT step, COUNT(*) FROM model_calls GROUP BY step").fetchall())
     assert [step for step in range(1, 31) if calls[step] != 1] == [], second.log_tail()
     assert db.execute("SELECT COUNT(*) FROM effects").fetchone()[0] == 3  # each effect once

@@ -39,7 +39,8 @@ from runtime.log.kafka.auth import KafkaAuthenticationError, KafkaTLSError, chec
 from runtime.log.kafka.backend import KafkaLog
 from runtime.log.kafka.roles import Grant
 from runtime.log.port.partitioning import partition_for
-from runtime.log.records.sealing import KeyStore, Sealer
+from runtime.log.sealing.keys import KeyStore
+from runtime.log.sealing.sealer import Sealer
 from support.secure_cluster import ADMIN_PASSWORD, CONTROLLER_PORT, PORT, as_user
 from support.services import ROOT, deployment_env
 from support.sink import SinkProcess, read_partition, wait_for_rows
@@ -205,8 +206,8 @@ def test_a_run_served_by_role_users_leaks_no_password(
     sink = SinkProcess(as_user(deployment, "sink"), dsn, tmp_path / "sink.log")
     try:
         with Client(as_user(deployment, "submitter")) as client:
-            run = client.submit("short", {"order": "acl-1", "steps": 2})
-            assert client.result(run, timeout=60) == "acl-1"
+            run = client.submit("short", {"order": "acl-1", "steps": 2}).run_id
+            assert client.run(run).result(timeout=60) == "acl-1"
         events = read_partition(deployment, 0)
         wait_for_rows(dsn, deployment.events_topic, len(events), proc=sink.proc)
         listing = subprocess.run(
@@ -260,7 +261,7 @@ def test_the_sinks_credentials_open_sealed_contents_but_write_no_key(deployment:
     try:
         admin_keys = KeyStore(admin_log, deployment.keys_topic, deployment.partitions)
         sealed = Sealer(admin_keys).seal_text('"the refund is approved"', "result", run_id)
-        key = admin_keys.get(run_id)
+        key = admin_keys.opening_key(run_id)
     finally:
         admin_log.close()
     sink = as_user(deployment, "sink").model_copy(update={"seal_contents": True})
@@ -281,7 +282,7 @@ def test_the_sinks_credentials_open_sealed_contents_but_write_no_key(deployment:
     reread = KafkaLog(deployment)
     try:
         assert (
-            KeyStore(reread, deployment.keys_topic, deployment.partitions).get(run_id) == key
+            KeyStore(reread, deployment.keys_topic, deployment.partitions).opening_key(run_id) == key
         )  # still there
     finally:
         reread.close()

@@ -52,7 +52,7 @@ def deployment(secure_cluster: Settings) -> Settings:
 def _run_records(settings: Settings, run_id: str) -> list[tuple[int, object]]:
     client = Client(settings)
     try:
-        return [(e.offset, e.event) for e in client.events(run_id)]
+        return [(e.offset, e.event) for e in client.run(run_id).events()]
     finally:
         client.close()
 
@@ -64,7 +64,7 @@ def test_a_forged_record_is_named_by_verify_and_parks_the_run_on_takeover(
     first = start_worker(worker, workers, tmp_path, "w1", AGENTLOG_CHAIN_KEY=KEY)
     first.wait_ready(deployment.partitions)
     client = Client(as_user(deployment, SUBMITTER))
-    run_id = client.submit("waiter", {})
+    run_id = client.submit("waiter", {}).run_id
     client.flush()
     wait_until(lambda: len(_run_records(deployment, run_id)) >= 1, 30, "the run to start", process=first.proc)
     assert agentlog(deployment, "audit", "verify", run_id, AGENTLOG_CHAIN_KEY=KEY).returncode == 0
@@ -127,8 +127,8 @@ def test_a_row_altered_in_the_store_is_named_by_verify_from_store_and_no_secret_
     sink = SinkProcess(as_user(deployment, SINK), dsn, tmp_path / "sink.log")
     try:
         with Client(as_user(deployment, SUBMITTER)) as client:
-            run_id = client.submit("short", {"order": "48211"})
-            client.result(run_id, timeout=60)
+            run_id = client.submit("short", {"order": "48211"}).run_id
+            client.run(run_id).result(timeout=60)
         records = _run_records(deployment, run_id)
         wait_until(
             lambda: (

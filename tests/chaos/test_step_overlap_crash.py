@@ -74,7 +74,7 @@ def test_a_read_only_call_killed_before_its_scheduled_ack_runs_again_recorded_on
     workers.append(first)
     first.wait_ready(1)
     client = Client(deployment)
-    run = client.submit("overlap", {"sleep_s": 3.0})
+    run = client.submit("overlap", {"sleep_s": 3.0}).run_id
     client.flush()
     reader = LogReader(deployment)
     try:
@@ -104,7 +104,7 @@ def test_a_read_only_call_killed_before_its_scheduled_ack_runs_again_recorded_on
 
         second = WorkerProcess(deployment, APP, "w1", tmp_path / "w1b.log", OVERLAP_WORLD_DB=db)
         workers.append(second)
-        assert client.result(run, timeout=60) == ["noted before", "noted after"]
+        assert client.run(run).result(timeout=60) == ["noted before", "noted after"]
         assert calls_of(db, "before") == 1  # served from the log
         assert calls_of(db, "after") == 2  # it left no record, so it ran again
         events = [e for _, e in reader.events(0) if e.run_id == run]
@@ -112,7 +112,7 @@ def test_a_read_only_call_killed_before_its_scheduled_ack_runs_again_recorded_on
         assert [key for key, n in recorded.items() if n > 1] == []  # nothing recorded twice
         completions = [e for e in events if isinstance(e, ToolCallCompleted)]
         assert [(e.attempt, e.in_doubt) for e in completions] == [(1, False), (1, False)]
-        assert client.status(run).in_doubt == ()  # nothing of it was durable: nothing to report
+        assert client.run(run).status().in_doubt == ()  # nothing of it was durable: nothing to report
     finally:
         reader.close()
         client.close()

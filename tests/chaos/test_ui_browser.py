@@ -253,7 +253,7 @@ def test_a_running_runs_page_updates_as_events_arrive(world: World, page: Page) 
     worker.wait_ready(world.deployment.partitions)
     client = Client(world.deployment)
     try:
-        run_id = client.submit("refund", {"order": "777", "steps": 12})
+        run_id = client.submit("refund", {"order": "777", "steps": 12}).run_id
         client.flush()
         url = world.ui.url + f"/run/{run_id}"
         wait_until(lambda: page.goto(url).status == 200, 30, "the live run to reach the store", interval=0.3)
@@ -263,7 +263,7 @@ def test_a_running_runs_page_updates_as_events_arrive(world: World, page: Page) 
         expect(page.locator("#steps")).to_have_text("12", timeout=60_000)
         expect(page.locator("#run-main")).to_have_attribute("data-status", "completed", timeout=30_000)
         assert page.evaluate("() => window.notReloaded === true")  # updated in place, not reloaded
-        assert client.result(run_id, timeout=30)["steps"] == 12
+        assert client.run(run_id).result(timeout=30)["steps"] == 12
         shot(page, "run-live-completed")
     finally:
         client.close()

@@ -63,14 +63,14 @@ def recorded(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> It
     try:
         worker.wait_ready(2)
         with Client(settings) as client:
-            run_id = client.submit("conversation", {"order": "48211"})
-            payment_id = client.submit("payment", {"order": "48211"})
-            assert client.result(run_id, timeout=60)["turns"] == 3
-            assert client.result(payment_id, timeout=60) == {"charged": 4160, "last4": "1111"}
+            run_id = client.submit("conversation", {"order": "48211"}).run_id
+            payment_id = client.submit("payment", {"order": "48211"}).run_id
+            assert client.run(run_id).result(timeout=60)["turns"] == 3
+            assert client.run(payment_id).result(timeout=60) == {"charged": 4160, "last4": "1111"}
             # A fork of the payment from its charge: the original is left alone, the charge skipped.
-            fork_id = client.fork(payment_id, 2, {"prompt_version": "v2"})
-            assert client.result(fork_id, timeout=60) == {"skipped": "fork"}
-            assert client.status(payment_id).status == "completed"
+            fork_id = client.run(payment_id).fork(2, {"prompt_version": "v2"}).run_id
+            assert client.run(fork_id).result(timeout=60) == {"skipped": "fork"}
+            assert client.run(payment_id).status().status == "completed"
     finally:
         worker.stop()
     dsn = f"chdb://{tmp}/store"

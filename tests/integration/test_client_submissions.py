@@ -27,18 +27,18 @@ def _commands(client: Client, run_id: str) -> list[str]:
     return [
         type(client.serde.decode(record.value or b"", record.key)).__name__
         for record in client.log.read(
-            settings.commands_topic, client.partition(run_id), keep=lambda k: k == key
+            settings.commands_topic, client.run(run_id).partition, keep=lambda k: k == key
         )
     ]
 
 
 def test_a_signal_sent_right_after_its_runs_submission_lands_after_it(deployment: Settings) -> None:
     with Client(deployment) as client:
-        client.signal(new_run_id(), "warm", {})  # both producers connected: no head start for either
+        client.run(new_run_id()).signal("warm", {})  # both producers connected: no head start for either
         runs = [new_run_id() for _ in range(20)]
         for run_id in runs:
             client.submit("sleepy", {"sleep": 0}, run_id=run_id)
-            client.signal(run_id, "go", {"n": 1})
+            client.run(run_id).signal("go", {"n": 1})
         for run_id in runs:
             assert _commands(client, run_id) == [RunSubmitted.__name__, SignalSent.__name__]
 
@@ -47,10 +47,10 @@ _FRESH_PROCESS = """
 import json, sys
 from runtime.client import Client
 client = Client()
-run_id = client.submit("sleepy", {"sleep": 0})
+run_id = client.submit("sleepy", {"sleep": 0}).run_id
 client.flush()
 print(json.dumps({"run_id": run_id, "registry_client_imported": "runtime.log.schemas.registry_client" in sys.modules,
-                  "submissions_idempotent": client._submissions.idempotent}))
+                  "submissions_idempotent": client._writer._submissions.idempotent}))
 client.close()
 """
 

@@ -22,7 +22,7 @@ APP = "support.ops_apps:app"
 
 def _ended(client: Client, run_id: str) -> str:
     return wait_until(
-        lambda: (s := client.status(run_id).status) not in ("running", "unknown") and s,
+        lambda: (s := client.run(run_id).status().status) not in ("running", "unknown") and s,
         60,
         f"run {run_id} to end",
     )
@@ -38,15 +38,15 @@ def test_failed_and_cancelled_sagas_show_their_compensations_in_status_and_the_a
     client = Client(deployment)
     sink = SinkProcess(deployment, dsn, tmp_path / "sink.log")
     try:
-        failed = client.submit("refund_saga", {"order": "F-1"})
-        cancelled = client.submit("refund_saga_waits", {"order": "C-1"})
+        failed = client.submit("refund_saga", {"order": "F-1"}).run_id
+        cancelled = client.submit("refund_saga_waits", {"order": "C-1"}).run_id
         assert _ended(client, failed) == "failed"
         wait_until(
-            lambda: [e["type"] for e in client.history(cancelled)].count("ToolCallCompleted") == 2,
+            lambda: [e["type"] for e in client.run(cancelled).history()].count("ToolCallCompleted") == 2,
             60,
             "the cancelled saga's two effects",
         )
-        client.cancel(cancelled, reason="the customer withdrew")
+        client.run(cancelled).cancel(reason="the customer withdrew")
         assert _ended(client, cancelled) == "cancelled"
 
         for run_id in (failed, cancelled):
@@ -61,7 +61,7 @@ def test_failed_and_cancelled_sagas_show_their_compensations_in_status_and_the_a
             assert (
                 "compensation  'release_stock' at position" in text and "undoes position 2: completed" in text
             )
-        assert client.status(cancelled).reason == "the customer withdrew"
+        assert client.run(cancelled).status().reason == "the customer withdrew"
 
         sql = (
             "SELECT run_id, tool, compensates FROM agentlog.events WHERE type = 'ToolCallScheduled' "

@@ -15,7 +15,8 @@ import pytest
 from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.kafka.backend import KafkaLog
-from runtime.log.records.sealing import ERASED, KeyStore
+from runtime.log.sealing.form import ERASED
+from runtime.log.sealing.keys import KeyStore
 from support.erasure_apps import COMPLETION_TOKENS, PROMPT_TOKENS
 from support.sink import (
     SinkProcess,
@@ -63,13 +64,15 @@ def erased(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
     try:
         worker.wait_ready(2)
         with Client(settings) as client:
-            run_id = client.submit("intake", {"note": MARKER + PADDING})
-            kept_id = client.submit("intake", {"note": KEPT})
-            waiting = client.submit("intake", {"note": MARKER, "wait": True})
-            assert client.result(run_id, timeout=60)["filed"] == MARKER + PADDING
-            assert client.result(kept_id, timeout=60)["filed"] == KEPT
-            wait_until(lambda: client.status(waiting).status == "running", 30, "the waiting run running")
-            before = client.history(run_id, payloads=True)
+            run_id = client.submit("intake", {"note": MARKER + PADDING}).run_id
+            kept_id = client.submit("intake", {"note": KEPT}).run_id
+            waiting = client.submit("intake", {"note": MARKER, "wait": True}).run_id
+            assert client.run(run_id).result(timeout=60)["filed"] == MARKER + PADDING
+            assert client.run(kept_id).result(timeout=60)["filed"] == KEPT
+            wait_until(
+                lambda: client.run(waiting).status().status == "running", 30, "the waiting run running"
+            )
+            before = client.run(run_id).history(payloads=True)
         key = next(
             m.value() or b""
             for p in range(settings.partitions)
@@ -81,8 +84,8 @@ def erased(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
         done = agentlog(settings, "erase", "--run", run_id)
         assert done.returncode == 0, done.stderr + done.stdout
         with Client(settings) as client:  # the waiting run goes on, under its key, to its end
-            client.signal(waiting, "go", None)
-            assert client.result(waiting, timeout=60)["filed"] == MARKER
+            client.run(waiting).signal("go", None)
+            assert client.run(waiting).result(timeout=60)["filed"] == MARKER
         assert agentlog(settings, "erase", "--run", waiting).returncode == 0
     finally:
         worker.stop()
@@ -105,16 +108,16 @@ def test_the_erased_text_is_in_no_topic(erased: Erased) -> None:
 
 def test_the_erased_run_reads_erased_with_its_structure_and_tokens(erased: Erased) -> None:
     with Client(erased.settings) as client:
-        after = client.history(erased.run_id, payloads=True)
+        after = client.run(erased.run_id).history(payloads=True)
         assert MARKER not in json.dumps(after)
         assert [(e["seq"], e["type"]) for e in after] == [(e["seq"], e["type"]) for e in erased.before]
         assert [e.get("args_hash") for e in after] == [e.get("args_hash") for e in erased.before]
         model = next(e for e in after if e["type"] == "ModelCallCompleted")
         assert (model["input_tokens"], model["output_tokens"]) == (PROMPT_TOKENS, COMPLETION_TOKENS)
         assert model["result"] == ERASED
-        status = client.status(erased.run_id)
+        status = client.run(erased.run_id).status()
         assert (status.status, status.result) == ("completed", "erased")
-        assert KEPT in json.dumps(client.history(erased.kept_id))
+        assert KEPT in json.dumps(client.run(erased.kept_id).history())
     shown = agentlog(erased.settings, "history", erased.run_id)
     assert shown.returncode == 0, shown.stderr
     assert MARKER not in shown.stdout and "erased" in shown.stdout
@@ -152,12 +155,10 @@ def test_the_erased_key_leaves_the_keys_topic_once_compacted(erased: Erased) -> 
     keys = KeyStore(KafkaLog(s), s.keys_topic, s.partitions)
     fillers = iter(range(1000))
     wait_until(
-        lambda: (
-            keys.get_or_create(f"filler-{next(fillers)}") and erased.key not in raw_bytes(s, s.keys_topic)
-        ),
+        lambda: keys.sealing_key(f"filler-{next(fillers)}") and erased.key not in raw_bytes(s, s.keys_topic),
         240,
         "the erased run's key compacted out of the keys topic",
         interval=10,
     )
     with Client(s) as client:  # the ended run still reads, as erased, with the key gone from disk
-        assert client.status(erased.run_id).result == "erased"
+        assert client.run(erased.run_id).status().result == "erased"

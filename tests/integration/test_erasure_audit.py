@@ -20,7 +20,7 @@ from analytics.diff import diff_runs
 from analytics.store import connect
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.records.sealing import PREFIX
+from runtime.log.sealing.form import PREFIX
 from support.sink import SinkProcess, agentlog, kafka_offsets, make_deployment, query, wait_for_rows
 from support.ui_store import free_port
 from support.wait import wait_until
@@ -58,10 +58,12 @@ def sealed(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
     try:
         worker.wait_ready(2)
         with Client(settings) as client:
-            run_id = client.submit("intake", {"note": MARKER})
-            twin_id = client.submit("intake", {"note": MARKER})  # the same run again, under its own key
-            assert client.result(run_id, timeout=60)["filed"] == MARKER
-            assert client.result(twin_id, timeout=60)["filed"] == MARKER
+            run_id = client.submit("intake", {"note": MARKER}).run_id
+            twin_id = client.submit(
+                "intake", {"note": MARKER}
+            ).run_id  # the same run again, under its own key
+            assert client.run(run_id).result(timeout=60)["filed"] == MARKER
+            assert client.run(twin_id).result(timeout=60)["filed"] == MARKER
     finally:
         worker.stop()
     dsn = f"chdb://{tmp}/store"

@@ -19,8 +19,8 @@ from runtime.errors import AgentlogError
 from runtime.log.kafka.backend import KafkaLog
 from runtime.log.port.partitioning import name_in_partition, partition_for
 from runtime.log.records.events import SignalReceived, SignalSent
-from runtime.log.records.sealing import ERASED, key_id_of, subject_key_id
 from runtime.log.schemas.serde import Serde
+from runtime.log.sealing.form import ERASED, key_id_of, subject_key_id
 from support.late_keys import LateKeySubmission
 from support.services import agentlog, make_deployment
 from support.wait import wait_until
@@ -52,7 +52,7 @@ def held(worker: WorkerProcess, run_id: str) -> bool:
 
 
 def steps(client: Client, run_id: str) -> int:
-    return sum(e["type"] == "ToolCallCompleted" for e in client.history(run_id))
+    return sum(e["type"] == "ToolCallCompleted" for e in client.run(run_id).history())
 
 
 def test_a_submission_written_before_its_key_starts_once_the_key_arrives_while_its_neighbour_steps(
@@ -61,7 +61,7 @@ def test_a_submission_written_before_its_key_starts_once_the_key_arrives_while_i
     settings, worker = sealed
     log = KafkaLog(settings)
     with Client(settings) as client:
-        ticking = client.submit("ticks", {"count": 120}, run_id=name_in_partition("ticking", PARTITION, 2))
+        ticking = client.submit("ticks", {"count": 120}, run_id=name_in_partition("ticking", PARTITION, 2)).run_id
         client.flush()
         wait_until(
             lambda: steps(client, ticking) >= 1, 30, "the ticking run's first step", process=worker.proc
@@ -81,12 +81,12 @@ def test_a_submission_written_before_its_key_starts_once_the_key_arrives_while_i
         wait_until(
             lambda: steps(client, ticking) >= before + 3, 30, "the ticking run stepping", process=worker.proc
         )
-        assert client.history(late_id) == []  # still held: nothing of it in the log, its key unwritten
+        assert client.run(late_id).history() == []  # still held: nothing of it in the log, its key unwritten
         log.append(settings.keys_topic, late.partition, late_id.encode(), late.key).result(30)
-        assert client.result(late_id, timeout=60)["filed"] == "hello"
-        started = next(e for e in client.history(late_id) if e["type"] == "RunStarted")
+        assert client.run(late_id).result(timeout=60)["filed"] == "hello"
+        started = next(e for e in client.run(late_id).history() if e["type"] == "RunStarted")
         assert started["input"] == '{"note":"hello","wait":true}'
-        assert client.result(ticking, timeout=60) == 120
+        assert client.run(ticking).result(timeout=60) == 120
     log.close()
 
 
@@ -99,11 +99,11 @@ def test_a_submission_whose_key_never_comes_is_rejected_naming_it_and_the_partit
     lost = LateKeySubmission(settings, Serde(settings), lost_id, "intake", {"note": "lost"})
     log.append(settings.commands_topic, PARTITION, lost_id.encode(), lost.command).result(30)
     with Client(settings) as client:
-        after = client.submit("intake", {"note": "after"}, run_id=name_in_partition("after", PARTITION, 2))
-        assert client.result(after, timeout=90)["filed"] == "after"  # behind the held one, ~10 s later
-        status = client.status(lost_id)
+        after = client.submit("intake", {"note": "after"}, run_id=name_in_partition("after", PARTITION, 2)).run_id
+        assert client.run(after).result(timeout=90)["filed"] == "after"  # behind the held one, ~10 s later
+        status = client.run(lost_id).status()
         assert status.status == "rejected", worker.log_tail()
-        (rejected,) = client.history(lost_id)
+        (rejected,) = client.run(lost_id).history()
         assert rejected["type"] == "RunRejected"
         assert rejected["reason"].startswith(
             f"run {lost_id}: its data key '{lost_id}' is not in the keys topic '{settings.keys_topic}' 10 s after"
@@ -116,25 +116,25 @@ def test_erasing_a_subject_refuses_while_one_of_its_runs_goes_on_naming_it(
 ) -> None:
     settings, worker = sealed
     with Client(settings) as client:
-        ended = client.submit("intake", {"note": "first"}, subject="customer-31")
-        assert client.result(ended, timeout=60)["filed"] == "first"
-        waiting = client.submit("intake", {"note": "second", "wait": True}, subject="customer-31")
+        ended = client.submit("intake", {"note": "first"}, subject="customer-31").run_id
+        assert client.run(ended).result(timeout=60)["filed"] == "first"
+        waiting = client.submit("intake", {"note": "second", "wait": True}, subject="customer-31").run_id
         wait_until(
-            lambda: client.status(waiting).status == "running", 30, "the waiting run", process=worker.proc
+            lambda: client.run(waiting).status().status == "running", 30, "the waiting run", process=worker.proc
         )
         refused = agentlog(settings, "erase", "--subject", "customer-31")
         assert refused.returncode != 0
         assert refused.stderr.startswith(
             f"agentlog: data subject 'customer-31' has runs that have not ended: {waiting} (running); "
         ), refused.stderr
-        assert client.status(ended).result != "erased"  # nothing destroyed
-        client.signal(waiting, "go", None)
-        assert client.result(waiting, timeout=60)["filed"] == "second"
+        assert client.run(ended).status().result != "erased"  # nothing destroyed
+        client.run(waiting).signal("go", None)
+        assert client.run(waiting).result(timeout=60)["filed"] == "second"
     done = agentlog(settings, "erase", "--subject", "customer-31")
     assert done.returncode == 0, done.stderr
     with Client(settings) as client:
-        assert client.status(ended).result == "erased"
-        assert client.status(waiting).result == "erased"
+        assert client.run(ended).status().result == "erased"
+        assert client.run(waiting).status().result == "erased"
 
 
 def signal_sent(settings: Settings, run_id: str) -> bytes:
@@ -179,25 +179,30 @@ def test_a_signal_from_another_client_is_sealed_under_the_run_s_subject_key(
         submitter.flush()
         if started:
             wait_until(
-                lambda: submitter.status(waiting).status == "running", 30, "the run", process=worker.proc
+                lambda: waiting.status().status == "running", 30, "the run", process=worker.proc
             )
         with Client(settings) as other:
-            other.signal(waiting, "go", {"said": "MARKER-signal-5e7a"})
-        assert submitter.result(waiting, timeout=60)["filed"] == "third"
-    sent = signal_sent(settings, waiting)
+            other.run(waiting.run_id).signal("go", {"said": "MARKER-signal-5e7a"})
+        assert waiting.result(timeout=60)["filed"] == "third"
+    sent = signal_sent(settings, waiting.run_id)
     plain = Serde(settings.model_copy(update={"seal_contents": False}))
     assert key_id_of(plain.decode(sent).payload) == subject_key_id(subject)
-    assert keys_named(settings, waiting) == 0, "the signalling client made a key of the run's id"
+    assert keys_named(settings, waiting.run_id) == 0, "the signalling client made a key of the run's id"
     assert agentlog(settings, "erase", "--subject", subject).returncode == 0
     with Client(settings) as reader:  # the payload, as sent and as received, goes with the subject's key
         assert reader.serde.decode(sent).payload == ERASED
-        [signal] = [e for e in reader.events(waiting) if isinstance(e.event, SignalReceived)]
+        [signal] = [e for e in reader.run(waiting.run_id).events() if isinstance(e.event, SignalReceived)]
         assert signal.event.payload == ERASED
 
 
-def test_a_signal_for_a_run_never_submitted_is_refused_naming_it(sealed: tuple[Settings, WorkerProcess]) -> None:
+def test_a_signal_for_a_run_never_submitted_is_refused_naming_it(
+    sealed: tuple[Settings, WorkerProcess],
+) -> None:
     settings, _ = sealed
     nobody = f"nobody-{new_run_id()}"
-    with Client(settings) as client, pytest.raises(AgentlogError, match=rf"run {nobody}: no submission of it"):
-        client.signal(nobody, "go", None)
+    with (
+        Client(settings) as client,
+        pytest.raises(AgentlogError, match=rf"run {nobody}: no submission of it"),
+    ):
+        client.run(nobody).signal("go", None)
     assert keys_named(settings, nobody) == 0

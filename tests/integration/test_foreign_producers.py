@@ -85,7 +85,7 @@ def test_a_go_client_submits_a_run_and_reads_its_result(
     }
     # The Python side reads the same run: it is an ordinary agentlog run.
     client = Client(deployment)
-    status = client.status(run_id)
+    status = client.run(run_id).status()
     assert status.status == "completed" and status.result == "go-48211"
     client.close()
 
@@ -113,7 +113,7 @@ def test_a_go_submission_on_the_wrong_partition_is_forwarded_and_completes_once(
     assert lines[0]["partition"] == wrong and lines[0]["home_partition"] == home
     assert lines[1]["status"] == "completed" and lines[1]["result"] == "wrong-partition"
     client = Client(deployment)
-    assert [e["type"] for e in client.history(run_id)].count("RunStarted") == 1
+    assert [e["type"] for e in client.run(run_id).history()].count("RunStarted") == 1
     client.close()
     forwarded = [
         json.loads(line[line.index("{") :])
@@ -154,9 +154,9 @@ def test_librdkafka_default_partitioner_and_keyless_submissions_are_never_silent
     assert producer.flush(10) == 0 and len(delivered) == 1
     client = Client(deployment)
     for run_id in runs:
-        assert client.result(run_id, timeout=60) == run_id
+        assert client.run(run_id).result(timeout=60) == run_id
     partition, offset = delivered[0]
     with pytest.raises(RunError) as rejected:
-        client.result(keyless_run_id(partition, offset, deployment.partitions), timeout=30)
+        client.run(keyless_run_id(partition, offset, deployment.partitions)).result(timeout=30)
     assert rejected.value.status == "rejected" and "has no key" in rejected.value.reason
     client.close()

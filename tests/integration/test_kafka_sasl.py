@@ -77,8 +77,8 @@ def test_worker_client_and_sink_authenticate_and_the_password_shows_nowhere(
     sink = SinkProcess(deployment, dsn, tmp_path / "sink.log")
     try:
         with Client(deployment) as client:
-            run = client.submit("short", {"order": "sasl-1", "steps": 2})
-            assert client.result(run, timeout=60) == "sasl-1"
+            run = client.submit("short", {"order": "sasl-1", "steps": 2}).run_id
+            assert client.run(run).result(timeout=60) == "sasl-1"
         events = read_partition(deployment, 0)
         wait_for_rows(dsn, deployment.events_topic, len(events), proc=sink.proc)
     finally:

@@ -90,7 +90,7 @@ def test_a_run_goes_through_sasl_ssl_with_role_users(cluster: Settings, tmp_path
     worker = WorkerProcess(as_user(deployment, "tls-worker"), APP, "w1", tmp_path / "worker.log")
     try:
         with Client(as_user(deployment, "tls-client")) as client:
-            run = client.submit("short", {"order": "tls-1", "steps": 2})
-            assert client.result(run, timeout=60) == "tls-1"
+            run = client.submit("short", {"order": "tls-1", "steps": 2}).run_id
+            assert client.run(run).result(timeout=60) == "tls-1"
     finally:
         worker.stop()

@@ -44,14 +44,16 @@ def recorded(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> It
     try:
         worker.wait_ready(1)
         with Client(settings) as client:
-            run_id = client.submit("review", {})
-            assert client.result(run_id, timeout=60) == 4
+            run_id = client.submit("review", {}).run_id
+            assert client.run(run_id).result(timeout=60) == 4
             # The fork copies the first call's record, pointer included, into a run of another partition.
             fork_id = next(
-                f"fork-{i}" for i in range(100) if client.partition(f"fork-{i}") != client.partition(run_id)
+                f"fork-{i}"
+                for i in range(100)
+                if client.run(f"fork-{i}").partition != client.run(run_id).partition
             )
-            assert client.fork(run_id, 2, {"prompt_version": "v2"}, new_id=fork_id) == fork_id
-            assert client.result(fork_id, timeout=60) == 4
+            assert client.run(run_id).fork(2, {"prompt_version": "v2"}, new_id=fork_id).run_id == fork_id
+            assert client.run(fork_id).result(timeout=60) == 4
     finally:
         worker.stop()
     dsn = f"chdb://{tmp}/store"

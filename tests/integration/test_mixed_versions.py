@@ -120,7 +120,7 @@ def tool_results(deployment: Settings, run_id: str) -> list[tuple[int, dict[str,
 
 
 def assert_finished_cleanly(client: Client, run_id: str) -> None:
-    result = client.result(run_id, timeout=60)
+    result = client.run(run_id).result(timeout=60)
     assert result == {
         "order": f"PO-{run_id}",
         "approved_by": "maria",
@@ -128,14 +128,14 @@ def assert_finished_cleanly(client: Client, run_id: str) -> None:
         "budget_ok": True,
         "compliance": None,
     }
-    history = client.history(run_id)
+    history = client.run(run_id).history()
     kinds = [e["type"] for e in history]
     assert "RunParked" not in kinds and "NonDeterminismDetected" not in kinds, kinds
     tools = [e["tool"] for e in history if e["type"] == "ToolCallScheduled"]
     assert tools == ["lookup_vendor", "check_budget", "place_order"]  # each tool called once
     completed = [e["position"] for e in history if e["type"] == "ToolCallCompleted"]
     assert len(completed) == len(set(completed)) == 3, completed
-    assert client.status(run_id).status == "completed"
+    assert client.run(run_id).status().status == "completed"
 
 
 def test_v1_and_v2_workers_take_over_each_others_runs(
@@ -161,7 +161,7 @@ def test_v1_and_v2_workers_take_over_each_others_runs(
 
     # v2 takes over (replaying M-1's v1 records) and starts M-2, which waits too.
     v2 = worker(deployment, workers, tmp_path, "v2", v2_code)
-    client.signal("M-1", "approve", {"by": "maria"})
+    client.run("M-1").signal("approve", {"by": "maria"})
     assert_finished_cleanly(client, "M-1")
     client.submit("purchase_order", REQUEST, run_id="M-2")
     client.flush()
@@ -170,7 +170,7 @@ def test_v1_and_v2_workers_take_over_each_others_runs(
 
     # (b) v1 again (the rollback): it replays M-2's v2 records with its own reader schema.
     worker(deployment, workers, tmp_path, "v1", None)
-    client.signal("M-2", "approve", {"by": "maria"})
+    client.run("M-2").signal("approve", {"by": "maria"})
     assert_finished_cleanly(client, "M-2")
     client.close()
 
@@ -190,7 +190,7 @@ def test_v1_and_v2_workers_take_over_each_others_runs(
     # writer schema under its subject (v1's ToolCallCompleted is version 1, v2's version 2).
     with Client(deployment) as reader:
         for run_id, expected in (("M-1", [1, 1, 2]), ("M-2", [2, 2, 1])):
-            history = reader.history(run_id)
+            history = reader.run(run_id).history()
             versions = [e["schema_version"] for e in history if e["type"] == "ToolCallCompleted"]
             assert versions == expected, (run_id, versions)
             assert {e["schema_version"] for e in history if e["type"] != "ToolCallCompleted"} == {1}

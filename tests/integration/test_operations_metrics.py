@@ -74,9 +74,11 @@ def test_prometheus_scrapes_the_worker_and_the_sink_during_refund_runs(
             lambda: _ready(sink_port), 60, "the sink's /readyz", process=sink.proc, detail=sink.log_tail
         )
 
-        run_ids = [client.submit("refund", {"order": f"4821{n}", "lookups": LOOKUPS}) for n in range(RUNS)]
+        run_ids = [
+            client.submit("refund", {"order": f"4821{n}", "lookups": LOOKUPS}).run_id for n in range(RUNS)
+        ]
         for run_id in run_ids:
-            assert client.result(run_id, timeout=60)["refunded"] == 41.6
+            assert client.run(run_id).result(timeout=60)["refunded"] == 41.6
 
         expected = RUNS * STEPS_PER_RUN
         steps = 'sum(agentlog_steps_total{job="worker",workflow="refund"})'
@@ -104,7 +106,7 @@ def test_prometheus_scrapes_the_worker_and_the_sink_during_refund_runs(
         wait_until(lambda: prometheus.value(lag) == 0, 30, "the commands lag to read 0", interval=0.5)
 
         # The sink copied every record of the runs and is behind by none of them.
-        records = sum(len(client.history(run_id)) for run_id in run_ids)
+        records = sum(len(client.run(run_id).history()) for run_id in run_ids)
         wait_until(
             lambda: (prometheus.value('sum(agentlog_sink_rows_written_total{job="sink"})') or 0) >= records,
             60,

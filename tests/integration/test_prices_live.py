@@ -51,11 +51,11 @@ def test_prices_loaded_through_a_running_sink_reprice_history_by_the_first_name_
     workers.append(worker)
     worker.wait_ready(1)
     with Client(settings) as client:
-        reported = client.submit("priced", {"call": "chat", "model": "acme-small"})
-        param = client.submit("priced", {"call": "bare", "model": "acme-small"})
-        registered = client.submit("priced", {"call": "bare"})
+        reported = client.submit("priced", {"call": "chat", "model": "acme-small"}).run_id
+        param = client.submit("priced", {"call": "bare", "model": "acme-small"}).run_id
+        registered = client.submit("priced", {"call": "bare"}).run_id
         for run in (reported, param, registered):
-            client.result(run, timeout=60)
+            client.run(run).result(timeout=60)
 
     dsn = f"chdb://{tmp_path}/store"
     sink = SinkProcess(settings, dsn, tmp_path / "sink.log")

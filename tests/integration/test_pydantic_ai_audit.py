@@ -37,8 +37,8 @@ def test_a_pydantic_ai_runs_prompts_tokens_and_cost_are_in_the_audit_store(
     try:
         worker.wait_ready(1)
         with Client(settings) as client:
-            run_id = client.submit("refund", {"order": "48211", "steps": 5})
-            result = client.result(run_id, timeout=60)
+            run_id = client.submit("refund", {"order": "48211", "steps": 5}).run_id
+            result = client.run(run_id).result(timeout=60)
     finally:
         worker.stop()
     assert result["requests"] == 6

@@ -50,10 +50,10 @@ def test_changed_instructions_are_drift_and_a_renamed_tool_would_park(
     assert "code issues model 'approver.model'" in renamed.stdout
 
     worker(deployment, workers, tmp_path, "v2")
-    client.signal("R-1", "approval", {"approvals": {"refund-1": True}})
-    assert client.result("R-1", timeout=60) == {"answer": "refunded A-1"}
+    client.run("R-1").signal("approval", {"approvals": {"refund-1": True}})
+    assert client.run("R-1").result(timeout=60) == {"answer": "refunded A-1"}
     refunds = list(tmp_path.glob("refund-*"))
     assert len(refunds) == 1 and refunds[0].read_text() == "1"
-    status = client.status("R-1")
+    status = client.run("R-1").status()
     assert status.status == "completed" and status.drift  # the drift is recorded, the run not parked
     client.close()

@@ -33,7 +33,7 @@ def test_a_rebuild_takes_the_waiting_run_from_its_snapshot_and_equals_a_full_rea
     first = start_worker(deployment, workers, tmp_path, AGENTLOG_RUN_SNAPSHOT_LAG=LAG)
     first.wait_ready(1)
     client = Client(deployment)
-    waiting = client.submit("charge_on_signal", {"account": "acct-1"})
+    waiting = client.submit("charge_on_signal", {"account": "acct-1"}).run_id
     wait_for_event(client, waiting, "ToolCallCompleted")
     serde = Serde(deployment)
     log = KafkaLog(deployment)
@@ -44,8 +44,10 @@ def test_a_rebuild_takes_the_waiting_run_from_its_snapshot_and_equals_a_full_rea
         """Five more short runs, ended; then the checkpoints, once the latest one vouches for the
         waiting run's snapshot (the run waits while the traffic flows)."""
         nonlocal ended
-        for run_id in [client.submit("short", {"order": f"o{ended + i}", "steps": 3}) for i in range(5)]:
-            client.result(run_id, timeout=60)
+        for run_id in [
+            client.submit("short", {"order": f"o{ended + i}", "steps": 3}).run_id for i in range(5)
+        ]:
+            client.run(run_id).result(timeout=60)
         ended += 5
         return vouched_snapshot(deployment, serde, log, 0, waiting, 0)
 
@@ -87,10 +89,10 @@ def test_a_rebuild_takes_the_waiting_run_from_its_snapshot_and_equals_a_full_rea
         lambda: partition_taken(second), 30, "the partition_taken line", detail=second.log_tail
     )
     assert taken["from_snapshots"] == 1 and taken["active_runs"] == 1
-    client.signal(waiting, "go", "approved")
-    assert client.result(waiting, timeout=30) == "charged"
+    client.run(waiting).signal("go", "approved")
+    assert client.run(waiting).result(timeout=30) == "charged"
     charges = (tmp_path / "charge-attempts").read_text().splitlines()
     assert len(charges) == 1 and str(second.proc.pid) in charges[0]  # the effect, once
-    types = [e["type"] for e in client.history(waiting)]
+    types = [e["type"] for e in client.run(waiting).history()]
     assert types.count("ToolCallCompleted") == 2 and types.count("SignalReceived") == 1
     client.close()

@@ -30,20 +30,20 @@ def finished_run(
     deployment = make_deployment(services, partitions=1)
     start_worker(deployment, workers, tmp_path)
     with Client(deployment) as submitter:
-        others = [submitter.submit("short", {"order": f"o{i}", "steps": 5}) for i in range(OTHER_RUNS)]
+        others = [submitter.submit("short", {"order": f"o{i}", "steps": 5}).run_id for i in range(OTHER_RUNS)]
         submitter.results(others, timeout=120)
-        run_id = submitter.submit("short", {"order": "mine"})
-        assert submitter.result(run_id, timeout=60) == "mine"
+        mine = submitter.submit("short", {"order": "mine"})
+        assert mine.result(timeout=60) == "mine"
         wait_until(
-            lambda: (found := submitter.location(run_id)) is not None and found.end is not None,
+            lambda: (found := mine.location()) is not None and found.end is not None,
             timeout=60,
             interval=0.2,
             what="the run's ending located in the index (the worker's next checkpoint)",
         )
-        location = submitter.location(run_id)
+        location = mine.location()
         end = submitter.log.watermarks(deployment.events_topic, 0)[1]
     assert location is not None
-    return deployment, run_id, location, end
+    return deployment, mine.run_id, location, end
 
 
 def test_a_finished_run_answers_result_and_status_from_the_index(
@@ -52,16 +52,16 @@ def test_a_finished_run_answers_result_and_status_from_the_index(
     deployment, run_id, location, end = finished_run(services, workers, tmp_path)
     assert location.first > OTHER_RUNS * 10  # the other runs' records lie before it
     with Client(deployment) as reader:
-        assert reader.result(run_id, timeout=5) == "mine"
+        assert reader.run(run_id).result(timeout=5) == "mine"
         assert reader.events_records_read == 1  # the ending event alone
-        status = reader.status(run_id)
+        status = reader.run(run_id).status()
         assert status.status == "completed" and status.result == "mine"
         assert reader.events_records_read <= 1 + (location.end or 0) - location.first + 1
-        history = reader.history(run_id)
+        history = reader.run(run_id).history()
     ensure_topics(without_checkpoints(deployment))
     with Client(without_checkpoints(deployment)) as scanner:  # the same reads, scanning
-        assert scanner.status(run_id) == status
-        assert scanner.history(run_id) == history
+        assert scanner.run(run_id).status() == status
+        assert scanner.run(run_id).history() == history
         assert scanner.events_records_read >= end - 1
 
 
@@ -73,16 +73,16 @@ def test_an_old_index_entry_or_a_wrong_pointer_falls_back_to_the_scan(
     ensure_topics(old_form)
     with Client(old_form) as reader:
         reader.log.append(old_form.checkpoints_topic, 0, run_key(run_id), b"1").result(timeout=30)
-        assert reader.location(run_id) is None
-        assert reader.result(run_id, timeout=5) == "mine"
-        assert reader.status(run_id).status == "completed"
+        assert reader.run(run_id).location() is None
+        assert reader.run(run_id).result(timeout=5) == "mine"
+        assert reader.run(run_id).status().status == "completed"
         assert reader.events_records_read >= end - 1
     with Client(deployment) as located:
-        expected = located.status(run_id)
+        expected = located.run(run_id).status()
     wrong = RunLocation(location.first - 12, location.first - 1)  # another run's records
     with Client(deployment) as reader:
         reader.log.append(deployment.checkpoints_topic, 0, run_key(run_id), wrong.encode()).result(timeout=30)
-        assert reader.location(run_id) == wrong
-        assert reader.result(run_id, timeout=5) == "mine"
-        assert reader.status(run_id) == expected
+        assert reader.run(run_id).location() == wrong
+        assert reader.run(run_id).result(timeout=5) == "mine"
+        assert reader.run(run_id).status() == expected
         assert reader.events_records_read >= end - 1

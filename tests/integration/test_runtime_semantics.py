@@ -26,9 +26,9 @@ def test_signal_wait_times_out_durably(
 ) -> None:
     start_worker(deployment, workers, tmp_path)
     client = Client(deployment)
-    run_id = client.submit("sleepy", {"sleep": 0, "timeout": 1})
+    run = client.submit("sleepy", {"sleep": 0, "timeout": 1})
     with pytest.raises(RunError) as failed:
-        client.result(run_id, timeout=30)
+        run.result(timeout=30)
     assert failed.value.status == "failed" and "TimeoutError" in failed.value.reason
     client.close()
 
@@ -38,14 +38,14 @@ def test_submitting_an_existing_run_id_starts_nothing_new(
 ) -> None:
     start_worker(deployment, workers, tmp_path)
     client = Client(deployment)
-    run_id = client.submit("short", {"order": "first"}, run_id="order-48211")
-    assert client.result(run_id, timeout=30) == "first"
+    run = client.submit("short", {"order": "first"}, run_id="order-48211")
+    assert run.result(timeout=30) == "first"
     client.submit("short", {"order": "second"}, run_id="order-48211")
     follow = client.submit("short", {"order": "after"})  # same client, later: processed after the duplicate
-    assert client.result(follow, timeout=30) == "after"
-    history = client.history(run_id)
+    assert follow.result(timeout=30) == "after"
+    history = run.history()
     assert [e["type"] for e in history].count("RunStarted") == 1
-    assert client.result(run_id) == "first"
+    assert run.result() == "first"
     client.close()
 
 
@@ -54,18 +54,18 @@ def test_bad_submissions_are_rejected_with_the_reason_and_nothing_stalls(
 ) -> None:
     start_worker(deployment, workers, tmp_path)
     client = Client(deployment)
-    unknown = client.submit("no-such-workflow", {"x": 1}, run_id="bad-unknown")
-    malformed = client.submit("short", None, run_id="bad-json", raw_input='{"order": ')
-    wrong_shape = client.submit("typed", {"order": "1", "amount": "lots"}, run_id="bad-shape")
-    not_object = client.submit("short", [1, 2], run_id="bad-list")
+    unknown = client.submit("no-such-workflow", {"x": 1}, run_id="bad-unknown").run_id
+    malformed = client.submit("short", None, run_id="bad-json", raw_input='{"order": ').run_id
+    wrong_shape = client.submit("typed", {"order": "1", "amount": "lots"}, run_id="bad-shape").run_id
+    not_object = client.submit("short", [1, 2], run_id="bad-list").run_id
     client.flush()
     # A poisoned record: not Avro at all. It must not stall the partition it lands in.
     producer = Producer({"bootstrap.servers": deployment.bootstrap_servers, "partitioner": "murmur2_random"})
     producer.produce(deployment.commands_topic, key=b"poison-run", value=b"\x00not avro at all")
     producer.flush(10)
-    fine = [client.submit("short", {"order": f"ok{i}"}) for i in range(6)]
+    fine = [client.submit("short", {"order": f"ok{i}"}).run_id for i in range(6)]
     for run_id in fine:
-        assert client.result(run_id, timeout=30).startswith("ok")
+        assert client.run(run_id).result(timeout=30).startswith("ok")
     expected = {
         unknown: "unknown workflow 'no-such-workflow'",
         malformed: "malformed JSON input",
@@ -75,11 +75,11 @@ def test_bad_submissions_are_rejected_with_the_reason_and_nothing_stalls(
     }
     for run_id, reason in expected.items():
         with pytest.raises(RunError) as rejected:
-            client.result(run_id, timeout=30)
+            client.run(run_id).result(timeout=30)
         assert rejected.value.status == "rejected", run_id
         assert reason in rejected.value.reason, (run_id, rejected.value.reason)
-        assert client.status(run_id).status == "rejected"
-    assert "amount" in (client.status(wrong_shape).reason or "")
+        assert client.run(run_id).status().status == "rejected"
+    assert "amount" in (client.run(wrong_shape).status().reason or "")
     client.close()
 
 
@@ -88,15 +88,15 @@ def test_retries_are_recorded_and_a_workflow_can_catch_a_tool_failure(
 ) -> None:
     start_worker(deployment, workers, tmp_path)
     client = Client(deployment)
-    run_id = client.submit("retrying", {"name": "svc"})
-    assert client.result(run_id, timeout=30) == {
+    run = client.submit("retrying", {"name": "svc"})
+    assert run.result(timeout=30) == {
         "lucky": "third time lucky",
         "caught": "ValueError",
         "attempts": 2,
     }
     failures = [
         (e["type"], e["position"], e["attempt"], e["final"])
-        for e in client.history(run_id)
+        for e in run.history()
         if e["type"] == "ToolCallFailed"
     ]
     assert failures == [
@@ -105,7 +105,7 @@ def test_retries_are_recorded_and_a_workflow_can_catch_a_tool_failure(
         ("ToolCallFailed", 2, 1, False),
         ("ToolCallFailed", 2, 2, True),
     ]
-    completed = [e for e in client.history(run_id) if e["type"] == "ToolCallCompleted"]
+    completed = [e for e in run.history() if e["type"] == "ToolCallCompleted"]
     assert completed[0]["attempt"] == 3
     client.close()
 
@@ -115,12 +115,12 @@ def test_cancel_ends_a_waiting_run(
 ) -> None:
     start_worker(deployment, workers, tmp_path)
     client = Client(deployment)
-    run_id = client.submit("waiter", {})
+    run_id = client.submit("waiter", {}).run_id
     client.flush()
     wait_for_event(client, run_id, "RunStarted")  # the run is live and waiting for its signal
-    client.cancel(run_id, "customer withdrew")
+    client.run(run_id).cancel("customer withdrew")
     with pytest.raises(RunError) as cancelled:
-        client.result(run_id, timeout=30)
+        client.run(run_id).result(timeout=30)
     assert cancelled.value.status == "cancelled" and cancelled.value.reason == "customer withdrew"
     client.close()
 
@@ -161,11 +161,11 @@ def test_a_run_at_its_history_limit_is_parked_with_the_reason(
     client = Client(deployment)
     small = client.submit("short", {"order": "fits", "steps": 2})  # 6 events: not parked
     big = client.submit("short", {"order": "too-long", "steps": 20})
-    assert client.result(small, timeout=30) == "fits"
+    assert small.result(timeout=30) == "fits"
     with pytest.raises(RunError) as parked:
-        client.result(big, timeout=30)
+        big.result(timeout=30)
     assert parked.value.status == "parked" and "history limit reached: 12 events" in parked.value.reason
-    assert client.status(big).events == 13  # the 12 that reached the limit, then RunParked
+    assert big.status().events == 13  # the 12 that reached the limit, then RunParked
     # The warning at 6 events is a log record only: tests/unit/test_history_limit.py checks it.
     client.close()
 
@@ -178,19 +178,19 @@ def test_reset_copies_the_history_before_the_position_and_repeats_effects_with_t
     (tmp_path / "open-orders.json").write_text(json.dumps(["48211"]))
     start_worker(deployment, workers, tmp_path)
     client = Client(deployment)
-    original = client.submit("stale_refund", {"order": "48211", "wait": 0})
-    assert client.result(original, timeout=30)["action"] == "refund"
+    original = client.submit("stale_refund", {"order": "48211", "wait": 0}).run_id
+    assert client.run(original).result(timeout=30)["action"] == "refund"
     done = agentlog(deployment, "reset", original, "--to", "3", "--run-id", f"{original}-again", "--wait")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"action": "refund", "amount": 41.6, "call": 1}  # the copied decision
     assert (tmp_path / "triage").read_text() == "1"  # the model was not asked again
     keys = (tmp_path / "refund-keys").read_text().split()
     assert len(keys) == 2 and keys[0] == keys[1]  # the service sees one refund, offered twice
-    status = client.status(f"{original}-again")
+    status = client.run(f"{original}-again").status()
     assert status.status == "completed"
     assert status.reset_from == ResetOrigin(run_id=original, position=3)
     assert status.as_dict()["reset_from"] == {"run_id": original, "position": 3}
-    copied = [e for e in client.history(f"{original}-again") if e["type"] != "RunStarted"][:4]
+    copied = [e for e in client.run(f"{original}-again").history() if e["type"] != "RunStarted"][:4]
     assert [(e["type"], e["position"]) for e in copied] == [
         ("ModelCallScheduled", 1),
         ("ModelCallCompleted", 1),

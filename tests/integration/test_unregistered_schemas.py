@@ -56,17 +56,17 @@ def test_a_worker_stops_on_an_unregistered_schema_and_runs_the_submission_after_
     first = start_worker(deployment, workers, tmp_path, "w1")
     first.wait_ready(1)
     client = Client(deployment)
-    run_id = client.submit("short", {"order": "A-2"})
+    run = client.submit("short", {"order": "A-2"})
     client.flush()
     wait_until(lambda: first.proc.poll() is not None, 60, "the worker to stop", detail=first.log_tail)
     assert first.proc.returncode != 0
     output = first.log_tail(20_000)
     assert "stopping at command 0@0" in output and "RunStarted is not registered" in output
     assert "`agentlog schemas register`" in output
-    assert client.status(run_id).status == "unknown"  # not rejected: nothing was written for it
+    assert run.status().status == "unknown"  # not rejected: nothing was written for it
 
     assert all(r.ok for r in SchemaAdmin(deployment).register())  # the operator runs the command
     start_worker(deployment, workers, tmp_path, "w2")
-    assert client.result(run_id, timeout=60) == "A-2"
-    assert client.status(run_id).status == "completed"
+    assert run.result(timeout=60) == "A-2"
+    assert run.status().status == "completed"
     client.close()

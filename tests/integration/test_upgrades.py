@@ -48,7 +48,7 @@ def waiting_run(client: Client, run_id: str) -> None:
 
 
 def types(client: Client, run_id: str) -> list[str]:
-    return [e["type"] for e in client.history(run_id)]
+    return [e["type"] for e in client.run(run_id).history()]
 
 
 def test_p204_finishes_on_the_old_path_after_a_prompt_and_patch_deploy(
@@ -60,11 +60,11 @@ def test_p204_finishes_on_the_old_path_after_a_prompt_and_patch_deploy(
     v1.stop()  # Monday's code is undeployed while the run waits
 
     po_worker(deployment, workers, tmp_path, "v2")  # Wednesday's deploy
-    client.signal("P-204", "approve", {"by": "maria"})  # Friday
-    result = client.result("P-204", timeout=60)
+    client.run("P-204").signal("approve", {"by": "maria"})  # Friday
+    result = client.run("P-204").result(timeout=60)
     assert result["order"] == "PO-P-204" and result["compliance"] is None  # the old path
 
-    history = client.history("P-204")
+    history = client.run("P-204").history()
     kinds = [e["type"] for e in history]
     tools = [e["tool"] for e in history if e["type"] == "ToolCallScheduled"]
     assert tools == ["lookup_vendor", "check_budget", "place_order"]  # no compliance check
@@ -75,7 +75,7 @@ def test_p204_finishes_on_the_old_path_after_a_prompt_and_patch_deploy(
     assert kinds.count("ModelCallScheduled") == 1  # the recorded draft was served, not re-asked
     assert [row[0] for row in placed_orders(tmp_path / "orders.sqlite")] == ["P-204"]  # placed once
 
-    status = client.status("P-204")
+    status = client.run("P-204").status()
     assert status.status == "completed"
     assert [(d.position, d.recorded_prompt_version, d.issued_prompt_version) for d in status.drift] == [
         (1, "v1", "v2")
@@ -87,10 +87,10 @@ def test_p204_finishes_on_the_old_path_after_a_prompt_and_patch_deploy(
 
     # A new run on v2 takes the new path.
     waiting_run(client, "P-205")
-    client.signal("P-205", "approve", {"by": "maria"})
-    fresh = client.result("P-205", timeout=60)
+    client.run("P-205").signal("approve", {"by": "maria"})
+    fresh = client.run("P-205").result(timeout=60)
     assert fresh["compliance"] == {"vendor": "acme", "item": "paper", "compliant": True}
-    history = client.history("P-205")
+    history = client.run("P-205").history()
     assert [e["patch_id"] for e in history if e["type"] == "PatchRecorded"] == ["compliance-check"]
     assert [e["tool"] for e in history if e["type"] == "ToolCallScheduled"] == [
         "lookup_vendor",
@@ -99,7 +99,7 @@ def test_p204_finishes_on_the_old_path_after_a_prompt_and_patch_deploy(
         "place_order",
     ]
     assert "PromptDrifted" not in types(client, "P-205")
-    assert client.status("P-205").drift == ()
+    assert client.run("P-205").status().drift == ()
     assert [row[0] for row in placed_orders(tmp_path / "orders.sqlite")] == ["P-204", "P-205"]
     client.close()
 
@@ -113,8 +113,8 @@ def test_upgrade_check_tells_a_safe_change_a_prompt_change_and_a_reordering_apar
     client.submit("purchase_order", REQUEST, run_id="P-299")  # a finished run is not in flight
     client.flush()
     wait_for_event(client, "P-299", "ToolCallCompleted", count=2)
-    client.signal("P-299", "approve", {"by": "maria"})
-    client.result("P-299", timeout=60)
+    client.run("P-299").signal("approve", {"by": "maria"})
+    client.run("P-299").result(timeout=60)
 
     safe = agentlog(deployment, "upgrade", "check", "--app", "support.po_apps:app_safe")
     print(safe.stdout)
@@ -145,7 +145,7 @@ def test_upgrade_check_tells_a_safe_change_a_prompt_change_and_a_reordering_apar
     assert as_json["patches_still_needed"] == {"compliance-check": ["P-300"]}
 
     # The run itself is untouched by the checks: still waiting, nothing written for it.
-    assert client.status("P-300").status == "running"
+    assert client.run("P-300").status().status == "running"
     assert "PromptDrifted" not in types(client, "P-300")
     client.close()
 
@@ -161,8 +161,8 @@ def test_upgrade_check_from_the_store_gives_the_verdict_of_the_full_scan(
     client.submit("purchase_order", REQUEST, run_id="P-309")  # a finished run is not in flight
     client.flush()
     wait_for_event(client, "P-309", "ToolCallCompleted", count=2)
-    client.signal("P-309", "approve", {"by": "maria"})
-    client.result("P-309", timeout=60)
+    client.run("P-309").signal("approve", {"by": "maria"})
+    client.run("P-309").result(timeout=60)
 
     dsn = f"chdb://{tmp_path / 'store'}"
     sink = SinkProcess(deployment, dsn, tmp_path / "sink.log")
@@ -211,5 +211,5 @@ def test_upgrade_check_from_the_store_gives_the_verdict_of_the_full_scan(
     # One agentlog line (clickhouse-connect may log its own line before it, as for `agentlog audit`).
     said = [line for line in unreachable.stderr.splitlines() if line.startswith("agentlog:")]
     assert len(said) == 1 and "--from-store: cannot open the analytics store http://127.0.0.1:9" in said[0]
-    assert client.status("P-310").status == "running"
+    assert client.run("P-310").status().status == "running"
     client.close()

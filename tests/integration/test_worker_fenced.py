@@ -33,7 +33,7 @@ def test_a_fenced_worker_rejoins_and_its_waiting_run_completes(
     client = Client(deployment)
     run = client.submit("waiter", {})
     client.flush()
-    wait_until(lambda: client.status(run).status == "running", 30, "the run to start", detail=worker.log_tail)
+    wait_until(lambda: run.status().status == "running", 30, "the run to start", detail=worker.log_tail)
 
     impostor = Consumer(consumer_config(deployment, "w1", 6000))  # the worker's group.instance.id
     impostor.subscribe([deployment.commands_topic])
@@ -62,8 +62,8 @@ def test_a_fenced_worker_rejoins_and_its_waiting_run_completes(
         detail=worker.log_tail,
     )
     assert set(claims) == set(first_claims)
-    client.signal(run, "go", "after the fence")
-    assert client.result(run, timeout=60) == "after the fence"
+    run.signal("go", "after the fence")
+    assert run.result(timeout=60) == "after the fence"
     assert worker.proc.poll() is None, worker.log_tail()
     client.close()
 

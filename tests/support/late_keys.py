@@ -15,8 +15,9 @@ from runtime.config import Settings
 from runtime.log.port.memory import MemoryLog
 from runtime.log.port.partitioning import partition_for
 from runtime.log.records.events import RunSubmitted, SignalSent
-from runtime.log.records.sealing import KeyStore, Sealer
 from runtime.log.schemas.serde import Serde
+from runtime.log.sealing.keys import KeyStore
+from runtime.log.sealing.sealer import Sealer
 from runtime.workflow.canonical import canonical_json
 
 
@@ -39,7 +40,7 @@ class LateKeySubmission:
             )
         )
         self.command = serde.encode(sealed)  # already sealed: a sealing serde leaves it as it is
-        key = keys.cached(run_id)
+        key = keys.held(run_id)
         assert key is not None
         self.key = key
 

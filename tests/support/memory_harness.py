@@ -74,13 +74,13 @@ class Harness:
         return self.running[worker_id][1]
 
     def events(self, run_id: str) -> list[Event]:
-        return [logged.event for logged in self.client.events(run_id)]
+        return [logged.event for logged in self.client.run(run_id).events()]
 
     def types(self, run_id: str) -> list[str]:
         return [e.type for e in self.events(run_id)]
 
     def status(self, run_id: str) -> RunStatus:
-        return self.client.status(run_id)
+        return self.client.run(run_id).status()
 
     def checkpoints(self) -> list[PartitionCheckpoint]:
         records = self.log.read(self.settings.checkpoints_topic, 0, keep=lambda k: k == checkpoint_key(0))

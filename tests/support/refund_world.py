@@ -45,7 +45,7 @@ def wait_inside_step_31(db: sqlite3.Connection, reader: LogReader, client: Clien
     """Until step 31's model call has started and its Scheduled record is durable: a kill now
     leaves exactly that call in doubt (the worker hangs there with REFUND_HANG_AT_STEP=31)."""
     wait_until(lambda: model_calls_at(db, 31) == 1, 60, "step 31's model call to start")
-    partition = client.partition(run_id)
+    partition = client.run(run_id).partition
     wait_until(
         lambda: scheduled_in_log(reader, partition, run_id, STEP_31_MODEL_POSITION),
         30,

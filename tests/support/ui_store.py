@@ -62,7 +62,7 @@ def fill_refund_store(deployment: Settings, workers: list[WorkerProcess], tmp_pa
     first_epoch = first.wait_ready(deployment.partitions)
     client = Client(deployment)
     try:
-        run_id = client.submit("refund", {"order": "48211"})
+        run_id = client.submit("refund", {"order": "48211"}).run_id
         client.flush()
         wait_until(
             lambda: _model_calls_at(db_path, CRASH_STEP) == 1,
@@ -73,7 +73,7 @@ def fill_refund_store(deployment: Settings, workers: list[WorkerProcess], tmp_pa
         )
         # The call starts before its Scheduled record is acknowledged: only once it is durable does
         # a kill leave exactly that call in doubt.
-        partition = client.partition(run_id)
+        partition = client.run(run_id).partition
         wait_until(
             lambda: scheduled_in_log(first.reader, partition, run_id, 2 * CRASH_STEP - 1),
             30,
@@ -83,12 +83,12 @@ def fill_refund_store(deployment: Settings, workers: list[WorkerProcess], tmp_pa
         first.proc.wait()
         second = WorkerProcess(deployment, REFUND_APP, "w2", tmp_path / "w2.log", **env)
         workers.append(second)
-        client.result(run_id, timeout=90)
-        second_epoch = second.wait_ready(deployment.partitions)[client.partition(run_id)]
-        partition = client.partition(run_id)
-        reset_run = client.reset(run_id, RESET_POSITION)
+        client.run(run_id).result(timeout=90)
+        second_epoch = second.wait_ready(deployment.partitions)[client.run(run_id).partition]
+        partition = client.run(run_id).partition
+        reset_run = client.run(run_id).reset(RESET_POSITION).run_id
         client.flush()
-        client.result(reset_run, timeout=90)
+        client.run(reset_run).result(timeout=90)
     finally:
         client.close()
 

@@ -49,11 +49,11 @@ def wait_until(
 def wait_for_event(client: Client, run_id: str, event_type: str, count: int = 1, timeout: float = 30) -> None:
     """Until the run's history holds ``count`` events of ``event_type``."""
     wait_until(
-        lambda: [e["type"] for e in client.history(run_id)].count(event_type) >= count,
+        lambda: [e["type"] for e in client.run(run_id).history()].count(event_type) >= count,
         timeout,
         f"{count} x {event_type} in run {run_id}",
         interval=0.1,
-        detail=lambda: str([e["type"] for e in client.history(run_id)]),
+        detail=lambda: str([e["type"] for e in client.run(run_id).history()]),
     )
 
 

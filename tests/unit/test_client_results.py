@@ -44,7 +44,7 @@ async def test_wait_returns_the_result_pushed_by_the_tail_while_the_worker_runs_
     h = Harness(echo_app())
     h.start()
     run = h.client.submit("twice", 21)
-    assert await h.client.wait(run, timeout=5) == {"n": 21, "doubled": 42}
+    assert await run.wait(timeout=5) == {"n": 21, "doubled": 42}
     await h.stop_all()
     h.client.close()
 
@@ -53,8 +53,8 @@ async def test_many_runs_are_answered_by_one_tail() -> None:
     h = Harness(echo_app())
     before = len(result_tails())
     h.start()
-    runs = [h.client.submit("twice", i) for i in range(40)]
-    answers = await asyncio.gather(*(h.client.wait(run, timeout=10) for run in runs[:20]))
+    runs = [h.client.submit("twice", i).run_id for i in range(40)]
+    answers = await asyncio.gather(*(h.client.run(run).wait(timeout=10) for run in runs[:20]))
     assert [a["doubled"] for a in answers] == [2 * i for i in range(20)]
     many = await asyncio.to_thread(h.client.results, runs, 10)
     assert list(many) == runs
@@ -69,26 +69,26 @@ async def test_a_run_that_ended_already_answers_without_reading_the_partition() 
     h = Harness(echo_app())
     h.start()
     run = h.client.submit("twice", 5)
-    assert await h.client.wait(run, timeout=5) == {"n": 5, "doubled": 10}
+    assert await run.wait(timeout=5) == {"n": 5, "doubled": 10}
     await h.stop_all()
 
     def no_reads(*args: object, **kwargs: object) -> list[LogRecord]:
         raise AssertionError("the partition was read again")
 
     h.log.read = no_reads  # type: ignore[method-assign]
-    assert h.client.result(run, timeout=1) == {"n": 5, "doubled": 10}
+    assert run.result(timeout=1) == {"n": 5, "doubled": 10}
     h.client.close()
 
 
 async def test_a_run_another_client_submitted_is_read_from_the_partition_start() -> None:
     h = Harness(echo_app())
     h.start()
-    run = h.client.submit("twice", 3)
-    await h.client.wait(run, timeout=5)
+    run = h.client.submit("twice", 3).run_id
+    await h.client.run(run).wait(timeout=5)
     other = Client(h.settings, identity="other", log=h.log, serde=h.serde)
-    assert await other.wait(run, timeout=5) == {"n": 3, "doubled": 6}
-    later = h.client.submit("twice", 4)  # not yet ended when the other client starts waiting
-    assert await other.wait(later, timeout=5) == {"n": 4, "doubled": 8}
+    assert await other.run(run).wait(timeout=5) == {"n": 3, "doubled": 6}
+    later = h.client.submit("twice", 4).run_id  # not yet ended when the other client starts waiting
+    assert await other.run(later).wait(timeout=5) == {"n": 4, "doubled": 8}
     await h.stop_all()
     other.close()
     h.client.close()
@@ -96,7 +96,7 @@ async def test_a_run_another_client_submitted_is_read_from_the_partition_start()
 
 def test_a_fenced_ending_event_is_not_the_result() -> None:
     h = Harness(echo_app())  # no worker: the test writes the run's events itself
-    run = h.client.submit("twice", 1)
+    run = h.client.submit("twice", 1).run_id
     topic, key = h.settings.events_topic, run.encode()
 
     def append(key: bytes | None, event: Any) -> int:
@@ -108,7 +108,7 @@ def test_a_fenced_ending_event_is_not_the_result() -> None:
     append(key, RunCompleted(run_id=run, result='"zombie"', epoch=first))  # behind the newer claim
     append(key, RunCompleted(run_id=run, result='"real"', epoch=second))
     # The first ending event admitted is the run's end: the zombie's would have been it.
-    assert h.client.result(run, timeout=5) == "real"
+    assert h.client.run(run).result(timeout=5) == "real"
     h.client.close()
 
 
@@ -116,7 +116,7 @@ def test_a_timeout_says_that_no_worker_holds_the_partition() -> None:
     h = Harness(echo_app())
     run = h.client.submit("twice", 1)
     with pytest.raises(RunError) as raised:
-        h.client.result(run, timeout=0.2)
+        run.result(timeout=0.2)
     assert raised.value.status == "timeout"
     assert "status unknown" in raised.value.reason
     assert "no worker of group 'agentlog-workers' holds its partition 0" in raised.value.reason
@@ -128,7 +128,7 @@ def test_a_timeout_names_the_worker_the_partition_is_assigned_to() -> None:
     feed = h.log.join("stalled-worker", 10_000)  # a member that never polls: it takes no command
     run = h.client.submit("twice", 1)
     with pytest.raises(RunError) as raised:
-        h.client.result(run, timeout=0.2)
+        run.result(timeout=0.2)
     assert "its partition 0 is assigned to worker 'stalled-worker'" in raised.value.reason
     feed.close()
     h.client.close()
@@ -136,11 +136,11 @@ def test_a_timeout_names_the_worker_the_partition_is_assigned_to() -> None:
 
 async def test_a_run_whose_key_was_dropped_is_answered_by_reading_its_partition() -> None:
     h = Harness(echo_app())
-    h.client._results = ResultTail(h.log, h.client.serde, h.settings.events_topic, keep=2)
-    runs = [h.client.submit("twice", i) for i in range(3)]  # a client that only submits stays bounded
-    assert not h.client._results.is_watched(runs[0])
-    assert all(h.client._results.is_watched(run) for run in runs[1:])
+    h.client._endings._tail = ResultTail(h.log, h.client.serde, h.settings.events_topic, keep=2)
+    runs = [h.client.submit("twice", i).run_id for i in range(3)]  # a client that only submits stays bounded
+    assert not h.client._endings._tail.is_watched(runs[0])
+    assert all(h.client._endings._tail.is_watched(run) for run in runs[1:])
     h.start()
-    assert [(await h.client.wait(run, timeout=5))["doubled"] for run in runs] == [0, 2, 4]
+    assert [(await h.client.run(run).wait(timeout=5))["doubled"] for run in runs] == [0, 2, 4]
     await h.stop_all()
     h.client.close()

@@ -71,7 +71,7 @@ async def test_a_failing_step_undoes_the_effects_newest_first_then_fails_as_it_w
     calls: list[tuple[str, Any, str]] = []
     h = Harness(saga_app(calls))
     h.start()
-    run = h.client.submit("saga", {"order": "A-1"})
+    run = h.client.submit("saga", {"order": "A-1"}).run_id
     status = await h.ended(run)
     assert status.status == "failed"
     assert status.reason is not None and "no courier for order A-1" in status.reason
@@ -108,11 +108,11 @@ async def test_a_cancelled_run_undoes_its_effects_then_ends_cancelled() -> None:
     calls: list[tuple[str, Any, str]] = []
     h = Harness(saga_app(calls))
     h.start()
-    run = h.client.submit("saga", {"order": "C-1", "wait": True})
+    run = h.client.submit("saga", {"order": "C-1", "wait": True}).run_id
     await until(lambda: len(calls) == 2, what="both effects to run")
     # The reserve's result recorded: the run waits for the signal (a wait without timeout records nothing).
     await until(lambda: h.types(run)[-1] == "ToolCallCompleted", what="the run to wait for the signal")
-    h.client.cancel(run, reason="the customer withdrew")
+    h.client.run(run).cancel(reason="the customer withdrew")
     status = await h.ended(run)
     assert status.status == "cancelled" and status.reason == "the customer withdrew"
     assert [tool for tool, _, _ in calls] == ["refund", "reserve", "release", "reverse_refund"]
@@ -130,7 +130,7 @@ async def test_a_compensation_that_fails_for_good_parks_the_run_naming_what_is_l
     calls: list[tuple[str, Any, str]] = []
     h = Harness(saga_app(calls, reverse_fails=True))
     h.start()
-    run = h.client.submit("saga", {"order": "P-1"})
+    run = h.client.submit("saga", {"order": "P-1"}).run_id
     status = await h.ended(run)
     assert status.status == "parked"
     assert [tool for tool, _, _ in calls] == [
@@ -161,10 +161,10 @@ async def test_a_run_without_compensations_is_cancelled_at_once_as_before() -> N
     h = Harness(app)
     worker = h.start()
     await until(lambda: worker.owned, what="the worker to own its partition")
-    run = h.client.submit("waits", {})
+    run = h.client.submit("waits", {}).run_id
     await until(lambda: "RunStarted" in h.types(run), what="the run to start")
     await asyncio.sleep(0.01)
-    h.client.cancel(run, reason="no longer needed")
+    h.client.run(run).cancel(reason="no longer needed")
     status = await h.ended(run)
     assert status.status == "cancelled" and status.compensations == ()
     assert not any(isinstance(e, SignalReceived) for e in h.events(run))
@@ -175,7 +175,7 @@ async def test_an_unregistered_compensation_fails_the_run_before_the_effect_runs
     calls: list[tuple[str, Any, str]] = []
     h = Harness(saga_app(calls))
     h.start()
-    run = h.client.submit("unregistered", {})
+    run = h.client.submit("unregistered", {}).run_id
     status = await h.ended(run)
     assert status.status == "failed"
     assert status.reason is not None and "compensation 'no_such_tool' of 'refund'" in status.reason
@@ -188,7 +188,7 @@ async def test_the_cancel_signal_name_is_reserved() -> None:
 
     h = Harness(saga_app([]))
     with pytest.raises(AgentlogError, match="reserved"):
-        h.client.signal("any-run", CANCEL_SIGNAL, "sneaky")
+        h.client.run("any-run").signal(CANCEL_SIGNAL, "sneaky")
 
 
 async def test_an_effect_in_flight_at_the_cancel_settles_first_and_is_undone_too() -> None:
@@ -213,9 +213,9 @@ async def test_an_effect_in_flight_at_the_cancel_settles_first_and_is_undone_too
 
     h = Harness(app)
     h.start()
-    run = h.client.submit("pay", {})
+    run = h.client.submit("pay", {}).run_id
     await until(lambda: calls == ["charge"], what="the charge to start")
-    h.client.cancel(run, reason="too late")
+    h.client.run(run).cancel(reason="too late")
     await until(
         lambda: CANCEL_SIGNAL in [getattr(e, "name", "") for e in h.events(run)], what="the cancel recorded"
     )

@@ -67,16 +67,16 @@ async def test_a_chain_of_three_continuations_completes_and_follow_returns_the_l
     calls: list[int] = []
     h = Harness(chain_app(calls))
     h.start()
-    run = h.client.submit("counter", {"step": 1, "last": 4, "total": 0})
+    run = h.client.submit("counter", {"step": 1, "last": 4, "total": 0}).run_id
     ids = await chain_ended(h, run)
     assert len(ids) == 4  # three continuations
     assert [h.status(i).status for i in ids] == ["continued_as_new"] * 3 + ["completed"]
     assert [h.status(i).continued_from for i in ids] == [None, *ids[:-1]]
     assert [h.status(i).continued_as for i in ids] == [*ids[1:], None]
     assert calls == [1, 2, 3, 4]
-    assert h.client.result(run, timeout=5, follow=True) == {"total": 100, "steps": 4}
+    assert h.client.run(run).result(timeout=5, follow=True) == {"total": 100, "steps": 4}
     with pytest.raises(RunError) as raised:
-        h.client.result(run, timeout=5)  # without follow: today's behaviour
+        h.client.run(run).result(timeout=5)  # without follow: today's behaviour
     assert raised.value.status == "continued_as_new"
     started = [e for e in h.events(ids[1]) if isinstance(e, RunStarted)]
     assert len(started) == 1 and started[0].parent_run_id == run and started[0].reset_position == 0
@@ -88,17 +88,17 @@ async def test_a_repeated_submission_of_the_successor_starts_it_once() -> None:
     calls: list[int] = []
     h = Harness(chain_app(calls))
     h.start()
-    run = h.client.submit("counter", {"step": 1, "last": 2, "total": 0})
+    run = h.client.submit("counter", {"step": 1, "last": 2, "total": 0}).run_id
     await chain_ended(h, run)
-    assert h.client.result(run, timeout=5, follow=True) == {"total": 30, "steps": 2}
+    assert h.client.run(run).result(timeout=5, follow=True) == {"total": 30, "steps": 2}
     ended = [e for e in h.events(run) if isinstance(e, RunContinuedAsNew)]
     assert len(ended) == 1
     successor = ended[0].new_run_id
     # The submission a recovering worker repeats: the same id, the same input.
-    h.client._send(
+    h.client._writer.send(
         RunSubmitted(run_id=successor, workflow="counter", input=ended[0].input, continued_from=run)
     )
-    marker = h.client.submit("counter", {"step": 9, "last": 9, "total": 0})
+    marker = h.client.submit("counter", {"step": 9, "last": 9, "total": 0}).run_id
     await h.ended(marker)
     assert [type(e) for e in h.events(successor)].count(RunStarted) == 1
     assert calls == [1, 2, 9]
@@ -113,7 +113,7 @@ async def test_a_restarted_worker_submits_a_successor_whose_submission_was_lost(
     w1 = h.start("w1")
     lost: list[str] = []
     w1.executor.continuer.submit = lambda owned, ended, *_: lost.append(ended.new_run_id)  # type: ignore[method-assign]
-    run = h.client.submit("counter", {"step": 1, "last": 2, "total": 0})
+    run = h.client.submit("counter", {"step": 1, "last": 2, "total": 0}).run_id
     await until(lambda: lost, what="the successor's submission to be due")
     await h.stop("w1")
     assert h.status(run).status == "continued_as_new"
@@ -121,13 +121,13 @@ async def test_a_restarted_worker_submits_a_successor_whose_submission_was_lost(
     assert successor == lost[0] and h.status(successor).status == "unknown"
     h.start("w2")
     await chain_ended(h, run)
-    assert h.client.result(run, timeout=5, follow=True) == {"total": 30, "steps": 2}
+    assert h.client.run(run).result(timeout=5, follow=True) == {"total": 30, "steps": 2}
     assert [type(e) for e in h.events(successor)].count(RunStarted) == 1
     assert calls == [1, 2]
     # A third owner reads the old run again (no checkpoint passed it) and submits again: ignored.
     await h.stop("w2")
     h.start("w3")
-    marker = h.client.submit("counter", {"step": 9, "last": 9, "total": 0})
+    marker = h.client.submit("counter", {"step": 9, "last": 9, "total": 0}).run_id
     await h.ended(marker)
     assert [type(e) for e in h.events(successor)].count(RunStarted) == 1
     assert calls == [1, 2, 9]
@@ -142,9 +142,9 @@ async def test_a_checkpoint_lists_a_run_whose_successor_is_not_submitted_yet() -
     w1 = h.start("w1", checkpoint_interval_s=0.0)
     lost: list[str] = []
     w1.executor.continuer.submit = lambda owned, ended, *_: lost.append(ended.new_run_id)  # type: ignore[method-assign]
-    run = h.client.submit("counter", {"step": 1, "last": 2, "total": 0})
+    run = h.client.submit("counter", {"step": 1, "last": 2, "total": 0}).run_id
     await until(lambda: lost, what="the successor's submission to be due")
-    ended_at = next(e.offset for e in h.client.events(run) if isinstance(e.event, RunContinuedAsNew))
+    ended_at = next(e.offset for e in h.client.run(run).events() if isinstance(e.event, RunContinuedAsNew))
     checkpoint = await until(
         lambda: next((c for c in h.checkpoints() if c.covered_offset > ended_at), None),
         what="a checkpoint covering the RunContinuedAsNew",
@@ -162,9 +162,9 @@ async def test_history_near_limit_lets_a_run_continue_before_the_limit_parks_it(
     h = Harness(chain_app(calls))
     h.settings = h.settings.model_copy(update={"history_warn_events": 7, "history_limit_events": 12})
     h.start()
-    run = h.client.submit("until_near_limit", {"steps": 0, "generation": 0})
+    run = h.client.submit("until_near_limit", {"steps": 0, "generation": 0}).run_id
     await chain_ended(h, run)
-    result = h.client.result(run, timeout=5, follow=True)
+    result = h.client.run(run).result(timeout=5, follow=True)
     ids = chain_of(h, run)
     assert len(ids) == 3 and result["generation"] == 2
     # RunStarted, then two events a step: past 7 after the third step's result (seq 7).

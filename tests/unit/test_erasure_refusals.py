@@ -67,12 +67,12 @@ def wait_for(condition: Callable[[], object], what: str, timeout: float = 20.0) 
 
 
 def test_a_subject_with_a_running_run_refuses_erasure_naming_it(memory: Deployment) -> None:
-    done = memory.client.submit("intake", {"note": "a"}, subject="customer-7")
-    memory.client.result(done, timeout=20)
-    waiting = memory.client.submit("intake", {"note": "b", "wait": True}, subject="customer-7")
+    done = memory.client.submit("intake", {"note": "a"}, subject="customer-7").run_id
+    memory.client.run(done).result(timeout=20)
+    waiting = memory.client.submit("intake", {"note": "b", "wait": True}, subject="customer-7").run_id
     other = memory.client.submit("intake", {"note": "c", "wait": True}, subject="customer-8")
-    wait_for(lambda: memory.client.status(waiting).status == "running", "the waiting run running")
-    wait_for(lambda: memory.client.status(other).status == "running", "the other subject's run running")
+    wait_for(lambda: memory.client.run(waiting).status().status == "running", "the waiting run running")
+    wait_for(lambda: other.status().status == "running", "the other subject's run running")
     with pytest.raises(ErasureRefused) as refused:
         erase_subject(memory.client, "customer-7")
     assert str(refused.value) == (
@@ -84,17 +84,17 @@ def test_a_subject_with_a_running_run_refuses_erasure_naming_it(memory: Deployme
         ErasureRefused, match=f"which runs that have not ended share: {waiting} \\(running\\)"
     ):
         erase_run(memory.client, done)
-    memory.client.signal(waiting, "go", None)
-    memory.client.result(waiting, timeout=20)
+    memory.client.run(waiting).signal("go", None)
+    memory.client.run(waiting).result(timeout=20)
     assert erase_subject(memory.client, "customer-7") == "subject/customer-7"
-    assert memory.client.status(done).result == "erased"
+    assert memory.client.run(done).status().result == "erased"
 
 
 def test_a_run_a_checkpoint_lists_as_active_is_found_through_it() -> None:
     memory = Deployment(checkpoint_interval_s=0.05)
     try:
-        waiting = memory.client.submit("intake", {"note": "b", "wait": True}, subject="customer-9")
-        partition = memory.client.partition(waiting)
+        waiting = memory.client.submit("intake", {"note": "b", "wait": True}, subject="customer-9").run_id
+        partition = memory.client.run(waiting).partition
 
         def listed() -> bool:
             for record in memory.log.read(SETTINGS.checkpoints_topic, partition):
@@ -115,7 +115,7 @@ def test_a_run_a_checkpoint_lists_as_active_is_found_through_it() -> None:
 def test_a_submission_no_worker_has_started_refuses_erasure() -> None:
     memory = Deployment(worker=False)
     try:
-        queued = memory.client.submit("intake", {"note": "q"}, subject="customer-5")
+        queued = memory.client.submit("intake", {"note": "q"}, subject="customer-5").run_id
         memory.client.flush()
         with pytest.raises(ErasureRefused, match=f"{queued} \\({NOT_STARTED}\\)"):
             erase_subject(memory.client, "customer-5")

@@ -83,19 +83,19 @@ def test_a_fork_runs_the_new_model_from_its_position_and_never_calls_an_effect(
     served: tuple[Client, list[str], list[dict[str, Any]]],
 ) -> None:
     client, refunds, seen = served
-    original = client.submit("refund", {"order": "48211"})
-    assert client.result(original, timeout=30) == [{"refunded": 41.6}, {"refunded": 41.6}]
+    original = client.submit("refund", {"order": "48211"}).run_id
+    assert client.run(original).result(timeout=30) == [{"refunded": 41.6}, {"refunded": 41.6}]
     assert refunds == ["48211:41.6", "48211:41.6"]
-    before = [e.event for e in client.events(original)]
+    before = [e.event for e in client.run(original).events()]
     seen.clear()
 
-    fork = client.fork(original, 3, {"model": "planner-v2", "prompt_version": "v2"})
-    assert client.result(fork, timeout=30) == [{"refunded": 41.6}, {"skipped": "fork"}]
+    fork = client.run(original).fork(3, {"model": "planner-v2", "prompt_version": "v2"}).run_id
+    assert client.run(fork).result(timeout=30) == [{"refunded": 41.6}, {"skipped": "fork"}]
     assert refunds == ["48211:41.6", "48211:41.6"]  # nothing was called in the fork
 
-    after = [e.event for e in client.events(original)]
+    after = [e.event for e in client.run(original).events()]
     assert after == before  # the original is untouched (not cancelled, nothing appended)
-    events = [e.event for e in client.events(fork)]
+    events = [e.event for e in client.run(fork).events()]
     started = next(e for e in events if isinstance(e, RunStarted))
     assert started.parent_run_id == original and started.fork_overrides is not None
     models = {e.position: e.model for e in events if isinstance(e, ModelCallScheduled)}
@@ -111,5 +111,5 @@ def test_a_run_that_is_not_a_fork_has_no_overrides(
 ) -> None:
     client, refunds, seen = served
     run = client.submit("refund", {"order": "7"})
-    client.result(run, timeout=30)
+    run.result(timeout=30)
     assert seen == [{}, {}] and refunds == ["7:41.6", "7:41.6"]

@@ -42,8 +42,8 @@ async def test_a_run_past_the_warn_threshold_is_warned_once_and_one_at_the_limit
     caplog.set_level(logging.WARNING, logger="agentlog.worker")
     worker = h.start()
     await until(lambda: worker.owned, what="the worker to own the partition")
-    small = h.client.submit("short", 2)  # 6 events, the last one ends it: neither warned nor parked
-    big = h.client.submit("short", 20)
+    small = h.client.submit("short", 2).run_id  # 6 events, the last one ends it: neither warned nor parked
+    big = h.client.submit("short", 20).run_id
     assert (await h.ended(small)).status == "completed"
     parked = await h.ended(big)
     assert parked.status == "parked" and "history limit reached: 12 events" in (parked.reason or "")

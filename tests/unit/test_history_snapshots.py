@@ -56,7 +56,7 @@ def end_of_events(h: Harness) -> int:
 
 async def traffic(h: Harness, runs: int) -> None:
     """``runs`` short runs, all ended: records after the waiting run's."""
-    for run in [h.client.submit("echo", f"t{i}") for i in range(runs)]:
+    for run in [h.client.submit("echo", f"t{i}").run_id for i in range(runs)]:
         await h.ended(run)
 
 
@@ -97,7 +97,7 @@ def rebuilt_now(h: Harness) -> tuple[RebuiltPartition, RebuiltPartition]:
 async def waiting_run_behind_traffic(h: Harness) -> tuple[str, int]:
     """A run waiting for signal "a", then enough ended runs after it for a snapshot; the
     through offset of the snapshot a checkpoint vouches for."""
-    run = h.client.submit("two-waits", "x")
+    run = h.client.submit("two-waits", "x").run_id
     await until(lambda: len(h.events(run)) >= 3, what="the waiting run's first call to complete")
     await traffic(h, 10)
     past = end_of_events(h)
@@ -137,8 +137,8 @@ async def test_a_rebuild_starts_at_the_checkpoint_and_takes_the_waiting_run_from
 
     # A successor resumes the run from its snapshot; the signals complete it, each once.
     h.start("w2", checkpoint_interval_s=0)
-    h.client.signal(run, "a", "one")
-    h.client.signal(run, "b", "two")
+    h.client.run(run).signal("a", "one")
+    h.client.run(run).signal("b", "two")
     status = await h.ended(run)
     assert status.status == "completed" and status.result == "x one two"
     assert [e.name for e in h.events(run) if isinstance(e, SignalReceived)] == ["a", "b"]
@@ -172,7 +172,7 @@ async def test_a_run_that_appends_after_its_snapshot_is_read_from_it_until_a_new
     # While the lag is out of reach, no new snapshot replaces the first one.
     writer = worker.checkpointer.snapshots
     writer.settings = SETTINGS.model_copy(update={"run_snapshot_lag": 1_000_000})
-    h.client.signal(run, "a", "one")
+    h.client.run(run).signal("a", "one")
     await until(lambda: any(isinstance(e, SignalReceived) for e in h.events(run)), what="signal a recorded")
     signalled = end_of_events(h)
     after = await until(
@@ -224,8 +224,8 @@ async def test_the_snapshot_of_an_ended_run_is_tombstoned_after_a_checkpoint_dro
     h = Harness(snapshot_app(), settings=SETTINGS)
     h.start(checkpoint_interval_s=0)
     run, _ = await waiting_run_behind_traffic(h)
-    h.client.signal(run, "a", "one")
-    h.client.signal(run, "b", "two")
+    h.client.run(run).signal("a", "one")
+    h.client.run(run).signal("b", "two")
     await h.ended(run)
     await until(lambda: snapshots_of(h, run)[-1] is None, 30, what="the snapshot's tombstone")
     await h.stop_all()

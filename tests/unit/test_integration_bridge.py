@@ -69,7 +69,7 @@ def serve(app: App, workflow: str) -> list[Event]:
     async def scenario() -> list[Event]:
         harness = Harness(app)
         harness.start()
-        run_id = harness.client.submit(workflow, {})
+        run_id = harness.client.submit(workflow, {}).run_id
         await harness.ended(run_id, timeout=10)
         await harness.stop_all()
         return harness.events(run_id)

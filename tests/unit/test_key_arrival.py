@@ -76,7 +76,7 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) ->
 
 
 def test_a_submission_read_before_its_key_waits_while_the_runs_beside_it_step(memory: Deployment) -> None:
-    ticking = memory.client.submit("ticks", {"count": 60})
+    ticking = memory.client.submit("ticks", {"count": 60}).run_id
     wait_for(lambda: memory.count(ticking, ToolCallCompleted) >= 1, "the ticking run's first step")
     late = LateKeySubmission(SETTINGS, memory.serde, "late-run", "intake", {"note": "hello", "wait": True})
     memory.send(late)
@@ -88,11 +88,11 @@ def test_a_submission_read_before_its_key_waits_while_the_runs_beside_it_step(me
     wait_for(lambda: memory.count(ticking, ToolCallCompleted) >= steps + 3, "the ticking run stepping")
     assert memory.events(late.run_id) == []
     memory.log.append(SETTINGS.keys_topic, late.partition, late.run_id.encode(), late.key).result(5)
-    result = memory.client.result(late.run_id, timeout=20)
+    result = memory.client.run(late.run_id).result(timeout=20)
     assert result["filed"] == "hello"  # its input opened, and the signal queued behind it was applied
     started = next(e for e in memory.events(late.run_id) if isinstance(e, RunStarted))
     assert started.input == '{"note":"hello","wait":true}'
-    assert memory.client.result(ticking, timeout=20) == 60
+    assert memory.client.run(ticking).result(timeout=20) == 60
 
 
 def test_a_submission_whose_key_never_comes_is_rejected_and_the_partition_goes_on(
@@ -102,11 +102,11 @@ def test_a_submission_whose_key_never_comes_is_rejected_and_the_partition_goes_o
     late = LateKeySubmission(SETTINGS, memory.serde, "keyless-run", "intake", {"note": "lost"})
     memory.send(late)
     after = memory.client.submit("intake", {"note": "after"})
-    assert memory.client.result(after, timeout=20)["filed"] == "after"
+    assert after.result(timeout=20)["filed"] == "after"
     (rejected,) = memory.events(late.run_id)
     assert isinstance(rejected, RunRejected)
     assert f"run {late.run_id}: its data key '{late.run_id}' is not in the keys topic" in rejected.reason
-    status = memory.client.status(late.run_id)
+    status = memory.client.run(late.run_id).status()
     assert status.status == "rejected"
 
 
@@ -114,12 +114,12 @@ def test_a_resubmission_of_an_erased_ended_run_is_ignored_and_it_still_reads_era
     memory: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(commands, "KEY_ARRIVAL_TIMEOUT", 0.3)
-    run_id = memory.client.submit("intake", {"note": "secret"})
-    memory.client.result(run_id, timeout=20)
+    run_id = memory.client.submit("intake", {"note": "secret"}).run_id
+    memory.client.run(run_id).result(timeout=20)
     erase_run(memory.client, run_id)
     command = next(r for r in memory.log.read(SETTINGS.commands_topic, 0) if r.key == run_id.encode())
     memory.log.append(SETTINGS.commands_topic, 0, command.key, command.value).result(5)  # sent again
     after = memory.client.submit("intake", {"note": "after"})
-    memory.client.result(after, timeout=20)
+    after.result(timeout=20)
     assert memory.count(run_id, RunRejected) == 0
-    assert memory.client.status(run_id).result == "erased"
+    assert memory.client.run(run_id).status().result == "erased"

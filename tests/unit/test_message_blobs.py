@@ -74,14 +74,14 @@ def canonical(message: Any) -> bytes:
 async def test_a_message_over_the_record_budget_round_trips_through_the_payloads_topic() -> None:
     h = Harness(contract_app())
     h.start()
-    run = h.client.submit("review", {})
+    run = h.client.submit("review", {}).run_id
     status = await h.ended(run)
     assert status.status == "completed" and status.result == 4
-    stored = list(h.log.read(h.settings.payloads_topic, h.client.partition(run)))
+    stored = list(h.log.read(h.settings.payloads_topic, h.client.run(run).partition))
     assert [r.value for r in stored] == [canonical(CONTRACT)], "the contract is stored once, whole"
-    sizes = [e.size for e in h.client.events(run) if isinstance(e.event, ModelCallScheduled)]
+    sizes = [e.size for e in h.client.run(run).events() if isinstance(e.event, ModelCallScheduled)]
     assert len(sizes) == 2 and max(sizes) < 2_000, "the records carry a pointer, not the contract"
-    inputs = h.client.prompts(run)
+    inputs = h.client.run(run).prompts()
     assert inputs[1].messages == [SYSTEM, CONTRACT]
     assert inputs[2].messages == [
         SYSTEM,
@@ -90,7 +90,7 @@ async def test_a_message_over_the_record_budget_round_trips_through_the_payloads
         FOLLOW_UP,
     ]
     assert all(checked_args(recorded) for recorded in inputs.values())  # the args hashes agree
-    shown = [e for e in h.client.history(run, payloads=True) if e["type"] == "ModelCallScheduled"]
+    shown = [e for e in h.client.run(run).history(payloads=True) if e["type"] == "ModelCallScheduled"]
     assert [e["messages"] for e in shown] == [inputs[1].messages, inputs[2].messages]
     await h.stop_all()
 
@@ -160,7 +160,7 @@ def test_the_client_names_the_run_when_a_blob_is_lost() -> None:
     fields = PromptBook().encode([CONTRACT])
     event = located(scheduled_event(fields), 0, {next(iter(fields.blobs)): 9})
     with pytest.raises(AgentlogError, match="run r: the message stored out of line"):
-        h.client._inputs("r", [event])
+        h.client._reader.inputs("r", [event])
 
 
 def test_a_copied_pointer_is_read_from_the_partition_it_names() -> None:

@@ -79,7 +79,7 @@ def serve(app: App, workflow: str, request: Any) -> list[Event]:
     async def scenario() -> list[Event]:
         harness = Harness(app)
         harness.start()
-        run_id = harness.client.submit(workflow, request)
+        run_id = harness.client.submit(workflow, request).run_id
         await harness.ended(run_id, timeout=20)
         await harness.stop_all()
         return harness.events(run_id)

@@ -150,7 +150,7 @@ def test_usage_reaches_the_call_record(endpoint: Endpoint, model: str, tokens: t
     async def scenario() -> ModelCallCompleted:
         harness = Harness(_app(endpoint))
         harness.start()
-        run_id = harness.client.submit("ask", {"model": model, "text": "refund?"})
+        run_id = harness.client.submit("ask", {"model": model, "text": "refund?"}).run_id
         status = await harness.ended(run_id)
         await harness.stop_all()
         assert status.status == "completed"
@@ -165,7 +165,7 @@ def test_the_worker_retries_retryable_model_errors_only(endpoint: Endpoint, text
     async def scenario() -> list[ModelCallFailed]:
         harness = Harness(_app(endpoint))
         harness.start()
-        run_id = harness.client.submit("ask", {"model": "gpt", "text": text})
+        run_id = harness.client.submit("ask", {"model": "gpt", "text": text}).run_id
         status = await harness.ended(run_id)
         await harness.stop_all()
         assert status.status == "failed"

@@ -77,8 +77,8 @@ async def test_a_scrape_counts_the_steps_calls_retries_and_runs_of_a_refund() ->
     await until(lambda: worker.owned and worker.ops is not None, what="the worker to own its partition")
     assert worker.ops is not None
     port = worker.ops.port
-    run = h.client.submit("refund", "A-1")
-    waiting = h.client.submit("waits", "W-1")
+    run = h.client.submit("refund", "A-1").run_id
+    waiting = h.client.submit("waits", "W-1").run_id
     status = await h.ended(run)
     assert status.status == "completed"
     text = (await _get(port, "/metrics")).text

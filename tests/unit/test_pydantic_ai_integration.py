@@ -53,14 +53,14 @@ def serve(app: App, workflow: str, request: Any, *, signals: list[tuple[str, Any
     async def scenario() -> list[Event]:
         harness = Harness(app)
         harness.start()
-        run_id = harness.client.submit(workflow, request)
+        run_id = harness.client.submit(workflow, request).run_id
         for name, payload in signals:
             # the agent has had its answer and is waiting: nothing else happens until the signal
             await until(lambda: "ModelCallCompleted" in harness.types(run_id), 5, "the first answer")
             await asyncio.sleep(0.2)
             assert harness.status(run_id).status == "running"
             assert harness.types(run_id)[-1] == "ModelCallCompleted", harness.types(run_id)
-            harness.client.signal(run_id, name, payload)
+            harness.client.run(run_id).signal(name, payload)
         await harness.ended(run_id, timeout=20)
         await harness.stop_all()
         return harness.events(run_id)
@@ -313,13 +313,13 @@ def test_request_input_waits_for_the_signal_its_token_names_and_asks_once() -> N
     async def scenario() -> tuple[list[Event], str]:
         harness = Harness(app)
         harness.start()
-        run_id = harness.client.submit("ask", {})
+        run_id = harness.client.submit("ask", {}).run_id
         await until(lambda: tokens, 5, "the ask")
         await asyncio.sleep(0.2)
         assert harness.status(run_id).status == "running" and applied == []
         token_run, signal = tokens[0].split("/", 1)
         assert token_run == run_id
-        harness.client.signal(run_id, signal, {"approvals": {"refund-1": True}})
+        harness.client.run(run_id).signal(signal, {"approvals": {"refund-1": True}})
         await harness.ended(run_id, timeout=20)
         await harness.stop_all()
         return harness.events(run_id), signal

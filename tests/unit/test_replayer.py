@@ -63,6 +63,7 @@ def test_public_api_is_pinned() -> None:
         "RetryPolicy",
         "RetryableError",
         "RunError",
+        "RunHandle",
         "RunState",
         "RunStatus",
         "Settings",

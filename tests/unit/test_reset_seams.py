@@ -115,7 +115,7 @@ async def test_client_reset_refuses_an_unclean_seam_and_allow_in_doubt_names_the
     gate = asyncio.Event()
     h = Harness(gather_app(gate, planner_calls))
     h.start()
-    run = h.client.submit("wf", "A-7")
+    run = h.client.submit("wf", "A-7").run_id
     await until(lambda: "ToolCallCompleted" in h.types(run), what="the lookup's result")
     gate.set()
     assert (await h.ended(run)).status == "completed"
@@ -126,8 +126,8 @@ async def test_client_reset_refuses_an_unclean_seam_and_allow_in_doubt_names_the
         "ModelCallCompleted",
     ]
     with pytest.raises(UncleanSeam, match=r"position 2 is not a clean seam.*--to 1 or --to 3"):
-        h.client.reset(run, 2)
-    again = h.client.reset(run, 2, allow_in_doubt=True)
+        h.client.run(run).reset(2)
+    again = h.client.run(run).reset(2, allow_in_doubt=True).run_id
     status = await h.ended(again)
     assert status.status == "completed"
     assert [(c.kind, c.name, c.position) for c in status.in_doubt] == [("model", "planner", 1)]

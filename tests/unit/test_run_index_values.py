@@ -44,13 +44,13 @@ async def test_a_checkpoint_locates_an_ended_runs_start_and_ending_and_rebuilds_
     h = Harness(counting_app())
     worker = h.start(checkpoint_interval_s=0)
     await until(lambda: worker.owned, what="the worker to own the partition")
-    run = h.client.submit("twice", 1)
+    run = h.client.submit("twice", 1).run_id
     await h.ended(run)
     location = await until(
-        lambda: (found := h.client.location(run)) is not None and found.end is not None and found,
+        lambda: (found := h.client.run(run).location()) is not None and found.end is not None and found,
         what="the run's ending located in the index",
     )
-    logged = list(h.client.events(run))
+    logged = list(h.client.run(run).events())
     started = next(e.offset for e in logged if isinstance(e.event, RunStarted))
     ending = next(e.offset for e in logged if isinstance(e.event, TERMINAL_TYPES))
     assert location == RunLocation(started, ending)
@@ -59,5 +59,5 @@ async def test_a_checkpoint_locates_an_ended_runs_start_and_ending_and_rebuilds_
     # when a checkpoint (interval 0) gets there first on a busy machine, already its location.
     assert values[0] in (b"1", b"@%d" % started), values
     assert run in latest_checkpoint(h.settings, h.serde, h.log, 0).known_runs
-    assert h.client.result(run, timeout=5) == 3
+    assert h.client.run(run).result(timeout=5) == 3
     await h.stop_all()

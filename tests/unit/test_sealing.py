@@ -23,8 +23,10 @@ from runtime.log.port.memory import MemoryLog
 from runtime.log.port.protocol import LogRecord
 from runtime.log.records.chain import chain_key_of, first_break, link_of
 from runtime.log.records.events import ModelCallScheduled, RunSubmitted, ToolCallCompleted, ToolCallScheduled
-from runtime.log.records.sealing import ERASED, KeyStore, Sealer, SealError
 from runtime.log.schemas.serde import Serde
+from runtime.log.sealing.form import ERASED
+from runtime.log.sealing.keys import KeyStore
+from runtime.log.sealing.sealer import Sealer, SealError
 from runtime.worker.loop import Worker
 from support.erasure_apps import COMPLETION_TOKENS, PROMPT_TOKENS, app
 
@@ -71,64 +73,64 @@ def content_topics(s: Settings) -> tuple[str, ...]:
 
 
 def test_contents_are_sealed_in_the_log_and_open_for_readers(local: Local) -> None:
-    run_id = local.client.submit("intake", {"note": MARKER + " " + "z" * 40_000})  # a result out of line
-    result = local.client.result(run_id, timeout=20)
+    run = local.client.submit("intake", {"note": MARKER + " " + "z" * 40_000})  # a result out of line
+    result = run.result(timeout=20)
     assert result["filed"].startswith(MARKER)
     assert MARKER.encode() not in local.raw(*content_topics(local.settings))
     assert b"sealed:v1:" in local.raw(local.settings.payloads_topic)
-    history = local.client.history(run_id, payloads=True)
+    history = run.history(payloads=True)
     assert MARKER in json.dumps(history)
 
 
 def test_an_erased_run_reads_erased_and_keeps_its_structure(local: Local) -> None:
-    run_id = local.client.submit("intake", {"note": MARKER + " " + "z" * 40_000})
-    local.client.result(run_id, timeout=20)
-    before = local.client.history(run_id, payloads=True)
+    run_id = local.client.submit("intake", {"note": MARKER + " " + "z" * 40_000}).run_id
+    local.client.run(run_id).result(timeout=20)
+    before = local.client.run(run_id).history(payloads=True)
     assert erase_run(local.client, run_id) == run_id
     fresh = Client(local.settings, identity="reader", log=local.log, serde=Serde.offline(local.settings))
     for reader in (local.client, fresh):
-        after = reader.history(run_id, payloads=True)
+        after = reader.run(run_id).history(payloads=True)
         assert MARKER not in json.dumps(after)
         assert [e["type"] for e in after] == [e["type"] for e in before]
         assert [e.get("args_hash") for e in after] == [e.get("args_hash") for e in before]
         completed = next(e for e in after if e["type"] == "ModelCallCompleted")
         assert (completed["input_tokens"], completed["output_tokens"]) == (PROMPT_TOKENS, COMPLETION_TOKENS)
         assert completed["result"] == ERASED
-        assert reader.status(run_id).result == "erased"
-        assert MARKER not in str(reader.prompts(run_id)[1].messages)
+        assert reader.run(run_id).status().result == "erased"
+        assert MARKER not in str(reader.run(run_id).prompts()[1].messages)
     fresh.close()
 
 
 def test_a_running_run_refuses_erasure(local: Local) -> None:
-    run_id = local.client.submit("intake", {"note": MARKER, "wait": True})
+    run_id = local.client.submit("intake", {"note": MARKER, "wait": True}).run_id
     deadline = 200
-    while local.client.status(run_id).status != "running" and deadline:
+    while local.client.run(run_id).status().status != "running" and deadline:
         deadline -= 1
         threading.Event().wait(0.05)
     with pytest.raises(ErasureRefused, match=f"run {run_id} is running"):
         erase_run(local.client, run_id)
-    local.client.signal(run_id, "go", None)
-    assert local.client.result(run_id, timeout=20)["filed"] == MARKER
+    local.client.run(run_id).signal("go", None)
+    assert local.client.run(run_id).result(timeout=20)["filed"] == MARKER
 
 
 def test_a_subject_key_erases_every_run_submitted_with_it(local: Local) -> None:
-    runs = [local.client.submit("intake", {"note": f"{MARKER}-{i}"}, subject="customer-42") for i in range(2)]
-    other = local.client.submit("intake", {"note": f"{MARKER}-other"})
+    runs = [local.client.submit("intake", {"note": f"{MARKER}-{i}"}, subject="customer-42").run_id for i in range(2)]
+    other = local.client.submit("intake", {"note": f"{MARKER}-other"}).run_id
     for run_id in (*runs, other):
-        local.client.result(run_id, timeout=20)
+        local.client.run(run_id).result(timeout=20)
     erase_subject(local.client, "customer-42")
     fresh = Client(local.settings, identity="reader", log=local.log, serde=Serde.offline(local.settings))
     for run_id in runs:
-        assert MARKER not in json.dumps(fresh.history(run_id))
-    assert f"{MARKER}-other" in json.dumps(fresh.history(other))
+        assert MARKER not in json.dumps(fresh.run(run_id).history())
+    assert f"{MARKER}-other" in json.dumps(fresh.run(other).history())
     fresh.close()
 
 
 def test_a_deployment_that_does_not_seal_refuses_erasure() -> None:
     deployment = Local(Settings(partitions=1))
     try:
-        run_id = deployment.client.submit("intake", {"note": MARKER})
-        deployment.client.result(run_id, timeout=20)
+        run_id = deployment.client.submit("intake", {"note": MARKER}).run_id
+        deployment.client.run(run_id).result(timeout=20)
         assert MARKER.encode() in deployment.raw(deployment.settings.events_topic)
         with pytest.raises(ErasureRefused, match="does not seal"):
             erase_run(deployment.client, run_id)
@@ -151,14 +153,14 @@ def test_an_altered_sealed_value_is_refused_not_read_as_erased() -> None:
 
 
 def test_a_fork_of_a_sealed_run_reads_its_copied_records_and_is_erased_on_its_own(local: Local) -> None:
-    run_id = local.client.submit("intake", {"note": MARKER})
-    local.client.result(run_id, timeout=20)
-    fork_id = local.client.fork(run_id, 2, {})
-    assert local.client.result(fork_id, timeout=20)["filed"] == MARKER
+    run = local.client.submit("intake", {"note": MARKER})
+    run.result(timeout=20)
+    fork_id = run.fork(2, {}).run_id
+    assert local.client.run(fork_id).result(timeout=20)["filed"] == MARKER
     assert MARKER.encode() not in local.raw(*content_topics(local.settings))
     erase_run(local.client, fork_id)
-    assert MARKER in json.dumps(local.client.history(run_id))
-    assert local.client.status(fork_id).result == "erased"
+    assert MARKER in json.dumps(run.history())
+    assert local.client.run(fork_id).status().result == "erased"
 
 
 def test_a_sealed_and_chained_run_still_verifies_after_its_erasure() -> None:
@@ -167,8 +169,8 @@ def test_a_sealed_and_chained_run_still_verifies_after_its_erasure() -> None:
     settings = Settings(partitions=1, seal_contents=True, chain_key=SecretStr("workers-only"))
     deployment = Local(settings)
     try:
-        run_id = deployment.client.submit("intake", {"note": MARKER})
-        deployment.client.result(run_id, timeout=20)
+        run_id = deployment.client.submit("intake", {"note": MARKER}).run_id
+        deployment.client.run(run_id).result(timeout=20)
         erase_run(deployment.client, run_id)
         values = [
             r.value
@@ -180,7 +182,7 @@ def test_a_sealed_and_chained_run_still_verifies_after_its_erasure() -> None:
         assert key is not None
         assert first_break(key, run_id, values) is None
         assert MARKER.encode() not in b"".join(values)
-        assert deployment.client.status(run_id).result == "erased"
+        assert deployment.client.run(run_id).status().result == "erased"
     finally:
         deployment.close()
 
@@ -204,11 +206,11 @@ def test_a_followed_keys_partition_gives_a_new_runs_key_without_a_range_read() -
     worker_keys.follow([0, 1])
     log.strict = True
     try:
-        key = client_keys.get_or_create("fresh-run-id", new=True)  # a drawn id: no read either
-        assert worker_keys.awaited("fresh-run-id", timeout=5) == key
+        key = client_keys.new_key("fresh-run-id")  # a drawn id: no read either
+        assert worker_keys.opening_key("fresh-run-id", wait=5) == key
         client_keys.destroy("fresh-run-id")
         deadline = time.monotonic() + 5
-        while worker_keys.get("fresh-run-id") is not None:  # the tombstone arrives the same way
+        while worker_keys.held("fresh-run-id") is not None:  # the tombstone arrives the same way
             assert time.monotonic() < deadline, "the follower did not see the tombstone"
             time.sleep(0.01)
     finally:
@@ -226,7 +228,7 @@ def test_a_run_submitted_with_its_own_id_reuses_the_key_it_has() -> None:
         second.submit("intake", {"note": MARKER}, run_id="given-id")
         keys = [r for r in log.read(settings.keys_topic, 0) if r.key == b"given-id"]
         assert len(keys) == 1
-        drawn = first.submit("intake", {"note": MARKER})
+        drawn = first.submit("intake", {"note": MARKER}).run_id
         assert [r.key for r in log.read(settings.keys_topic, 0)].count(drawn.encode()) == 1
     finally:
         first.close()
@@ -238,7 +240,7 @@ def test_a_value_sealed_with_the_earlier_nonce_layout_still_opens() -> None:
     # counter) are in Kafka for good: the nonce travels with each value, so they open as before.
     settings = Settings(partitions=1)
     keys = KeyStore(MemoryLog(settings), settings.keys_topic, 1)
-    key = keys.get_or_create("r1")
+    key = keys.sealing_key("r1")
     nonce = os.urandom(8) + (7).to_bytes(4, "big")
     blob = nonce + AESGCM(key).encrypt(nonce, b'{"a":1}', b"r1/args")
     old = "sealed:v1:r1:" + base64.b64encode(blob).decode()
@@ -349,28 +351,28 @@ def _wait_for(condition: object, timeout: float = 5.0) -> None:
 def test_a_store_that_follows_what_it_reads_looks_a_given_id_up_without_reading_again() -> None:
     log = CountingLog(KEYS)
     store = KeyStore(log, KEYS.keys_topic, KEYS.partitions)
-    store.follow_reads = True
+    store.serve_submitter(follow_reads=True)
     try:
-        store.get_or_create("run-a")
-        store.get_or_create("run-b")  # the partition's second read: followed from here on
+        store.sealing_key("run-a")
+        store.sealing_key("run-b")  # the partition's second read: followed from here on
         reads = log.reads
-        keys = {store.get_or_create(f"run-{i}") for i in range(20)}
+        keys = {store.sealing_key(f"run-{i}") for i in range(20)}
         assert log.reads == reads, "an id of a followed partition was looked up with a read"
         assert len(keys) == 20
         # A key another process writes is brought by the follower: the same id reuses it.
         other = KeyStore(log, KEYS.keys_topic, KEYS.partitions)
-        written = other.get_or_create("run-elsewhere")
-        _wait_for(lambda: store.cached("run-elsewhere") is not None)
-        assert store.get_or_create("run-elsewhere") == written
+        written = other.sealing_key("run-elsewhere")
+        _wait_for(lambda: store.held("run-elsewhere") is not None)
+        assert store.sealing_key("run-elsewhere") == written
         assert log.reads == reads + 1  # the other store's own lookup
         # Stopped (a client's close), the store reads again, and follows again once it has read twice.
         store.stop_following()
         before = log.reads
-        assert store.get_or_create("run-elsewhere") == written  # cached: no read
-        store.get_or_create("run-after-stop")
-        store.get_or_create("run-after-stop-2")
+        assert store.sealing_key("run-elsewhere") == written  # cached: no read
+        store.sealing_key("run-after-stop")
+        store.sealing_key("run-after-stop-2")
         assert log.reads == before + 2
-        store.get_or_create("run-after-stop-3")
+        store.sealing_key("run-after-stop-3")
         assert log.reads == before + 2
     finally:
         store.close()
@@ -380,7 +382,7 @@ def test_a_store_that_does_not_follow_reads_for_every_given_id() -> None:
     log = CountingLog(KEYS)
     store = KeyStore(log, KEYS.keys_topic, KEYS.partitions)  # a worker's: it follows what it owns
     for i in range(5):
-        store.get_or_create(f"run-{i}")
+        store.sealing_key(f"run-{i}")
     assert log.reads == 5
 
 
@@ -388,22 +390,24 @@ def _chain(client: Client, run_id: str) -> list[str]:
     """``run_id`` and the runs it continued as, in order."""
     chain = [run_id]
     while True:
-        continued = [e for e in client.history(chain[-1]) if e["type"] == "RunContinuedAsNew"]
+        continued = [e for e in client.run(chain[-1]).history() if e["type"] == "RunContinuedAsNew"]
         if not continued:
             return chain
         chain.append(continued[0]["new_run_id"])
 
 
 def test_a_subject_runs_successors_are_sealed_under_the_subject_and_erased_with_it(local: Local) -> None:
-    first = local.client.submit("generations", {"note": MARKER, "left": 2}, subject="customer-7")
-    local.client.result(first, timeout=20, follow=True)
+    first = local.client.submit("generations", {"note": MARKER, "left": 2}, subject="customer-7").run_id
+    local.client.run(first).result(timeout=20, follow=True)
     runs = _chain(local.client, first)
     assert len(runs) == 3
     erase_subject(local.client, "customer-7")
     fresh = Client(local.settings, identity="reader", log=local.log, serde=Serde.offline(local.settings))
     for run_id in runs:
-        history = json.dumps(fresh.history(run_id))
-        assert "ToolCallCompleted" in history and MARKER not in history, f"run {run_id} of the chain was not erased"
+        history = json.dumps(fresh.run(run_id).history())
+        assert "ToolCallCompleted" in history and MARKER not in history, (
+            f"run {run_id} of the chain was not erased"
+        )
     fresh.close()
 
 
@@ -415,15 +419,15 @@ def test_a_worker_drops_the_ciphers_of_the_runs_that_have_ended() -> None:
     thread.start()
     client = Client(settings, identity="t", log=log, serde=Serde.offline(settings))  # a sealer of its own
     try:
-        runs = [client.submit("intake", {"note": f"n-{i}"}) for i in range(30)]
+        runs = [client.submit("intake", {"note": f"n-{i}"}).run_id for i in range(30)]
         for run_id in runs:
-            client.result(run_id, timeout=20)
+            client.run(run_id).result(timeout=20)
         sealer = serde.sealer
         assert sealer is not None
         still = [r for r in runs if sealer.knows_key_of(r)]
         assert not still, f"the worker still keeps the key ids and ciphers of {len(still)} ended runs"
         # What it dropped is a cache: a signal to an ended run still opens, and the history reads.
-        assert all(e["type"] for e in client.history(runs[0]))
+        assert all(e["type"] for e in client.run(runs[0]).history())
     finally:
         client.close()
         worker.stop()
@@ -431,7 +435,7 @@ def test_a_worker_drops_the_ciphers_of_the_runs_that_have_ended() -> None:
 
 
 def test_a_sealers_ciphers_are_a_bounded_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("runtime.log.records.sealing.CACHED_CIPHERS", 8)
+    monkeypatch.setattr("runtime.log.sealing.sealer.CACHED_CIPHERS", 8)
     sealer = Sealer(KeyStore(MemoryLog(KEYS), KEYS.keys_topic, 1))
     sealed = {}
     for i in range(20):

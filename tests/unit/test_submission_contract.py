@@ -75,7 +75,7 @@ async def test_a_keyless_submission_is_rejected_with_the_reason_every_time() -> 
     first = produce(h, 1, None, submission(h, "a"))
     second = produce(h, 1, None, submission(h, "b"))
     empty = produce(h, 1, b"", submission(h, "c"))
-    keyed = h.client.submit("echo", {"text": "after"})
+    keyed = h.client.submit("echo", {"text": "after"}).run_id
     assert (await h.ended(keyed)).result == "AFTER", "the partition must go on after keyless commands"
     rejected = await until(lambda: len(r := rejections(h, 1)) == 3 and r, what="three rejections")
     assert [r.run_id for r in rejected] == [keyless_run_id(1, o, PARTITIONS) for o in (first, second, empty)]

@@ -76,9 +76,9 @@ def test_a_run_is_one_trace_with_a_span_per_run_and_per_call_attempt() -> None:
     thread.start()
     try:
         with Client(settings, identity="test", log=log, serde=serde) as client:
-            run_id = client.submit("agent", {})
-            assert client.result(run_id, timeout=30) == "done"
-            started = next(e.event for e in client.events(run_id) if isinstance(e.event, RunStarted))
+            run_id = client.submit("agent", {}).run_id
+            assert client.run(run_id).result(timeout=30) == "done"
+            started = next(e.event for e in client.run(run_id).events() if isinstance(e.event, RunStarted))
     finally:
         worker.stop()
         thread.join(timeout=10)

@@ -12,7 +12,9 @@ from analytics.results import QueryResult
 from analytics.unseal import OpenedStore, Opener
 from runtime.config import Settings
 from runtime.log.port.memory import MemoryLog
-from runtime.log.records.sealing import ERASED, KeyStore, Sealer, SealError
+from runtime.log.sealing.form import ERASED
+from runtime.log.sealing.keys import KeyStore
+from runtime.log.sealing.sealer import Sealer, SealError
 
 pytestmark = pytest.mark.unit
 

@@ -47,7 +47,7 @@ async def test_a_checkpoint_waits_for_the_ack_of_what_it_covers() -> None:
     h = Harness(waiting_app(started, gate))
     worker = h.start(checkpoint_interval_s=0)
     await until(lambda: worker.owned, what="the worker to own the partition")
-    run = h.client.submit("two-steps", 1)
+    run = h.client.submit("two-steps", 1).run_id
     await until(lambda: started, what="the first call to start")
     first = await until(h.checkpoints, what="a checkpoint of the started run")
     assert first[-1].active_runs == {run: 0 + 1}  # the run's RunStarted, after the worker's claim at 0
@@ -82,12 +82,12 @@ async def test_a_checkpoint_lists_the_active_runs_and_drops_the_ended_ones() -> 
     gate = asyncio.Event()
     h = Harness(waiting_app(started, gate))
     h.start(checkpoint_interval_s=0)
-    waiting = h.client.submit("two-steps", 1)
+    waiting = h.client.submit("two-steps", 1).run_id
     await until(lambda: started, what="the first run to wait in its call")
     gate.set()
     await h.ended(waiting)
     gate.clear()
-    still = h.client.submit("two-steps", 10)
+    still = h.client.submit("two-steps", 10).run_id
     await until(lambda: "slow 10" in started, what="the second run to wait in its call")
 
     def lists_only_the_second() -> Any:
@@ -168,7 +168,7 @@ async def test_once_the_runs_a_checkpoint_listed_have_ended_the_next_comes_befor
     # latest checkpoint lists; after a burst, one still listing the burst's runs costs the burst.
     h = Harness(many_calls_app())
     h.start(checkpoint_interval_s=3600)
-    run = h.client.submit("many", 600)  # 1,200 call records: past EARLY_AFTER_RECORDS mid-run
+    run = h.client.submit("many", 600).run_id  # 1,200 call records: past EARLY_AFTER_RECORDS mid-run
     assert (await h.ended(run, timeout=30)).result == 600
     last_offset = h.log.watermarks(SETTINGS.events_topic, 0)[1] - 1
     checkpoints = await until(

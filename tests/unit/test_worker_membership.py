@@ -34,7 +34,7 @@ def waiting_app() -> App:
 async def test_a_fenced_worker_rejoins_claims_again_and_its_waiting_run_completes() -> None:
     h = Harness(waiting_app())
     worker = h.start()
-    run = h.client.submit("wait", "a")
+    run = h.client.submit("wait", "a").run_id
     await until(lambda: "RunStarted" in h.types(run), what="the run to start")
     first_feed, first_epoch = worker.feed, worker.owned[0].epoch
 
@@ -42,7 +42,7 @@ async def test_a_fenced_worker_rejoins_claims_again_and_its_waiting_run_complete
 
     await until(lambda: worker.feed is not first_feed and 0 in worker.owned, what="the worker to rejoin")
     assert worker.owned[0].epoch > first_epoch  # claimed afresh, as after a restart
-    h.client.signal(run, "go", "b")
+    h.client.run(run).signal("go", "b")
     assert (await h.ended(run)).result == "ab"
     assert not h.task().done()
     await h.stop_all()

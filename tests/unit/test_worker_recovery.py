@@ -65,8 +65,8 @@ def echo_app() -> App:
 async def test_a_command_whose_handling_raises_ends_as_rejected_with_the_reason() -> None:
     h = Harness(echo_app(), serde=refusing("RunStarted", ValueError("the registry refused RunStarted")))
     h.start()
-    bad = h.client.submit("echo", "lost?")
-    good = h.client.submit("echo", "next")  # the partition goes on past the failed command
+    bad = h.client.submit("echo", "lost?").run_id
+    good = h.client.submit("echo", "next").run_id  # the partition goes on past the failed command
     status = await h.ended(bad)
     assert status.status == "rejected"
     assert status.reason == "handling failed: ValueError: the registry refused RunStarted"
@@ -79,7 +79,7 @@ async def test_a_command_whose_handling_raises_ends_as_rejected_with_the_reason(
 async def test_a_transient_failure_stops_the_worker_before_the_command_is_committed() -> None:
     h = Harness(echo_app(), serde=refusing("RunStarted", RetryableError("registry unreachable")))
     h.start("w1", checkpoint_interval_s=0)
-    run = h.client.submit("echo", "kept")
+    run = h.client.submit("echo", "kept").run_id
     with pytest.raises(WorkerError, match="registry unreachable"):
         await asyncio.wait_for(h.task("w1"), 5)
     h.running.clear()
@@ -94,7 +94,7 @@ async def test_a_transient_failure_stops_the_worker_before_the_command_is_commit
 async def test_an_undecodable_event_of_an_active_run_parks_it_with_the_reason() -> None:
     h = Harness(echo_app())
     h.start("w1")
-    run = h.client.submit("wait", "x")
+    run = h.client.submit("wait", "x").run_id
     await until(lambda: h.types(run) == ["RunStarted"], what="the run to wait for its signal")
     await h.stop("w1")
     # A record of the run that no schema can read (an unknown schema id), as a bad producer leaves.
@@ -105,8 +105,8 @@ async def test_an_undecodable_event_of_an_active_run_parks_it_with_the_reason() 
     assert status.status == "parked"
     assert status.reason is not None
     assert f"{h.settings.events_topic}[0]@{offset} cannot be decoded" in status.reason
-    h.client.signal(run, "go", "!")  # a parked run does not go on
-    other = h.client.submit("echo", "partition still serves")
+    h.client.run(run).signal("go", "!")  # a parked run does not go on
+    other = h.client.submit("echo", "partition still serves").run_id
     assert (await h.ended(other)).result == "partition still serves"
     assert h.status(run).status == "parked"
     await h.stop_all()

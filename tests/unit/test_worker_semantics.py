@@ -105,7 +105,7 @@ async def test_an_effect_does_not_start_behind_a_newer_claim() -> None:
     # Another worker claims the partition; the zombie has not noticed (it never polled the group).
     foreign = EpochClaimed(run_id="", partition=0, worker="newer")
     h.log.append(h.settings.events_topic, 0, None, h.serde.encode(foreign)).result()
-    run = h.client.submit("refund", "A-2")
+    run = h.client.submit("refund", "A-2").run_id
     await until(lambda: not worker.owned, what="the zombie to notice the newer claim")
     assert calls == [], "the effect started although a newer epoch claimed the partition first"
     # Readers drop what the zombie wrote after the newer claim.
@@ -118,7 +118,7 @@ async def test_a_call_in_flight_at_a_crash_runs_again_in_doubt_with_its_key() ->
     gate = asyncio.Event()
     h = Harness(refund_app(calls, gate))
     h.start("w1")
-    run = h.client.submit("refund", "A-3")
+    run = h.client.submit("refund", "A-3").run_id
     await until(lambda: calls, what="the refund to start")
     await h.stop("w1")  # the refund never answered: its Scheduled record has no result
     assert h.types(run)[-1] == "ToolCallScheduled"
@@ -139,7 +139,7 @@ async def test_retries_are_recorded_and_the_key_stays_the_same() -> None:
     calls: list[dict[str, Any]] = []
     h = Harness(refund_app(calls, failures=2))
     h.start()
-    run = h.client.submit("refund", "A-4")
+    run = h.client.submit("refund", "A-4").run_id
     status = await h.ended(run)
     assert status.status == "completed"
     events = h.events(run)
@@ -156,10 +156,10 @@ async def test_a_resubmitted_run_id_starts_nothing_new() -> None:
     calls: list[dict[str, Any]] = []
     h = Harness(refund_app(calls))
     h.start()
-    run = h.client.submit("refund", "A-5")
+    run = h.client.submit("refund", "A-5").run_id
     await h.ended(run)
     h.client.submit("refund", "A-5", run_id=run)
-    marker = h.client.submit("refund", "A-6")  # handled after the duplicate: a point to wait for
+    marker = h.client.submit("refund", "A-6").run_id  # handled after the duplicate: a point to wait for
     await h.ended(marker)
     assert [type(e) for e in h.events(run)].count(RunStarted) == 1
     assert len(calls) == 2

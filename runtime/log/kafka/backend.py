@@ -32,7 +32,7 @@ class KafkaLog:
 
     A read assigns its consumer the partitions it reads, so two reads at once must not share one:
     a record decoded inside a rebuild's read may need a key read from the keys topic
-    (runtime.log.records.sealing), and a thread fetching a late key reads beside the event loop.
+    (runtime.log.sealing), and a thread fetching a late key reads beside the event loop.
     Each read borrows an idle reading consumer, or makes another, and gives it back when it ends."""
 
     def __init__(self, settings: Settings, *, idempotent: bool = True) -> None:

@@ -3,7 +3,7 @@ process makes at start (runtime.log.kafka.access).
 
 The point of the roles is who may write history. Only a ``worker`` writes the events,
 checkpoints and payloads topics; a ``submitter`` asks for work (writes commands) and reads what
-``Client.result`` / ``status`` / ``history`` read; the ``sink`` only reads: what it copies into the
+``RunHandle.result`` / ``status`` / ``history`` read; the ``sink`` only reads: what it copies into the
 audit store, and the data keys topic, so that the store's readers run with its credentials
 (``agentlog audit``, the UI: analytics.unseal) open the sealed contents they show -- the store
 itself keeps them sealed, and the sink never writes a key. Destroying a key (``agentlog erase``)
@@ -59,7 +59,7 @@ def grants(role: Role, settings: Settings) -> list[Grant]:
     if role == "submitter":
         return [
             Grant("topic", s.commands_topic, "WRITE"),
-            # A sealed run's data key is made by its submitter (runtime.log.records.sealing), which
+            # A sealed run's data key is made by its submitter (runtime.log.sealing), which
             # also reads it to open the run's result.
             *(Grant("topic", s.keys_topic, op) for op in ("READ", "WRITE")),
             *(Grant("topic", t, "READ") for t in (s.events_topic, s.checkpoints_topic, s.payloads_topic)),

@@ -124,7 +124,7 @@ class EventWriter:
 
     def flush(self, timeout: float = 30.0) -> None:
         # Not producer.flush(): it serves delivery reports in 10 ms slices, and with the poller
-        # thread taking them it returned ~10 ms after the last ack (Client.result flushes first).
+        # thread taking them it returned ~10 ms after the last ack (RunHandle.result flushes first).
         deadline = time.monotonic() + timeout
         while len(self.producer) > 0:
             if time.monotonic() >= deadline:

@@ -23,7 +23,8 @@ from runtime.errors import AgentlogError
 from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import Event, ModelCallCompleted, ToolCallCompleted
 from runtime.log.records.prompts import blob_refs
-from runtime.log.records.sealing import ERASED, PREFIX, Sealer
+from runtime.log.sealing.form import ERASED, PREFIX
+from runtime.log.sealing.sealer import Sealer
 
 Completed = ModelCallCompleted | ToolCallCompleted
 SEALED = PREFIX.encode("ascii")

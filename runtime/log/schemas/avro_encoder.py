@@ -240,7 +240,7 @@ def _inline(
     if kind == "string":
         # Sealed here rather than in a copy of the record: a step writes ~5 sealed values, and a
         # pass of its own over them cost the step as much again as the encryption. The sealer
-        # (runtime.log.records.sealing.Sealer) says which values to seal, and seals them.
+        # (runtime.log.sealing.sealer.Sealer) says which values to seal, and seals them.
         encoded = (
             [f"{value} = {value}.encode()"]
             if sealed is None

@@ -1,6 +1,6 @@
 """What the registry has told this deployment, kept in the state folder for a registry outage.
 
-A registry that is down must not stop a reader (``Client.status``, ``agentlog history``) or a
+A registry that is down must not stop a reader (``RunHandle.status``, ``agentlog history``) or a
 cold start (``agentlog submit``, ``agentlog worker``) that needs only schemas the project already
 knows. The registry's answers that matter are immutable once given -- an id always names the same
 schema text, and a (subject, schema) pair keeps its id and version -- so they can be kept:

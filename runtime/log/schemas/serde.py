@@ -28,7 +28,6 @@ from runtime.config import Settings
 from runtime.errors import RetryableError
 from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import RECORD_TYPES, Record
-from runtime.log.records.sealing import CONTENT_FIELDS, KeyStore, Sealer
 from runtime.log.schemas.avro_encoder import Unencodable, compile_record
 from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
 from runtime.log.schemas.datum import DecodeError, Reader, read_datum, record_to_dict, schema_id_of
@@ -36,6 +35,9 @@ from runtime.log.schemas.frame import HEADER_SIZE, ID_SLICE, MAGIC, frame_header
 from runtime.log.schemas.frame import schema_id_of as frame_schema_id
 from runtime.log.schemas.registry import LookupUnavailable, RegistryUnreachable, is_not_found
 from runtime.log.schemas.resolver import SchemaResolver
+from runtime.log.sealing.form import CONTENT_FIELDS
+from runtime.log.sealing.keys import KeyStore
+from runtime.log.sealing.sealer import Sealer
 
 # The registry client is imported where it is first used, not here: its import is heavy
 # (see runtime.log.schemas.registry), and a recovering worker does not need it to start.

@@ -1,0 +1,179 @@
+"""Reading one run from the log: its events, where the run index locates them, its history,
+prompts and status."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from runtime.config import Settings
+from runtime.errors import AgentlogError
+from runtime.log.port.partitioning import partition_for
+from runtime.log.port.protocol import EventLog
+from runtime.log.records.events import Event, ModelCallScheduled, RunStarted
+from runtime.log.records.fencing import FenceFilter
+from runtime.log.records.payloads import PayloadMissing, inlined, read_back, read_blobs
+from runtime.log.records.prompts import PromptMissing, RecordedInput, checked_args, rebuild_inputs
+from runtime.log.records.run_index import RunLocation, parse_location, run_key
+from runtime.log.records.status import has_ended
+from runtime.log.schemas.datum import DecodeError, record_to_dict
+from runtime.log.schemas.serde import Serde
+from runtime.run_status import LoggedEvent, RunStatus, summarize
+
+logger = logging.getLogger("agentlog.client")
+
+
+class RunReader:
+    """Reads runs from the events, checkpoints and payloads topics of one deployment."""
+
+    def __init__(self, settings: Settings, log: EventLog, serde: Serde) -> None:
+        self.settings, self.log, self.serde = settings, log, serde
+        # Events-topic records the reads went through, kept or skipped by key: what a lookup in
+        # the run index saves (tests and benchmarks read it, as ``Client.events_records_read``).
+        self.records_read = 0
+
+    def partition(self, run_id: str) -> int:
+        """The partition of the commands and events topics that holds the run's records."""
+        return partition_for(run_id, self.settings.partitions)
+
+    def end_offset(self, partition: int) -> int:
+        return self.log.watermarks(self.settings.events_topic, partition)[1]
+
+    def events(self, run_id: str, start: int | None = None, end: int | None = None) -> Iterator[LoggedEvent]:
+        """The run's events in log order with their offsets and sizes, fenced (zombie) records
+        left out (``RunHandle.events``). A record this code cannot decode is left out with a
+        warning: the worker parks a run with such a record, naming its offset, so the run's status
+        still says what is wrong."""
+        partition = self.partition(run_id)
+        key = run_id.encode()
+        fence = FenceFilter()
+
+        def keep(k: bytes | None) -> bool:
+            self.records_read += 1
+            return k == key or k is None
+
+        for record in self.log.read(self.settings.events_topic, partition, start=start, end=end, keep=keep):
+            if record.value is None:
+                continue
+            try:
+                event = self.serde.decode(record.value, record.key)
+            except DecodeError as error:
+                logger.warning("run %s: record at offset %s left out: %s", run_id, record.offset, error)
+                continue
+            assert isinstance(event, Event)
+            if not fence.admit(event, record.offset) or event.run_id != run_id:
+                continue
+            yield LoggedEvent(record.offset, len(record.value), event)
+
+    def history(self, run_id: str, *, payloads: bool = False) -> list[dict[str, Any]]:
+        """As ``agentlog history --json`` (``RunHandle.history``)."""
+        partition = self.partition(run_id)
+        logged = self.logged(run_id, self.location(run_id))
+        events = [e.event for e in logged]
+        prompts: dict[int, dict[str, Any]] = {}
+        if payloads:
+            events = self.with_payloads(run_id, events)
+            prompts = self._prompt_fields(run_id, events)
+        return [
+            {
+                "seq": event.seq,
+                "type": event.type,
+                **record_to_dict(event),
+                "chain": event.chain.hex(),  # the link as hex text (runtime.log.records.chain): JSON has no bytes
+                **(prompts.get(event.position, {}) if isinstance(event, ModelCallScheduled) else {}),
+                "partition": partition,
+                "offset": e.offset,
+            }
+            for e, event in zip(logged, events, strict=True)
+        ]
+
+    def prompts(self, run_id: str) -> dict[int, RecordedInput]:
+        """Every model call's input, by position (``RunHandle.prompts``)."""
+        return self.inputs(run_id, [e.event for e in self.logged(run_id, self.location(run_id))])
+
+    def inputs(self, run_id: str, events: list[Event]) -> dict[int, RecordedInput]:
+        try:
+            blobs = read_blobs(self.log, self.settings.payloads_topic, events, self.serde.sealer)
+            return rebuild_inputs(events, blobs)
+        except (PayloadMissing, PromptMissing) as error:
+            raise AgentlogError(f"run {run_id}: {error}") from error
+
+    def _prompt_fields(self, run_id: str, events: list[Event]) -> dict[int, dict[str, Any]]:
+        fields: dict[int, dict[str, Any]] = {}
+        for position, recorded in self.inputs(run_id, events).items():
+            try:
+                fields[position] = {"messages": checked_args(recorded)["messages"]}
+            except PromptMissing as error:
+                fields[position] = {"messages": None, "prompt_error": str(error)}
+        return fields
+
+    def with_payloads(self, run_id: str, events: list[Event]) -> list[Event]:
+        """``events`` with their out-of-line results read back (checked) and carried inline.
+        Raises AgentlogError if a stored result is missing or does not match its checksum."""
+        try:
+            return inlined(
+                events,
+                read_back(
+                    self.log, self.settings.payloads_topic, self.partition(run_id), events, self.serde.sealer
+                ),
+            )
+        except PayloadMissing as error:
+            raise AgentlogError(f"run {run_id}: {error}") from error
+
+    def location(self, run_id: str) -> RunLocation | None:
+        """Where the run index (runtime.log.records.run_index) says the run's records lie, or None if it
+        does not locate the run: its entries on the run's partition of the compacted checkpoints
+        topic, far smaller than the events partition. An entry with the ending's offset wins."""
+        key = run_key(run_id)
+        found: RunLocation | None = None
+        for record in self.log.read(
+            self.settings.checkpoints_topic, self.partition(run_id), keep=lambda k: k == key
+        ):
+            location = parse_location(record.value) if record.value is not None else None
+            if location is not None and (found is None or found.end is None or location.end is not None):
+                found = location
+        return found
+
+    def logged(self, run_id: str, location: RunLocation | None, end: int | None = None) -> list[LoggedEvent]:
+        """The run's events up to ``end``: read from its RunStarted's offset when ``location``
+        gives one and the record there is that RunStarted (the run has no record before it), and
+        only up to its ending event when ``location`` gives that too and the record there is one
+        (the run has no record after it); else from the partition's start."""
+        if location is not None:
+            last = location.end if location.end is not None and (end is None or location.end < end) else None
+            logged = list(self.events(run_id, start=location.first, end=end if last is None else last + 1))
+            if (
+                logged
+                and logged[0].offset == location.first
+                and isinstance(logged[0].event, RunStarted)
+                and (
+                    last is None
+                    or (logged[-1].offset == last and has_ended(summarize(run_id, logged[-1:]).status))
+                )
+            ):
+                return logged
+            logger.warning(
+                "run %s: the run index's %s does not hold where its records lie; scanning", run_id, location
+            )
+        return list(self.events(run_id, end=end))
+
+    def ending_at(self, run_id: str, location: RunLocation | None, end: int) -> LoggedEvent | None:
+        """The run's ending event at the offset ``location`` gives, if the record there is one."""
+        if location is None or location.end is None or location.end >= end:
+            return None
+        found = next(iter(self.events(run_id, start=location.end, end=location.end + 1)), None)
+        if (
+            found is not None
+            and found.offset == location.end
+            and has_ended(summarize(run_id, [found]).status)
+        ):
+            return found
+        logger.warning(
+            "run %s: the run index's offset %s is not its ending event; scanning", run_id, location.end
+        )
+        return None
+
+    def status(self, run_id: str) -> RunStatus:
+        """The run's status read from its events (``RunHandle.status``)."""
+        return summarize(run_id, self.logged(run_id, self.location(run_id)))
