@@ -37,7 +37,7 @@ from typing import Any
 
 from runtime.config import Settings
 from runtime.log.port.protocol import EventLog
-from runtime.log.sealing.form import CONTENT_FIELDS, ERASED, PREFIX, key_id_of
+from runtime.log.records.sealed_form import CONTENT_FIELDS, ERASED, PREFIX, key_id_of
 from runtime.log.sealing.keys import KeyStore
 from runtime.log.sealing.sealer import Sealer, SealError
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from runtime.client import Client
 from runtime.errors import AgentlogError
+from runtime.log.records.sealed_form import SUBJECT_PREFIX, subject_key_id
 from runtime.log.records.status import has_ended
-from runtime.log.sealing.form import SUBJECT_PREFIX, subject_key_id
 from runtime.log.sealing.sealer import Sealer
 from runtime.sealed_runs import UnendedRun, UnreadableLog, listed, unended_runs
 

@@ -31,10 +31,10 @@ from runtime.client import Client
 from runtime.errors import AgentlogError
 from runtime.log.port.protocol import LogRecord
 from runtime.log.records.events import PartitionCheckpoint, Record
+from runtime.log.records.sealed_form import CONTENT_FIELDS, is_sealed, key_id_of
 from runtime.log.records.status import has_ended
 from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.serde import Serde
-from runtime.log.sealing.form import CONTENT_FIELDS, is_sealed, key_id_of
 from runtime.worker.rebuild import checkpoint_key
 
 NOT_STARTED = "submitted, not started"  # a submission no worker has handled yet

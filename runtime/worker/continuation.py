@@ -27,8 +27,8 @@ from concurrent.futures import Future
 from runtime.config import Settings
 from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import RunContinuedAsNew, RunSubmitted
+from runtime.log.records.sealed_form import SUBJECT_PREFIX
 from runtime.log.schemas.serde import Serde
-from runtime.log.sealing.form import SUBJECT_PREFIX
 from runtime.worker.partition import OwnedPartition
 
 log = logging.getLogger("agentlog.worker")

@@ -15,7 +15,7 @@ import pytest
 from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.kafka.backend import KafkaLog
-from runtime.log.sealing.form import ERASED
+from runtime.log.records.sealed_form import ERASED
 from runtime.log.sealing.keys import KeyStore
 from support.erasure_apps import COMPLETION_TOKENS, PROMPT_TOKENS
 from support.sink import (

@@ -20,7 +20,7 @@ from analytics.diff import diff_runs
 from analytics.store import connect
 from runtime.client import Client
 from runtime.config import Settings
-from runtime.log.sealing.form import PREFIX
+from runtime.log.records.sealed_form import PREFIX
 from support.sink import SinkProcess, agentlog, kafka_offsets, make_deployment, query, wait_for_rows
 from support.ui_store import free_port
 from support.wait import wait_until

@@ -19,8 +19,8 @@ from runtime.errors import AgentlogError
 from runtime.log.kafka.backend import KafkaLog
 from runtime.log.port.partitioning import name_in_partition, partition_for
 from runtime.log.records.events import SignalReceived, SignalSent
+from runtime.log.records.sealed_form import ERASED, key_id_of, subject_key_id
 from runtime.log.schemas.serde import Serde
-from runtime.log.sealing.form import ERASED, key_id_of, subject_key_id
 from support.late_keys import LateKeySubmission
 from support.services import agentlog, make_deployment
 from support.wait import wait_until

@@ -14,12 +14,12 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from runtime.config import Settings
 from runtime.log.port.memory import MemoryLog
 from runtime.log.records.events import RECORD_TYPES
+from runtime.log.records.sealed_form import CONTENT_FIELDS, is_sealed
 from runtime.log.schemas.avro_encoder import Unencodable, compile_record
 from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR, load_catalog
 from runtime.log.schemas.datum import record_to_dict
 from runtime.log.schemas.frame import HEADER_SIZE
 from runtime.log.schemas.serde import Serde
-from runtime.log.sealing.form import CONTENT_FIELDS, is_sealed
 from runtime.log.sealing.keys import KeyStore
 from runtime.log.sealing.sealer import Sealer
 

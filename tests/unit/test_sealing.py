@@ -23,8 +23,8 @@ from runtime.log.port.memory import MemoryLog
 from runtime.log.port.protocol import LogRecord
 from runtime.log.records.chain import chain_key_of, first_break, link_of
 from runtime.log.records.events import ModelCallScheduled, RunSubmitted, ToolCallCompleted, ToolCallScheduled
+from runtime.log.records.sealed_form import ERASED
 from runtime.log.schemas.serde import Serde
-from runtime.log.sealing.form import ERASED
 from runtime.log.sealing.keys import KeyStore
 from runtime.log.sealing.sealer import Sealer, SealError
 from runtime.worker.loop import Worker

@@ -12,7 +12,7 @@ from analytics.results import QueryResult
 from analytics.unseal import OpenedStore, Opener
 from runtime.config import Settings
 from runtime.log.port.memory import MemoryLog
-from runtime.log.sealing.form import ERASED
+from runtime.log.records.sealed_form import ERASED
 from runtime.log.sealing.keys import KeyStore
 from runtime.log.sealing.sealer import Sealer, SealError
 

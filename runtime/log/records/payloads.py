@@ -18,16 +18,23 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from runtime.errors import AgentlogError
 from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import Event, ModelCallCompleted, ToolCallCompleted
 from runtime.log.records.prompts import blob_refs
-from runtime.log.sealing.form import ERASED, PREFIX
-from runtime.log.sealing.sealer import Sealer
+from runtime.log.records.sealed_form import ERASED, PREFIX
 
 Completed = ModelCallCompleted | ToolCallCompleted
 SEALED = PREFIX.encode("ascii")
+
+
+class Opener(Protocol):
+    """What opens a sealed payload (runtime.log.sealing's ``Sealer``): named here, not imported, so
+    the records do not depend on the sealer that depends on them."""
+
+    def open_text(self, value: str, field: str) -> str: ...
 
 
 class PayloadMissing(AgentlogError):
@@ -55,7 +62,7 @@ def inline(event: Completed, text: str) -> Completed:
 
 
 def read_back(
-    log: EventLog, topic: str, partition: int, events: Iterable[Event], sealer: Sealer | None = None
+    log: EventLog, topic: str, partition: int, events: Iterable[Event], sealer: Opener | None = None
 ) -> dict[int, str]:
     """The out-of-line results ``events`` point at, by offset: one range read of the payloads
     partition, each checked against its sha256. Raises PayloadMissing naming the first lost one.
@@ -70,7 +77,7 @@ def read_back(
 
 
 def read_blobs(
-    log: EventLog, topic: str, events: Iterable[Event], sealer: Sealer | None = None
+    log: EventLog, topic: str, events: Iterable[Event], sealer: Opener | None = None
 ) -> dict[str, str]:
     """The messages stored out of line that ``events`` point at (runtime.log.records.prompts), by sha256:
     one range read per partition they name (the run's own, or for a reset or fork also its
@@ -91,7 +98,7 @@ def _read_checked(
     partition: int,
     wanted: Mapping[int, str | None],
     what: str,
-    sealer: Sealer | None = None,
+    sealer: Opener | None = None,
 ) -> dict[int, str]:
     found: dict[int, str] = {}
     if not wanted:

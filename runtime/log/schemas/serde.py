@@ -28,6 +28,7 @@ from runtime.config import Settings
 from runtime.errors import RetryableError
 from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import RECORD_TYPES, Record
+from runtime.log.records.sealed_form import CONTENT_FIELDS
 from runtime.log.schemas.avro_encoder import Unencodable, compile_record
 from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
 from runtime.log.schemas.datum import DecodeError, Reader, read_datum, record_to_dict, schema_id_of
@@ -35,7 +36,6 @@ from runtime.log.schemas.frame import HEADER_SIZE, ID_SLICE, MAGIC, frame_header
 from runtime.log.schemas.frame import schema_id_of as frame_schema_id
 from runtime.log.schemas.registry import LookupUnavailable, RegistryUnreachable, is_not_found
 from runtime.log.schemas.resolver import SchemaResolver
-from runtime.log.sealing.form import CONTENT_FIELDS
 from runtime.log.sealing.keys import KeyStore
 from runtime.log.sealing.sealer import Sealer
 

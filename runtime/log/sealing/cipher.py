@@ -1,4 +1,4 @@
-"""AES-GCM under one data key, sealing values into their sealed form (runtime.log.sealing.form)."""
+"""AES-GCM under one data key, sealing values into their sealed form (runtime.log.records.sealed_form)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from binascii import b2a_base64
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from runtime.log.sealing.form import PREFIX, SEALED_AS
+from runtime.log.records.sealed_form import PREFIX, SEALED_AS
 
 
 class Cipher:

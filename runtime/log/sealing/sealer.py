@@ -4,7 +4,7 @@ Crypto-shredding: Kafka's topics are immutable and kept forever; a person's mess
 out of them. So the *contents* of a run -- its input, call arguments (model-call messages among
 them), call results, its result, signal payloads -- are written sealed: AES-GCM under a 256-bit
 data key of the run (or of a data subject; runtime.log.sealing.keys), in the sealed form of
-runtime.log.sealing.form. Everything else stays in the clear -- record types, ids, sequence
+runtime.log.records.sealed_form. Everything else stays in the clear -- record types, ids, sequence
 numbers, hashes, token counts, costs, timings -- so the structure of an erased run remains
 auditable.
 """
@@ -20,8 +20,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from runtime.errors import AgentlogError
 from runtime.log.records.events import Record
-from runtime.log.sealing.cipher import Cipher
-from runtime.log.sealing.form import (
+from runtime.log.records.sealed_form import (
     CONTENT_FIELDS,
     ERASED,
     PREFIX,
@@ -30,6 +29,7 @@ from runtime.log.sealing.form import (
     key_id_of,
     subject_key_id,
 )
+from runtime.log.sealing.cipher import Cipher
 from runtime.log.sealing.keys import KEY_ARRIVAL_TIMEOUT, KeyStore
 
 # The ciphers (sealing and opening) a process keeps, one per key: a cache, rebuilt from the cached

@@ -4,6 +4,9 @@ A sealed value is the string ``sealed:v1:<key id>:<base64 nonce + ciphertext>``:
 the clear says which key opens it (not the record's run id), so a fork or a reset that copies
 another run's records keeps them readable, and a run sealed under its subject's key needs no
 schema field to say so.
+
+It lives with the records, not with the sealer: it is part of how a record is written, and the
+records (payloads read back) must recognise a sealed value without importing the sealer.
 """
 
 from __future__ import annotations
