@@ -10,7 +10,6 @@ see each other's runs.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,11 @@ from typing import Any
 import pytest
 
 from runtime.config import Settings
+from support.kafka_clients import closed_since, live_clients
 from support.secure_cluster import FIXTURE as SECURE_CLUSTER
 from support.secure_cluster import SecureCluster
 from support.services import make_deployment, reach_services
+from support.wait import wait_until
 from support.workers import WorkerProcess
 
 SERVICE_FIXTURES = {"services", "deployment", "workers"}
@@ -163,11 +164,34 @@ def workers(tmp_path: Path) -> Iterator[list[WorkerProcess]]:
 def no_thread_left_behind() -> Iterator[None]:
     """Fail a test that leaves non-daemon threads running (they would leak into later tests)."""
     before = {t.ident for t in threading.enumerate()}
+
+    def leaked() -> list[str]:
+        return [
+            t.name for t in threading.enumerate() if t.ident not in before and t.is_alive() and not t.daemon
+        ]
+
     yield
-    deadline = time.monotonic() + 5
-    while True:
-        leaked = [t for t in threading.enumerate() if t.ident not in before and t.is_alive() and not t.daemon]
-        if not leaked or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert not leaked, f"threads left behind: {[t.name for t in leaked]}"
+    wait_until(
+        lambda: not leaked(),
+        5,
+        "the test's threads to end",
+        detail=lambda: f"threads left behind: {leaked()}",
+    )
+
+
+@pytest.fixture(autouse=True)
+def no_kafka_client_left_behind() -> Iterator[None]:
+    """Fail a test that leaves a Kafka client open (librdkafka's threads are native, so the thread
+    check above cannot see them): it would go on retrying brokers later tests stop, on stderr."""
+    before = live_clients()
+    yield
+    closed_since(before, "the test")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_kafka_client_left_behind_by_the_module(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The same for a module's own fixtures (a recorded run, a private cluster): torn down with
+    the module, their clients are closed with them."""
+    before = live_clients()
+    yield
+    closed_since(before, f"module {request.module.__name__}")
