@@ -59,7 +59,8 @@ _CALL_FAILED = pytest.StashKey[bool]()
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The folders and the markers agree: a test in tests/<folder> carries the folder's marker, a
-    test in tests/unit asks for no service, and every test marked chaos lives in tests/chaos."""
+    test in tests/unit asks for no service, every test marked chaos lives in tests/chaos, and a
+    contract test says which backend run it belongs to (unit or integration)."""
     tests = Path(__file__).resolve().parent
     wrong: list[str] = []
     for item in items:
@@ -76,6 +77,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             wrong.append(f"{item.nodeid}: a unit test that uses {sorted(needs)}")
         if "chaos" in marks and folder != "chaos":
             wrong.append(f"{item.nodeid}: marked chaos but not in tests/chaos")
+        if folder == "contract" and not marks & {"unit", "integration"}:
+            # A backend's class runs in `make unit` (in memory) or beside the services, never in neither.
+            wrong.append(f"{item.nodeid}: a contract test marked neither unit nor integration")
         module = item.nodeid.split("::", 1)[0]
         if "private_stack" in vars(getattr(item, "module", None) or object) and module not in SAME_PORTS:
             wrong.append(f"{item.nodeid}: brings up a private stack but is not in SAME_PORTS")
