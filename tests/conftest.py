@@ -10,7 +10,6 @@ see each other's runs.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,11 @@ from typing import Any
 import pytest
 
 from runtime.config import Settings
+from support.kafka_clients import closed_since, live_clients
 from support.secure_cluster import FIXTURE as SECURE_CLUSTER
 from support.secure_cluster import SecureCluster
 from support.services import make_deployment, reach_services
+from support.wait import wait_until
 from support.workers import WorkerProcess
 
 SERVICE_FIXTURES = {"services", "deployment", "workers"}
@@ -53,11 +54,13 @@ SAME_PORTS = {
     "tests/chaos/test_security_chain.py": "secure-cluster",
 }
 _SECURE: list[SecureCluster] = []
+_CALL_FAILED = pytest.StashKey[bool]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The folders and the markers agree: a test in tests/<folder> carries the folder's marker, a
-    test in tests/unit asks for no service, and every test marked chaos lives in tests/chaos."""
+    test in tests/unit asks for no service, every test marked chaos lives in tests/chaos, and a
+    contract test says which backend run it belongs to (unit or integration)."""
     tests = Path(__file__).resolve().parent
     wrong: list[str] = []
     for item in items:
@@ -74,6 +77,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             wrong.append(f"{item.nodeid}: a unit test that uses {sorted(needs)}")
         if "chaos" in marks and folder != "chaos":
             wrong.append(f"{item.nodeid}: marked chaos but not in tests/chaos")
+        if folder == "contract" and not marks & {"unit", "integration"}:
+            # A backend's class runs in `make unit` (in memory) or beside the services, never in neither.
+            wrong.append(f"{item.nodeid}: a contract test marked neither unit nor integration")
         module = item.nodeid.split("::", 1)[0]
         if "private_stack" in vars(getattr(item, "module", None) or object) and module not in SAME_PORTS:
             wrong.append(f"{item.nodeid}: brings up a private stack but is not in SAME_PORTS")
@@ -163,11 +169,46 @@ def workers(tmp_path: Path) -> Iterator[list[WorkerProcess]]:
 def no_thread_left_behind() -> Iterator[None]:
     """Fail a test that leaves non-daemon threads running (they would leak into later tests)."""
     before = {t.ident for t in threading.enumerate()}
+
+    def leaked() -> list[str]:
+        return [
+            t.name for t in threading.enumerate() if t.ident not in before and t.is_alive() and not t.daemon
+        ]
+
     yield
-    deadline = time.monotonic() + 5
-    while True:
-        leaked = [t for t in threading.enumerate() if t.ident not in before and t.is_alive() and not t.daemon]
-        if not leaked or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert not leaked, f"threads left behind: {[t.name for t in leaked]}"
+    wait_until(
+        lambda: not leaked(),
+        5,
+        "the test's threads to end",
+        detail=lambda: f"threads left behind: {leaked()}",
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    report: pytest.TestReport = yield
+    if report.when == "call" and report.failed:
+        item.stash[_CALL_FAILED] = True
+    return report
+
+
+@pytest.fixture(autouse=True)
+def no_kafka_client_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that leaves a Kafka client open (librdkafka's threads are native, so the thread
+    check above cannot see them): it would go on retrying brokers later tests stop, on stderr.
+
+    Not a test that failed: its traceback holds its frames, and the clients in them, open; the
+    failure is the news."""
+    before = live_clients()
+    yield
+    if not request.node.stash.get(_CALL_FAILED, False):
+        closed_since(before, "the test")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_kafka_client_left_behind_by_the_module(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The same for a module's own fixtures (a recorded run, a private cluster): torn down with
+    the module, their clients are closed with them."""
+    before = live_clients()
+    yield
+    closed_since(before, f"module {request.module.__name__}")

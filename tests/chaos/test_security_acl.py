@@ -16,7 +16,6 @@ import os
 import stat
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from analytics.unseal import opener_for
+from analytics.unseal import Opener
 from infra import kafka, kafka_acl, kafka_auth, kafka_users
 from infra.deployment import scratch_deployment
 from runtime.client import Client
@@ -44,6 +43,7 @@ from runtime.log.sealing.sealer import Sealer
 from support.secure_cluster import ADMIN_PASSWORD, CONTROLLER_PORT, PORT, as_user
 from support.services import ROOT, deployment_env
 from support.sink import SinkProcess, read_partition, wait_for_rows
+from support.wait import wait_until
 from support.workers import APP, WorkerProcess
 
 pytestmark = pytest.mark.chaos
@@ -87,14 +87,17 @@ def test_a_submitter_producing_to_the_history_topics_is_refused(deployment: Sett
     producer = Producer(submitter.kafka_common())
     errors: dict[str, KafkaError | None] = {}
     topics = (deployment.events_topic, deployment.checkpoints_topic, deployment.payloads_topic)
-    for topic in topics:
-        producer.produce(
-            topic,
-            key=b"run-forged",
-            value=b"a RunCompleted nobody ran",
-            on_delivery=lambda err, msg: errors.__setitem__(msg.topic(), err),
-        )
-    assert producer.flush(30) == 0
+    try:
+        for topic in topics:
+            producer.produce(
+                topic,
+                key=b"run-forged",
+                value=b"a RunCompleted nobody ran",
+                on_delivery=lambda err, msg: errors.__setitem__(msg.topic(), err),
+            )
+        assert producer.flush(30) == 0
+    finally:
+        producer.close()
     assert {t: e.code() if e else None for t, e in errors.items()} == {
         t: KafkaError.TOPIC_AUTHORIZATION_FAILED for t in topics
     }
@@ -244,10 +247,13 @@ def test_users_add_again_keeps_acls_in_place_and_moves_a_user_to_another_role(de
     done = cli(deployment, "infra", "users", "add", "mover", "--role", "sink")
     assert done.returncode == 0, done.stderr
     mover = as_user(deployment, "mover")
-    deadline = time.monotonic() + 15  # ACLs reach every node through the metadata log
-    while access.missing(mover, "sink") and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert access.missing(mover, "sink") == []
+    wait_until(  # ACLs reach every node through the metadata log
+        lambda: access.missing(mover, "sink") == [],
+        15,
+        "the sink role's grants to reach every node",
+        interval=0.2,
+        detail=lambda: f"missing: {[g.describe() for g in access.missing(mover, 'sink')]}",
+    )
     lacking = {g.describe() for g in access.missing(mover, "submitter")}
     assert f"WRITE topic '{deployment.commands_topic}'" in lacking
 
@@ -266,18 +272,29 @@ def test_the_sinks_credentials_open_sealed_contents_but_write_no_key(deployment:
         admin_log.close()
     sink = as_user(deployment, "sink").model_copy(update={"seal_contents": True})
     assert access.missing(sink, "sink") == []
-    assert opener_for(sink).open_value(sealed, "result") == '"the refund is approved"'
+    # The key store analytics.unseal.opener_for makes for the sink's user, but a log the test
+    # closes: opener_for's own stays open for the life of the process (a reader's cache).
+    sink_log = KafkaLog(sink)
+    sink_keys = KeyStore(sink_log, sink.keys_topic, sink.partitions)
+    try:
+        assert Opener(lambda: sink_keys).open_value(sealed, "result") == '"the refund is approved"'
+    finally:
+        sink_keys.close()
+        sink_log.close()
     producer = Producer(sink.kafka_common())  # the sink's user, writing a key and a key's tombstone
     errors: list[KafkaError | None] = []
-    for value in (b"k" * 32, None):
-        producer.produce(
-            sink.keys_topic,
-            key=run_id.encode(),
-            value=value,
-            partition=partition_for(run_id, sink.partitions),
-            on_delivery=lambda err, _msg: errors.append(err),
-        )
-    assert producer.flush(30) == 0
+    try:
+        for value in (b"k" * 32, None):
+            producer.produce(
+                sink.keys_topic,
+                key=run_id.encode(),
+                value=value,
+                partition=partition_for(run_id, sink.partitions),
+                on_delivery=lambda err, _msg: errors.append(err),
+            )
+        assert producer.flush(30) == 0
+    finally:
+        producer.close()
     assert [e.code() if e else None for e in errors] == [KafkaError.TOPIC_AUTHORIZATION_FAILED] * 2
     reread = KafkaLog(deployment)
     try:
@@ -303,7 +320,7 @@ def test_the_sinks_credentials_open_sealed_contents_but_write_no_key(deployment:
     for future in admin.delete_acls([dropped], request_timeout=30).values():
         future.result()
     old = as_user(deployment, "old-sink")
-    deadline = time.monotonic() + 15  # ACLs reach every node through the metadata log
-    while not access.missing(old, "sink") and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert [g.describe() for g in access.missing(old, "sink")] == [f"READ topic '{deployment.keys_topic}'"]
+    missing = wait_until(  # ACLs reach every node through the metadata log
+        lambda: access.missing(old, "sink"), 15, "the dropped grant to reach every node", interval=0.2
+    )
+    assert [g.describe() for g in missing] == [f"READ topic '{deployment.keys_topic}'"]

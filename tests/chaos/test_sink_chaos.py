@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from support.sink import (
     store_offsets,
     wait_for_rows,
 )
+from support.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -37,17 +37,18 @@ def _assert_exactly_once(dsn: str, settings: Settings, total: int) -> None:
 
 def _kill_during_insert(sink: SinkProcess, dsn: str, target: str, timeout: float = 60.0) -> None:
     """SIGKILL the sink while ClickHouse runs one of its inserts into ``target`` (seen in system.processes)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        running = scalar(
+    wait_until(  # no pause between looks: an insert lasts milliseconds
+        lambda: scalar(
             dsn,
             "SELECT count() FROM system.processes WHERE startsWith(query, {q:String})",
             {"q": f"INSERT INTO {target}"},
-        )
-        if running:
-            sink.kill()
-            return
-    raise AssertionError(f"no insert into {target} seen within {timeout}s")
+        ),
+        timeout,
+        f"an insert into {target}",
+        interval=0,
+        process=sink.proc,
+    )
+    sink.kill()
 
 
 # Each kill lands while an insert is running: into the stage (a batch half staged), then into the

@@ -19,6 +19,7 @@ from runtime.log.kafka.backend import KafkaLog
 from runtime.log.port.memory import MemoryLog
 from runtime.log.port.partitioning import partition_for
 from runtime.log.port.protocol import Delivery, EventLog, MembershipFenced
+from support.wait import wait_until
 
 CLAIM = b"claim"  # the contract's stand-in for an encoded EpochClaimed (the port does not decode)
 
@@ -130,11 +131,16 @@ class EventLogContract:
         feed = log.join("contract-worker", 6000)
         feed.bind(on_assign, revoked.append)
         got: list[Delivery] = []
-        deadline = time.monotonic() + 30
-        while len(got) < 3 and time.monotonic() < deadline:
-            got += [d for d in feed.poll(100, 0.2) if d.error is None]
-        feed.commit(0, 4)
-        feed.close()
+
+        def three_delivered() -> bool:
+            got.extend(d for d in feed.poll(100, 0.2) if d.error is None)
+            return len(got) >= 3
+
+        try:
+            wait_until(three_delivered, 30, "three commands from the feed", interval=0)
+            feed.commit(0, 4)
+        finally:
+            feed.close()
         assert assigned == [[0, 1, 2]]
         assert [(d.partition, d.offset, d.value) for d in got] == [
             (0, 1, b"c1"),
@@ -146,35 +152,46 @@ class EventLogContract:
         assert log.commands_owner(0) is None  # nobody joined the group yet
         feed = log.join("owner-worker", 6000)
         feed.bind(lambda partitions: {p: 0 for p in partitions}, lambda partitions: None)
+
+        def owners() -> list[str | None]:
+            return [log.commands_owner(p) for p in range(self.settings.partitions)]
+
+        def owns_all() -> bool:
+            feed.poll(10, 0.2)  # the assignment arrives from poll
+            return owners() == ["owner-worker"] * self.settings.partitions
+
         try:
-            deadline = time.monotonic() + 30
-            owners: list[str | None] = []
-            while time.monotonic() < deadline:
-                feed.poll(10, 0.2)  # the assignment arrives from poll
-                owners = [log.commands_owner(p) for p in range(self.settings.partitions)]
-                if owners == ["owner-worker"] * self.settings.partitions:
-                    break
-            assert owners == ["owner-worker"] * self.settings.partitions
+            wait_until(
+                owns_all, 30, "the member to own every partition", interval=0, detail=lambda: str(owners())
+            )
         finally:
             feed.close()
 
     def test_a_member_joining_with_the_same_worker_id_fences_the_earlier_one(self, log: EventLog) -> None:
         first = log.join("fenced-worker", 6000)
         first.bind(lambda partitions: {p: 0 for p in partitions}, lambda partitions: None)
-        deadline = time.monotonic() + 30
-        while log.commands_owner(0) != "fenced-worker" and time.monotonic() < deadline:
+
+        def first_owns() -> bool:
             first.poll(10, 0.2)
-        second = log.join("fenced-worker", 6000)
-        second.bind(lambda partitions: {p: 0 for p in partitions}, lambda partitions: None)
+            return log.commands_owner(0) == "fenced-worker"
+
         try:
-            with pytest.raises(MembershipFenced):
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline:
-                    second.poll(10, 0.2)  # its join fences the first member at the coordinator
-                    first.poll(10, 0.2)
+            wait_until(first_owns, 30, "the first member to own partition 0", interval=0)
+            second = log.join("fenced-worker", 6000)
+            second.bind(lambda partitions: {p: 0 for p in partitions}, lambda partitions: None)
+
+            def both_poll() -> bool:
+                second.poll(10, 0.2)  # its join fences the first member at the coordinator
+                first.poll(10, 0.2)
+                return False  # until MembershipFenced
+
+            try:
+                with pytest.raises(MembershipFenced):
+                    wait_until(both_poll, 30, "the first member to be fenced", interval=0)
+            finally:
+                second.close()
         finally:
             first.close()
-            second.close()
 
     # -- the tail ------------------------------------------------------------------------------------
     def test_a_tail_delivers_each_followed_partition_from_its_start_including_later_appends(
@@ -192,9 +209,11 @@ class EventLogContract:
             got: list[tuple[int, int, bytes | None]] = []
 
             def read_until(count: int) -> None:
-                deadline = time.monotonic() + 30
-                while len(got) < count and time.monotonic() < deadline:
+                def read() -> bool:
                     got.extend((p, r.offset, r.value) for p, r in tail.poll(0.2))
+                    return len(got) >= count
+
+                wait_until(read, 30, f"{count} records from the tail", interval=0, detail=lambda: str(got))
 
             read_until(2)
             self.append_all(log, topic, 0, [b"a2", b"a3"])

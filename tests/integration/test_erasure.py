@@ -152,13 +152,20 @@ def test_the_erased_key_leaves_the_keys_topic_once_compacted(erased: Erased) -> 
     log cleaner). A record appended now and then rolls the segment, as a deployment's traffic does."""
     s = erased.settings
     assert len(erased.key) == 32
-    keys = KeyStore(KafkaLog(s), s.keys_topic, s.partitions)
+    log = KafkaLog(s)  # its writer's delivery thread keeps it, and its producer, open until closed
+    keys = KeyStore(log, s.keys_topic, s.partitions)
     fillers = iter(range(1000))
-    wait_until(
-        lambda: keys.sealing_key(f"filler-{next(fillers)}") and erased.key not in raw_bytes(s, s.keys_topic),
-        240,
-        "the erased run's key compacted out of the keys topic",
-        interval=10,
-    )
+    try:
+        wait_until(
+            lambda: (
+                keys.sealing_key(f"filler-{next(fillers)}") and erased.key not in raw_bytes(s, s.keys_topic)
+            ),
+            240,
+            "the erased run's key compacted out of the keys topic",
+            interval=10,
+        )
+    finally:
+        keys.close()
+        log.close()
     with Client(s) as client:  # the ended run still reads, as erased, with the key gone from disk
         assert client.run(erased.run_id).status().result == "erased"

@@ -8,6 +8,7 @@ One broker of its own (infra.kafka) on 19700 (controller 19701), the shared regi
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 import uuid
@@ -71,16 +72,46 @@ def test_the_node_key_is_private_and_the_ca_is_what_role_users_trust(cluster: Se
     assert conf["ssl.ca.location"] == str(kafka_tls.ca_path(home))
 
 
+class _Lines(logging.Handler):
+    """librdkafka's log lines of one client (its ``logger``), kept instead of printed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 @pytest.mark.parametrize(
-    "change",
-    [{"security.protocol": "SASL_PLAINTEXT"}, {"ssl.ca.location": "/etc/ssl/certs/ca-certificates.crt"}],
+    ("change", "failure"),
+    [
+        # Plaintext at a TLS listener: the node accepts the connection and hangs up on the first
+        # request (a node that is down refuses the connection instead, "in state CONNECT").
+        ({"security.protocol": "SASL_PLAINTEXT"}, ("connection closed by peer", "in state APIVERSION_QUERY")),
+        # The system's CAs, which did not sign the node's certificate.
+        (
+            {"ssl.ca.location": "/etc/ssl/certs/ca-certificates.crt"},
+            ("SSL handshake failed", "certificate verify failed"),
+        ),
+    ],
     ids=["no-tls", "untrusted-ca"],
 )
-def test_a_client_without_tls_or_the_ca_gets_nothing(cluster: Settings, change: dict[str, str]) -> None:
-    if "ssl.ca.location" in change:  # the system's CAs, which did not sign the node's certificate
+def test_a_client_without_tls_or_the_ca_gets_nothing(
+    cluster: Settings, change: dict[str, str], failure: tuple[str, ...]
+) -> None:
+    if "ssl.ca.location" in change:
         assert Path(change["ssl.ca.location"]).is_file()
+    logged = _Lines()
+    # A logger of its own, outside logging's tree; librdkafka logs at its level: the hang-up is INFO.
+    logger = logging.Logger("tls-test", logging.INFO)
+    logger.addHandler(logged)
+    admin = AdminClient({**cluster.kafka_common(), **change, "logger": logger})
     with pytest.raises(KafkaException):
-        AdminClient({**cluster.kafka_common(), **change}).list_topics(timeout=3)
+        admin.list_topics(timeout=3)
+    admin.poll(0)  # serves the log lines to the logger
+    # The failure named, not any: a client gets nothing from a node that is down either.
+    assert any(all(part in line for part in failure) for line in logged.lines), logged.lines
 
 
 def test_a_run_goes_through_sasl_ssl_with_role_users(cluster: Settings, tmp_path: Path) -> None:

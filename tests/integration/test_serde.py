@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from runtime.log.schemas.datum import record_to_dict, schema_id_of
 from runtime.log.schemas.registry_admin import SchemaAdmin
 from runtime.log.schemas.serde import Serde
 from support.services import ROOT
+from support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -63,30 +63,41 @@ def test_every_record_type_round_trips_through_kafka_and_the_registry(deployment
     serde = Serde(deployment)
     records = [sample(cls, i) for i, cls in enumerate(RECORD_TYPES.values(), start=1)]
     producer = Producer({"bootstrap.servers": deployment.bootstrap_servers, "enable.idempotence": True})
-    for record in records:
-        producer.produce(
-            serde.topic_of(record), key=record.run_id.encode(), value=serde.encode(record), partition=0
-        )
-    assert producer.flush(30) == 0
+    try:
+        for record in records:
+            producer.produce(
+                serde.topic_of(record), key=record.run_id.encode(), value=serde.encode(record), partition=0
+            )
+        assert producer.flush(30) == 0
+    finally:
+        producer.close()
 
     consumer = Consumer(reader_config(deployment))
     got: list[Record] = []
     try:
         for topic in (deployment.commands_topic, deployment.events_topic, deployment.checkpoints_topic):
-            consumer.assign([TopicPartition(topic, 0, 0)])
-            deadline = time.monotonic() + 30
             wanted = sum(1 for r in records if serde.topic_of(r) == topic)
-            mine: list[Record] = []
-            while len(mine) < wanted and time.monotonic() < deadline:
-                for message in consumer.consume(100, timeout=0.5):
-                    if message.error() is None:
-                        mine.append(serde.decode(message.value(), message.key(), topic))
-            got += mine
+            got += _read(consumer, serde, topic, wanted)
     finally:
         consumer.close()
     # Each schema is the first version of its subject: the decoded records say so.
     assert sorted(got, key=lambda r: r.seq) == [dataclasses.replace(r, schema_version=1) for r in records]
     assert len(got) == len(RECORD_TYPES) == 27
+
+
+def _read(consumer: Consumer, serde: Serde, topic: str, wanted: int) -> list[Record]:
+    """The first ``wanted`` records of ``topic``'s partition 0, decoded."""
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    mine: list[Record] = []
+
+    def read_all() -> bool:
+        for message in consumer.consume(100, timeout=0.5):
+            if message.error() is None:
+                mine.append(serde.decode(message.value(), message.key(), topic))
+        return len(mine) >= wanted
+
+    wait_until(read_all, 30, f"{wanted} records of {topic}", interval=0)
+    return mine
 
 
 def _v2_dir(tmp_path: Path, mutate: str) -> Path:

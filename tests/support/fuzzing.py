@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +34,7 @@ from runtime.worker.loop import Worker
 from runtime.workflow.app import App
 from runtime.workflow.canonical import canonical_json
 from runtime.workflow.context import Context
+from support.wait import wait_until
 
 PARTITIONS = 4
 
@@ -220,20 +220,21 @@ class FuzzDeployment:
     def check(self, batch: list[tuple[Case, str]], timeout: float = 30.0) -> None:
         """Wait until every case of ``batch`` has ended; AssertionError naming the first that
         did not (a stalled partition) or ended without a reason, or if the worker died."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def missing() -> list[tuple[Case, str]]:
+            return [(case, run) for case, run in batch if run not in self.outcomes]
+
+        def all_ended() -> bool:
             if self.failure is not None or not self._thread.is_alive():
                 raise AssertionError(f"the worker died: {self.failure!r}")
             self._scan()
-            missing = [(case, run) for case, run in batch if run not in self.outcomes]
-            if not missing:
-                break
-            if time.monotonic() > deadline:
-                case, run = missing[0]
-                raise AssertionError(
-                    f"{len(missing)} case(s) never ended, e.g. {case.kind} as run {run}: {case!r}"
-                )
-            time.sleep(0.002)
+            return not missing()
+
+        def first_missing() -> str:
+            (case, run), *_ = missing()
+            return f"{len(missing())} case(s) never ended, e.g. {case.kind} as run {run}: {case!r}"
+
+        wait_until(all_ended, timeout, "every case of the batch to end", interval=0.002, detail=first_missing)
         for case, run in batch:
             ended = self.outcomes[run]
             if isinstance(ended, RunRejected):

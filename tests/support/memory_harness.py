@@ -1,13 +1,11 @@
 """Workers on the in-memory log, inside one event loop: the worker's semantics without a broker.
 
-Waits are on what the log holds (``until``), never fixed sleeps.
+Waits are on what the log holds (``until``, support.wait's, imported from here too), never fixed sleeps.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
 
 from runtime.client import Client
 from runtime.config import Settings
@@ -18,21 +16,11 @@ from runtime.run_status import RunStatus
 from runtime.worker.loop import Worker
 from runtime.worker.rebuild import checkpoint_key
 from runtime.workflow.app import App
+from support.wait import until
+
+__all__ = ["SETTINGS", "Harness", "until"]
 
 SETTINGS = Settings(partitions=1)
-
-
-async def until(condition: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
-    """Yield to the loop until ``condition()`` is truthy; its value. Fails after ``timeout``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.001)
 
 
 class Harness:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 
 from analytics.results import QueryResult
 from analytics.store import connect
@@ -206,21 +206,24 @@ def read_partition(
             "enable.partition.eof": True,
         }
     )
+    out: list[Message] = []
+
+    def at_the_end() -> bool:
+        message = consumer.poll(0.5)
+        if message is None:
+            return False
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                return True
+            raise AssertionError(error)
+        out.append(message)
+        return False
+
     try:
         consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-        out: list[Message] = []
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                if error.code() == -191:  # _PARTITION_EOF
-                    return out
-                raise AssertionError(error)
-            out.append(message)
-        raise AssertionError(f"partition {partition} not read to its end within {timeout}s")
+        wait_until(at_the_end, timeout, f"partition {partition} of {topic} read to its end", interval=0)
+        return out
     finally:
         consumer.close()
 

@@ -6,6 +6,7 @@ sleeps a fixed time and hopes something happened meanwhile.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import time
 from collections.abc import Callable
@@ -35,15 +36,35 @@ def wait_until(
         value = condition()
         if value:
             return value
-        extra = f"\n{detail()}" if detail is not None else ""
         if process is not None and process.poll() is not None:
             value = condition()  # it may have happened just before the exit
             if value:
                 return value
-            raise AssertionError(f"process {process.pid} exited ({process.returncode}) before {what}{extra}")
+            raise AssertionError(
+                f"process {process.pid} exited ({process.returncode}) before {what}{_extra(detail)}"
+            )
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}{extra}")
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{_extra(detail)}")
         time.sleep(interval)
+
+
+async def until(condition: Callable[[], T], timeout: float = 5.0, what: str = "condition") -> T:
+    """``wait_until`` inside a coroutine: yields to the event loop while it waits (the condition
+    may need the loop's own callbacks to come true). Fails after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.001)
+
+
+def _extra(detail: Callable[[], str] | None) -> str:
+    # Asked for once, on failure: a detail may be costly (a read of the log, a walk of the heap).
+    return f"\n{detail()}" if detail is not None else ""
 
 
 def wait_for_event(client: Client, run_id: str, event_type: str, count: int = 1, timeout: float = 30) -> None:

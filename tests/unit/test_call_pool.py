@@ -11,6 +11,7 @@ import pytest
 
 from runtime.worker import call_pool
 from runtime.worker.call_pool import CallPool, core_threads
+from support.wait import until
 
 pytestmark = pytest.mark.unit
 
@@ -65,10 +66,7 @@ async def test_calls_that_wait_get_a_thread_each_beyond_the_core_size() -> None:
 
     try:
         calls = [pool.run(wait_for_answer) for _ in range(12)]
-        deadline = time.monotonic() + 5
-        while waiting < 12 and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        assert waiting == 12, f"only {waiting} of 12 waiting calls started: the pool did not grow"
+        await until(lambda: waiting == 12, 5, "12 waiting calls started (the pool to grow)")
         assert pool.threads == 12
         release.set()
         assert await asyncio.gather(*calls) == ["answered"] * 12
@@ -97,15 +95,11 @@ async def test_threads_started_for_waiting_calls_leave_once_idle(monkeypatch: py
     release = threading.Event()
     try:
         calls = [pool.run(release.wait, 10) for _ in range(5)]
-        deadline = time.monotonic() + 5
-        while pool.threads < 5 and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await until(lambda: pool.threads >= 5, 5, "a thread per waiting call")
         assert pool.threads == 5
         release.set()
         await asyncio.gather(*calls)
-        deadline = time.monotonic() + 5
-        while pool.threads > 1 and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        await until(lambda: pool.threads <= 1, 5, "the extra threads to leave")
         assert pool.threads == 1, "the core thread stays, the extra ones leave"
         assert await pool.run(busy, 0.0) == 0.0
     finally:

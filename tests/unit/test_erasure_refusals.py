@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -20,6 +19,7 @@ from runtime.log.schemas.serde import Serde
 from runtime.sealed_runs import NOT_STARTED, unended_runs
 from runtime.worker.loop import Worker
 from support.erasure_apps import app
+from support.wait import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -60,10 +60,7 @@ def memory() -> Iterator[Deployment]:
 
 
 def wait_for(condition: Callable[[], object], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+    wait_until(condition, timeout, what, interval=0.02)
 
 
 def test_a_subject_with_a_running_run_refuses_erasure_naming_it(memory: Deployment) -> None:

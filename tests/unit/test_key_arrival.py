@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -22,6 +21,7 @@ from runtime.worker import commands
 from runtime.worker.loop import Worker
 from support.erasure_apps import app
 from support.late_keys import LateKeySubmission
+from support.wait import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -69,10 +69,7 @@ def memory() -> Iterator[Deployment]:
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
+    wait_until(condition, timeout, what, interval=0.01)
 
 
 def test_a_submission_read_before_its_key_waits_while_the_runs_beside_it_step(memory: Deployment) -> None:

@@ -9,7 +9,6 @@ import dataclasses
 import json
 import os
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -29,6 +28,7 @@ from runtime.log.sealing.keys import KeyStore
 from runtime.log.sealing.sealer import Sealer, SealError
 from runtime.worker.loop import Worker
 from support.erasure_apps import COMPLETION_TOKENS, PROMPT_TOKENS, app
+from support.wait import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -209,10 +209,12 @@ def test_a_followed_keys_partition_gives_a_new_runs_key_without_a_range_read() -
         key = client_keys.new_key("fresh-run-id")  # a drawn id: no read either
         assert worker_keys.opening_key("fresh-run-id", wait=5) == key
         client_keys.destroy("fresh-run-id")
-        deadline = time.monotonic() + 5
-        while worker_keys.held("fresh-run-id") is not None:  # the tombstone arrives the same way
-            assert time.monotonic() < deadline, "the follower did not see the tombstone"
-            time.sleep(0.01)
+        wait_until(  # the tombstone arrives the same way
+            lambda: worker_keys.held("fresh-run-id") is None,
+            5,
+            "the follower to see the tombstone",
+            interval=0.01,
+        )
     finally:
         worker_keys.close()
 
@@ -341,13 +343,6 @@ class CountingLog(MemoryLog):
         return super().watermarks(topic, partition)
 
 
-def _wait_for(condition: object, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def test_a_store_that_follows_what_it_reads_looks_a_given_id_up_without_reading_again() -> None:
     log = CountingLog(KEYS)
     store = KeyStore(log, KEYS.keys_topic, KEYS.partitions)
@@ -362,7 +357,7 @@ def test_a_store_that_follows_what_it_reads_looks_a_given_id_up_without_reading_
         # A key another process writes is brought by the follower: the same id reuses it.
         other = KeyStore(log, KEYS.keys_topic, KEYS.partitions)
         written = other.sealing_key("run-elsewhere")
-        _wait_for(lambda: store.held("run-elsewhere") is not None)
+        wait_until(lambda: store.held("run-elsewhere") is not None, 5, "the followed key", interval=0.01)
         assert store.sealing_key("run-elsewhere") == written
         assert log.reads == reads + 1  # the other store's own lookup
         # Stopped (a client's close), the store reads again, and follows again once it has read twice.

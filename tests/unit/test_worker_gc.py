@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import gc
 import threading
-import time
 
 import pytest
 
 from runtime.worker.loop import Worker
 from runtime.workflow.app import App
 from support.memory_harness import Harness
+from support.wait import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -25,10 +25,7 @@ def test_a_worker_run_with_tune_gc_turns_collection_back_on() -> None:
     serving = threading.Thread(target=worker.run, kwargs={"tune_gc": True}, daemon=True)
     try:
         serving.start()
-        deadline = time.monotonic() + 10
-        while not gc.isenabled() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert gc.isenabled()
+        wait_until(gc.isenabled, 10, "the worker to turn collection back on", interval=0.01)
         assert gc.get_threshold()[0] == 50_000 and gc.get_freeze_count() > 0
     finally:
         worker.stop()
