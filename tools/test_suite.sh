@@ -39,7 +39,13 @@ lint_start=$(now)
 ) &
 lint_pid=$!
 
-phase "suite (pytest -n $WORKERS)" "$VENV/bin/python" -m pytest -n "$WORKERS" --dist loadscope --durations=20
+suite_log=$(mktemp)
+suite() { "$VENV/bin/python" -m pytest -n "$WORKERS" --dist loadscope --durations=20 2>&1 | tee "$suite_log"; }
+phase "suite (pytest -n $WORKERS)" suite
+# A green run prints only test progress and results; librdkafka's log lines (`%3|...|FAIL|...`) come
+# from a Kafka client that outlived its test, which tests/conftest.py's open-client check should catch.
+rdkafka_lines=$(grep -c '^%[0-9]|' "$suite_log" || true)
+rm -f "$suite_log"
 wait "$lint_pid"
 lint_rc=$(cat "$lint_log.rc" 2>/dev/null || echo 1)
 lint_end=$(cat "$lint_log.end" 2>/dev/null || now)
@@ -52,5 +58,6 @@ phase "services down" "$VENV/bin/agentlog" infra down
 echo
 echo "---- make test: where the time went ----"
 printf '%s\n' "${phases[@]}"
+printf '%-34s %7s    %s\n' "librdkafka log lines in the suite" "$rdkafka_lines" "$([ "$rdkafka_lines" -eq 0 ] && echo none || echo 'a Kafka client outlived its test')"
 printf '%-34s %7.1f s  %s\n' "total (wall)" "$(awk "BEGIN { print $(now) - $begin }")" "$([ $status -eq 0 ] && echo ok || echo FAILED)"
 exit $status

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -18,6 +17,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from infra import postgres, process, stack
 from runtime.config import Settings
 from support.stack import ALL_PORTS, KAFKA_PORT, PARTITIONS, REGISTRY_PORT, private_stack
+from support.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -42,12 +42,14 @@ def _consume_all(
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(settings.partitions)])
         records: list[tuple[str, str]] = []
-        deadline = time.monotonic() + timeout
-        while len(records) < expected and time.monotonic() < deadline:
+
+        def all_read() -> bool:
             msg = consumer.poll(0.5)
-            if msg is None or msg.error() is not None:
-                continue
-            records.append((bytes(msg.key() or b"").decode(), bytes(msg.value() or b"").decode()))
+            if msg is not None and msg.error() is None:
+                records.append((bytes(msg.key() or b"").decode(), bytes(msg.value() or b"").decode()))
+            return len(records) >= expected
+
+        wait_until(all_read, timeout, f"{expected} records of {topic}", interval=0)  # poll() is the pause
         return records
     finally:
         consumer.close()

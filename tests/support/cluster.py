@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +12,7 @@ from confluent_kafka.admin import AdminClient
 
 from infra import kafka, process
 from runtime.config import Settings
+from support.wait import wait_until
 
 BROKER_PORT = 27092  # nodes on 27092-27094
 CONTROLLER_PORT = 27192  # their controllers on 27192-27194
@@ -50,9 +50,7 @@ def kill_node(settings: Settings, node_id: int) -> int:
     pid = node.running_pid()
     assert pid is not None, f"node {node_id} is not running"
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while process.pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not process.pid_alive(pid), 10, f"node {node_id} (pid {pid}) to die of SIGKILL")
     return pid
 
 
