@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from support.services import ROOT
+from support.tools import load_tool
 
 pytestmark = pytest.mark.unit
 
-TOOL = ROOT / "tools" / "check_cycles.py"
 
 
 @pytest.fixture(scope="module")
 def check_cycles() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_cycles", TOOL)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["check_cycles"] = module  # dataclasses and typing look modules up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("check_cycles")
 
 
 def test_strongly_connected_components(check_cycles: ModuleType) -> None:

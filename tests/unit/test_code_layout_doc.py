@@ -3,28 +3,21 @@ from today's imports, and its text names every package and every module directly
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from types import ModuleType
 
 import pytest
 
 from support.services import ROOT
+from support.tools import load_tool
 
 pytestmark = pytest.mark.unit
 
-TOOL = ROOT / "tools" / "layout_picture.py"
 DOC = ROOT / "docs" / "code-layout.md"
 
 
 @pytest.fixture(scope="module")
 def layout_picture() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("layout_picture", TOOL)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["layout_picture"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("layout_picture")
 
 
 def test_transitive_reduction_keeps_only_arrows_no_longer_path_shows(layout_picture: ModuleType) -> None:
