@@ -7,7 +7,6 @@ from types import ModuleType
 
 import pytest
 
-from support.services import ROOT
 from support.tools import load_tool
 
 pytestmark = pytest.mark.unit
