@@ -20,7 +20,9 @@ The associated data of a sealed value names its record field (``<key id>/<field>
 column of a view does not always carry: the column's own field is tried first, then the other
 content fields. A value no field opens was altered or moved, and raises ``SealError``.
 
-Keys are cached per process. A long-lived reader (the UI) must notice an erasure made after it
+Keys are cached by the reader's opener, which the reader owns and closes (a command's
+``reading`` block, the UI server's life): no opener outlives what made it, so no Kafka reader of
+the keys topic is left running in a process. A long-lived reader (the UI) must notice an erasure made after it
 read a key: a key is looked up again -- one incremental read of its keys partition, which sees
 the tombstone -- when it was last looked up more than ``max_age`` seconds ago.
 """
@@ -63,12 +65,41 @@ MAX_AGE = 2.0
 class Opener:
     """Opens sealed values with the keys of one deployment's keys topic; safe across threads."""
 
-    def __init__(self, keys: Callable[[], KeyStore], max_age: float = MAX_AGE) -> None:
+    def __init__(
+        self, keys: Callable[[], KeyStore], max_age: float = MAX_AGE, *, on_close: Callable[[], None] | None = None
+    ) -> None:
         self._make_keys = keys  # called on the first sealed value: a store of plain text needs no Kafka
         self.max_age = max_age
+        self._on_close = on_close  # releases what ``keys`` made the store over
         self._sealer: Sealer | None = None
         self._looked_up: dict[str, float] = {}  # key id -> when it was last read from the keys topic
         self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, settings: Settings, max_age: float = MAX_AGE) -> Opener:
+        """An opener of ``settings``' keys topic over a Kafka reader of its own, made on the first
+        sealed value met and closed with the opener."""
+        from runtime.log.kafka.backend import KafkaLog  # a reader of the keys topic only
+
+        made: list[EventLog] = []
+
+        def keys() -> KeyStore:
+            made.append(KafkaLog(settings))
+            return KeyStore(made[-1], settings.keys_topic, settings.partitions)
+
+        def close_made() -> None:
+            for log in made:
+                log.close()
+
+        return cls(keys, max_age, on_close=close_made)
+
+    def close(self) -> None:
+        """Stop the key store's reads and release what it reads over (its Kafka reader)."""
+        with self._lock:
+            if self._sealer is not None:
+                self._sealer.keys.close()
+            if self._on_close is not None:
+                self._on_close()
 
     def open_value(self, value: str, field: str | None = None) -> str:
         """The plain text of a sealed ``value`` (ERASED if its key is gone); other text as it is."""
@@ -165,38 +196,17 @@ def _holds_sealed(value: JsonValue) -> bool:
     return False
 
 
-_OPENERS: dict[tuple[str, str, int], Opener] = {}
-_OPENERS_LOCK = threading.Lock()
-
-
-def opener_for(settings: Settings, log: Callable[[], EventLog] | None = None) -> Opener:
-    """This process's opener of ``settings``' keys topic (one per deployment, its keys cached).
-
-    ``log``: what reads the keys topic (default: a Kafka reader of ``settings``, made on the first
-    sealed value met)."""
-    identity = (settings.bootstrap_servers, settings.keys_topic, settings.partitions)
-    with _OPENERS_LOCK:
-        opener = _OPENERS.get(identity)
-        if opener is None:
-            opener = _OPENERS[identity] = Opener(lambda: _key_store(settings, log))
-        return opener
-
-
-def _key_store(settings: Settings, log: Callable[[], EventLog] | None) -> KeyStore:
-    if log is None:
-        from runtime.log.kafka.backend import KafkaLog  # a reader of the keys topic only
-
-        return KeyStore(KafkaLog(settings), settings.keys_topic, settings.partitions)
-    return KeyStore(log(), settings.keys_topic, settings.partitions)
-
-
-def opened(store: QueryStore, settings: Settings) -> OpenedStore:
-    """``store`` with its sealed contents opened by this process's opener of ``settings``."""
-    return OpenedStore(store, opener_for(settings))
+def opened(store: QueryStore, opener: Opener) -> OpenedStore:
+    """``store`` with its sealed contents opened by ``opener``."""
+    return OpenedStore(store, opener)
 
 
 @contextlib.contextmanager
 def reading(dsn: str, settings: Settings) -> Iterator[QueryStore]:
     """``analytics.store.connect`` for a reader that shows contents to people: opened on read."""
-    with connect(dsn) as store:
-        yield opened(store, settings)
+    opener = Opener.of(settings)
+    try:
+        with connect(dsn) as store:
+            yield opened(store, opener)
+    finally:
+        opener.close()

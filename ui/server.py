@@ -72,6 +72,8 @@ class UiServer:
         self._httpd = ThreadingHTTPServer((host, port), self._handler_class())
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
+        # Opens sealed contents for every request; its keys reader lives as long as the server.
+        self._opener = unseal.Opener.of(settings)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -95,13 +97,14 @@ class UiServer:
         self._httpd.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self._opener.close()
 
     @contextlib.contextmanager
     def store(self) -> Iterator[QueryStore]:
         # Embedded: one opener per process, so one request at a time reaches it (see the docstring).
         guard = self._store_lock if self._embedded else contextlib.nullcontext()
         with guard, connect(self.dsn, wait=15.0) as store:
-            yield unseal.opened(store, self.settings)  # sealed contents shown open, or `erased`
+            yield unseal.opened(store, self._opener)  # sealed contents shown open, or `erased`
 
     # -- routing ------------------------------------------------------------------------------------
     def route(self, path: str, query: Mapping[str, str]) -> tuple[int, str, bytes]:

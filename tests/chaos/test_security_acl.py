@@ -272,15 +272,11 @@ def test_the_sinks_credentials_open_sealed_contents_but_write_no_key(deployment:
         admin_log.close()
     sink = as_user(deployment, "sink").model_copy(update={"seal_contents": True})
     assert access.missing(sink, "sink") == []
-    # The key store analytics.unseal.opener_for makes for the sink's user, but a log the test
-    # closes: opener_for's own stays open for the life of the process (a reader's cache).
-    sink_log = KafkaLog(sink)
-    sink_keys = KeyStore(sink_log, sink.keys_topic, sink.partitions)
+    opener = Opener.of(sink)  # what `agentlog audit` opens sealed contents with, as the sink's user
     try:
-        assert Opener(lambda: sink_keys).open_value(sealed, "result") == '"the refund is approved"'
+        assert opener.open_value(sealed, "result") == '"the refund is approved"'
     finally:
-        sink_keys.close()
-        sink_log.close()
+        opener.close()
     producer = Producer(sink.kafka_common())  # the sink's user, writing a key and a key's tombstone
     errors: list[KafkaError | None] = []
     try:

@@ -88,3 +88,30 @@ def test_a_store_without_sealed_values_never_reads_the_keys_topic() -> None:
 
     store = OpenedStore(Store(QueryResult(["args"], [], [['{"note":"plain"}']])), Opener(no_keys))
     assert store.query("SELECT").rows == [['{"note":"plain"}']]
+
+
+def test_closing_an_opener_stops_its_key_store_and_releases_what_it_read_over(log: MemoryLog) -> None:
+    sealed = Sealer(_keys(log)).seal_text('"x"', "result", "run-3")
+    made: list[KeyStore] = []
+    released: list[bool] = []
+
+    def keys() -> KeyStore:
+        made.append(_keys(log))
+        return made[-1]
+
+    opener = Opener(keys, on_close=lambda: released.append(True))
+    assert opener.open_value(sealed, "result") == '"x"'
+    opener.close()
+    assert made[0].closing and released == [True]
+
+
+def test_an_opener_that_met_no_sealed_value_made_no_key_store() -> None:
+    made: list[KeyStore] = []
+    def keys() -> KeyStore:
+        made.append(_keys(MemoryLog(SETTINGS)))
+        return made[-1]
+
+    opener = Opener(keys)
+    assert opener.open_value("plain") == "plain"
+    opener.close()
+    assert made == []
