@@ -172,9 +172,9 @@ class Executor:
         acked_first = (
             intent.effect or intent.kind in ("timer", "signal") or _behind_effect(owned, run.view.run_id)
         )
-        if acked_first and not await self._acked(run, intent, ack):
+        if acked_first and ack.pending is not None and not await self._acked(run, intent, ack):
             return
-        if owned.lost or not run.view.active:
+        if not self._recordable(owned, run):
             return
         if intent.kind in ("timer", "signal"):
             await self._wait_timer(owned, run, intent)
@@ -183,12 +183,23 @@ class Executor:
 
     async def _acked(self, run: RunInstance, intent: Intent, ack: _SchedulingAck) -> bool:
         """Wait for the intent's Scheduled ack unless it was awaited already (or nothing was
-        appended with it); False if that append failed."""
+        appended with it): its offset vouches for the record (and all before it). False if that
+        append failed: nothing of the call may then be recorded, and the worker stops
+        (``failure``); its successor rebuilds the run from what the log holds."""
         if ack.pending is None:
             return True
         pending, ack.pending = ack.pending, None
-        ack.offset = await self._scheduled_ack(run.view.run_id, intent, pending)
-        return ack.offset is not None
+        try:
+            ack.offset = await pending
+        except WriteError as error:
+            self._fail(
+                f"run {run.view.run_id}: the record scheduling {intent.kind} {intent.name!r} at position "
+                f"{intent.position} was not acknowledged: {error}"
+            )
+            return False
+        if stagemarks.ON:
+            stagemarks.mark("scheduled acked", run.view.run_id, intent.position)
+        return True
 
     async def _effect_may_run(
         self, owned: OwnedPartition, run: RunInstance, intent: Intent, ack: _SchedulingAck
@@ -251,12 +262,12 @@ class Executor:
             self.spans.call_completed(span, outcome)
         return outcome, elapsed
 
-    async def _may_record(
-        self, owned: OwnedPartition, run: RunInstance, intent: Intent, ack: _SchedulingAck
-    ) -> bool:
-        """No outcome is recorded before its Scheduled record is durable, nor for a run that ended
-        or a partition lost meanwhile."""
-        return await self._acked(run, intent, ack) and not owned.lost and run.view.active
+    @staticmethod
+    def _recordable(owned: OwnedPartition, run: RunInstance) -> bool:
+        """Nothing more is done for a run that ended, or on a partition lost, meanwhile. (Nor is an
+        outcome recorded before its Scheduled record is durable: ``_acked`` first, where it is
+        pending -- a plain check, not a coroutine, as it is on every call's path.)"""
+        return not owned.lost and run.view.active
 
     async def _record_failure(
         self,
@@ -269,7 +280,9 @@ class Executor:
         final: bool,
     ) -> bool:
         """Record a failed attempt (an outcome too); False if it could not be."""
-        if not await self._may_record(owned, run, intent, ack):
+        if ack.pending is not None and not await self._acked(run, intent, ack):
+            return False
+        if not self._recordable(owned, run):
             return False
         self.metrics.call(run.view.workflow, intent.kind, intent.name, False, elapsed, final)
         self.flush(owned, run, run.activate(Deliver(failure)), effect_outcome=intent.effect)
@@ -286,7 +299,9 @@ class Executor:
     ) -> None:
         """Record a completed call; a result over the inline limit is stored out of line first and
         its record points at it (the run is given the value itself)."""
-        if not await self._may_record(owned, run, intent, ack):
+        if ack.pending is not None and not await self._acked(run, intent, ack):
+            return
+        if not self._recordable(owned, run):
             return
         self.metrics.call(run.view.workflow, intent.kind, intent.name, True, elapsed, True)
         text: str | None = None
@@ -298,22 +313,6 @@ class Executor:
                     return
                 text, outcome = outcome.result, outlined(outcome, offset, data)
         self.flush(owned, run, run.activate(Deliver(outcome, text)), effect_outcome=intent.effect)
-
-    async def _scheduled_ack(self, run_id: str, intent: Intent, durable: asyncio.Future[int]) -> int | None:
-        """The offset whose ack vouches for the intent's Scheduled record (and all before it);
-        None if that append failed: nothing of the call may then be recorded, and the worker
-        stops (``failure``); its successor rebuilds the run from what the log holds."""
-        try:
-            at = await durable
-        except WriteError as error:
-            self._fail(
-                f"run {run_id}: the record scheduling {intent.kind} {intent.name!r} at position "
-                f"{intent.position} was not acknowledged: {error}"
-            )
-            return None
-        if stagemarks.ON:
-            stagemarks.mark("scheduled acked", run_id, intent.position)
-        return at
 
     def _store_blobs(
         self, owned: OwnedPartition, run_id: str, blobs: Mapping[str, bytes], events: list[Event]

@@ -27,7 +27,7 @@ a run, is a frozen dataclass.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
@@ -96,10 +96,12 @@ class RunView:
     drift: tuple[Drift, ...] = ()  # model calls served from history under a changed prompt
     divergence: NonDeterminismError | None = None
     old_patches: tuple[str, ...] = ()  # patch ids whose old branch the run keeps
+    # status == "running", kept as a field: it is read several times on every call's path, and a
+    # view is made only a few times in a run.
+    active: bool = field(init=False)
 
-    @property
-    def active(self) -> bool:
-        return self.status == "running"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "active", self.status == "running")
 
 
 class Completion(NamedTuple):

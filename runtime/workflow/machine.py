@@ -163,7 +163,9 @@ class RunMachine:
         self._after_replay: list[Event] = []  # emitted during replay: stamped once history is done
         self.replaying = False
         self._woken = False
-        self._view = RunView(self.run_id, self.workflow, self.dry_run, self.status)
+        # The run as the worker sees it, as of its last activation: a plain attribute (the protocol's
+        # read-only ``view``), read on every call's path; replaced only when one of its fields changes.
+        self.view = RunView(self.run_id, self.workflow, self.dry_run, self.status)
         self._ctx = Context(self)
         self.saga = Saga()  # compensations registered by ctx.tool(..., compensate_with=...)
         self._coro: Coroutine[Any, Any, Any] = spec.fn(
@@ -181,14 +183,9 @@ class RunMachine:
             blobs, self.blobs = self.blobs, {}
         return Completion(records, intents, blobs, self._refreshed_view())
 
-    @property
-    def view(self) -> RunView:
-        """The run as the worker sees it, as of its last activation (nothing changes it between two)."""
-        return self._view
-
     def _refreshed_view(self) -> RunView:
         """A new view only when something in it changed (a few times in a run): a step allocates none."""
-        view = self._view
+        view = self.view
         if (
             view.status != self.status
             or view.result is not self.result
@@ -197,7 +194,7 @@ class RunMachine:
             or len(view.drift) != len(self.drift)
             or len(view.old_patches) != len(self.old_patches)
         ):
-            view = self._view = RunView(
+            view = self.view = RunView(
                 self.run_id,
                 self.workflow,
                 self.dry_run,
