@@ -22,9 +22,10 @@ from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.records.sealed_form import PREFIX
 from support.sink import SinkProcess, agentlog, kafka_offsets, make_deployment, query, wait_for_rows
-from support.ui_store import UiProcess, free_port
+from support.ui_store import free_port
 from support.wait import wait_until
 from support.workers import WorkerProcess
+from ui.server import UiServer
 
 pytestmark = pytest.mark.integration
 
@@ -39,13 +40,13 @@ class Sealed:
     run_id: str
     twin_id: str
     sink: SinkProcess
-    ui: UiProcess
+    ui: UiServer
     tool_position: int
     model_position: int
 
 
-def _calls_html(ui: UiProcess, run_id: str) -> str:
-    with urllib.request.urlopen(f"{ui.url}/run/{run_id}/calls?step={STEP}", timeout=30) as response:
+def _calls_html(ui: UiServer, run_id: str) -> str:
+    with urllib.request.urlopen(f"{ui.url}run/{run_id}/calls?step={STEP}", timeout=30) as response:
         return str(response.read().decode())
 
 
@@ -67,9 +68,8 @@ def sealed(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
         worker.stop()
     dsn = f"chdb://{tmp}/store"
     sink = SinkProcess(settings, dsn, tmp / "sink.log")  # runs throughout: the readers ask its port
-    # `agentlog ui` in a process of its own: its key store (analytics.unseal's, one per process)
-    # ends with it, instead of reading Kafka for the rest of the session.
-    ui = UiProcess(settings, dsn, tmp / "ui.log", free_port())
+    ui = UiServer(settings, dsn, port=free_port())  # its opener's Kafka reader closes with it (stop)
+    ui.start()
     try:
         total = sum(len(offsets) for offsets in kafka_offsets(settings).values())
         wait_for_rows(dsn, settings.events_topic, total, proc=sink.proc)
