@@ -11,7 +11,7 @@ from runtime.client.endings import Endings
 from runtime.client.reading import RunReader
 from runtime.client.resets import seeded_submission
 from runtime.errors import AgentlogError
-from runtime.log.records.events import CancelRequested, Event, RunSubmitted, SignalSent
+from runtime.log.records.events import CancelRequested, Event, SignalSent
 from runtime.log.records.prompts import RecordedInput
 from runtime.log.records.run_index import RunLocation
 from runtime.run_status import LoggedEvent, RunStatus
@@ -67,27 +67,12 @@ class RunHandle:
             raise AgentlogError(
                 f"signal name {name!r} is reserved (names starting {RESERVED_SIGNAL_PREFIX!r} are agentlog's own)"
             )
-        self._writer.learn_key_of(self.run_id, (self._read_run_started, self._read_submission))
+        reader, run_id = self._reader, self.run_id
+        self._writer.learn_key_of(
+            run_id, (lambda: reader.decode_run_started(run_id), lambda: reader.decode_submission(run_id))
+        )
         self._writer.send(SignalSent(run_id=self.run_id, name=name, payload=canonical_json(payload)))
         self._writer.flush()
-
-    def _read_run_started(self) -> None:
-        """Decode the run's RunStarted where the run index locates it (what teaches the sealer
-        which key the run's contents are under: a sealed value names it in the clear)."""
-        location = self._reader.location(self.run_id)
-        if location is not None:
-            next(self._reader.events(self.run_id, start=location.first, end=location.first + 1), None)
-
-    def _read_submission(self) -> None:
-        """Decode the run's submission in the commands topic (its key may be a moment behind it:
-        the decoding waits for it)."""
-        key = self.run_id.encode()
-        reader = self._reader
-        for record in reader.log.read(
-            reader.settings.commands_topic, self.partition, keep=lambda k: k == key
-        ):
-            if isinstance(reader.serde.decode(record.value or b"", record.key), RunSubmitted):
-                break
 
     def cancel(self, reason: str = "cancelled by request") -> None:
         """Ask for the run to be cancelled with ``reason``, and wait until the broker has the

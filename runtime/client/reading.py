@@ -11,7 +11,7 @@ from runtime.config import Settings
 from runtime.errors import AgentlogError
 from runtime.log.port.partitioning import partition_for
 from runtime.log.port.protocol import EventLog
-from runtime.log.records.events import Event, ModelCallScheduled, RunStarted
+from runtime.log.records.events import Event, ModelCallScheduled, RunStarted, RunSubmitted
 from runtime.log.records.fencing import FenceFilter
 from runtime.log.records.payloads import PayloadMissing, inlined, read_back, read_blobs
 from runtime.log.records.prompts import PromptMissing, RecordedInput, checked_args, rebuild_inputs
@@ -36,6 +36,23 @@ class RunReader:
     def partition(self, run_id: str) -> int:
         """The partition of the commands and events topics that holds the run's records."""
         return partition_for(run_id, self.settings.partitions)
+
+    def decode_run_started(self, run_id: str) -> None:
+        """Decode the run's RunStarted where the run index locates it. Read for what decoding does
+        with a sealer: a sealed value names its key id in the clear, so the sealer learns which key
+        the run's contents are under (a signal for the run is sealed under the same)."""
+        location = self.location(run_id)
+        if location is not None:
+            next(self.events(run_id, start=location.first, end=location.first + 1), None)
+
+    def decode_submission(self, run_id: str) -> None:
+        """Decode the run's submission in the commands topic, for the same reason (its key may be
+        a moment behind it: the decoding waits for it)."""
+        key = run_id.encode()
+        commands = self.log.read(self.settings.commands_topic, self.partition(run_id), keep=lambda k: k == key)
+        for record in commands:
+            if isinstance(self.serde.decode(record.value or b"", record.key), RunSubmitted):
+                break
 
     def end_offset(self, partition: int) -> int:
         return self.log.watermarks(self.settings.events_topic, partition)[1]

@@ -176,8 +176,7 @@ class RunMachine:
     def activate(self, activation: Activation) -> Completion:
         """Hand the run one activation (runtime.workflow.activation); what it produced."""
         _ACTIVATE[type(activation)](self, activation)
-        records, intents = self.outbox, self.ready
-        self.outbox, self.ready = [], []
+        records, intents = self.drain()
         blobs: Mapping[str, bytes] = NO_BLOBS
         if self.blobs:
             blobs, self.blobs = self.blobs, {}
@@ -314,6 +313,7 @@ class RunMachine:
         return self.status == "running"
 
     def drain(self) -> tuple[list[Event], list[Intent]]:
+        """What the run produced since the last drain: the records to append, the intents to carry out."""
         events, ready = self.outbox, self.ready
         self.outbox, self.ready = [], []
         return events, ready
