@@ -1,0 +1,67 @@
+"""The seam between a call that must wait for capacity and the capacity a deployment shares.
+
+The executor asks ``Permits.acquire`` for what a call needs before each attempt and releases what
+it got when the attempt ends; how capacity is shared between workers is the implementation's
+business (one process holding every limit whole, or leases granted across the workers' group).
+Waiting holds no thread: ``acquire`` is a coroutine that parks on futures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from runtime.errors import TerminalError
+from runtime.workflow.limits import DIMENSION_LABELS, Dimension
+
+
+class LimitUnsatisfiable(TerminalError):
+    """A call needs more than its limit will ever give (a request estimated at more tokens than a
+    minute's): waiting would never end, so the call fails for good, naming the limit."""
+
+
+@dataclass(frozen=True)
+class Need:
+    """``amount`` of one dimension of one limit instance: 1 request, the estimated tokens, 1 slot."""
+
+    limit: str  # the declared limit's name
+    key: str | None  # the value of the limit's ``per`` field in the run's input; None when not keyed
+    dimension: Dimension
+    amount: float
+
+    @property
+    def instance(self) -> str:
+        """The limit instance this draws on: one per name, or per name and key."""
+        return self.limit if self.key is None else f"{self.limit}[{self.key}]"
+
+    def describe(self) -> str:
+        """As a run's status shows it: ``openai requests/min``, ``payments[acme] concurrent calls``."""
+        return f"{self.instance} {DIMENSION_LABELS[self.dimension]}"
+
+
+class Held(Protocol):
+    """Permits granted to one attempt."""
+
+    def correct(self, dimension: Dimension, actual: float) -> None:
+        """The attempt reported what it really used (tokens from the provider's usage): the
+        difference from the estimate is debited or credited to the same instances."""
+
+    def release(self) -> None:
+        """The attempt ended: its concurrency slots go back. Idempotent."""
+
+
+class Permits(Protocol):
+    """Capacity of the declared limits, as this worker may use it."""
+
+    async def acquire(self, needs: Sequence[Need]) -> Held:
+        """Wait until every need is granted (in a fixed order, so two calls never deadlock); raises
+        ``LimitUnsatisfiable`` for a need no wait can meet. Cancelling the wait takes nothing."""
+
+    def blocking(self, needs: Sequence[Need]) -> Need | None:
+        """The first need that could not be granted right now (what a run waits for), or None."""
+
+    async def start(self) -> None:
+        """Begin sharing (join the deployment's coordination); called in the worker's loop."""
+
+    async def close(self) -> None: ...
