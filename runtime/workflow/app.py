@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from runtime.errors import AgentlogError
+from runtime.workflow.limits import Limit
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -80,6 +81,8 @@ class App:
     workflows: dict[str, WorkflowSpec] = field(default_factory=dict)
     models: dict[str, ModelSpec] = field(default_factory=dict)
     tools: dict[str, ToolSpec] = field(default_factory=dict)
+    # Deployment-wide limits on the calls of some models and tools (runtime.workflow.limits).
+    limits: dict[str, Limit] = field(default_factory=dict)
     # True: a model call whose prompt, params or prompt_version changed under replay parks the
     # run (NonDeterminismDetected), as a tool call's changed arguments do. False (the default):
     # the drift is recorded (PromptDrifted) and the recorded decision served.
