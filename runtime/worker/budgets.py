@@ -120,6 +120,15 @@ def spent_cost(spend: Spend, table: PriceTable | None) -> float:
     return total
 
 
+def _estimate_names(spend: Spend, intent: Intent) -> tuple[str | None, ...]:
+    """The names a call about to start is priced by: the model its last call with the same model
+    parameter and registered name reported (the provider answers as a dated model, which is
+    what a price table usually names), then the call's own names."""
+    own = call_names(intent)
+    reported = next((c.names[0] for c in reversed(spend.calls) if c.names[1:] == own), None)
+    return (reported, *own)
+
+
 class BudgetGuard:
     """Checks a run's budget before a live model call starts; the activation that stops the run."""
 
@@ -138,7 +147,7 @@ class BudgetGuard:
             cost = spent_cost(spend, table)
             prompt = estimate_tokens(messages, {})  # the rest of the estimate is the completion's cap
             at = now_ms if now_ms is not None else int(dt.datetime.now(dt.UTC).timestamp() * 1000)
-            estimate = table.cost((None, *call_names(intent)), at, prompt, tokens - prompt) or 0.0
+            estimate = table.cost(_estimate_names(spend, intent), at, prompt, tokens - prompt) or 0.0
         return check(budget, spend, cost, tokens, estimate, intent.position, intent.name)
 
     @staticmethod
