@@ -68,6 +68,7 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
     )
+    _check_price_table(settings)
     if args.respawn:
         return _supervised_worker(args, settings, worker_id)
     # What start-up allocates lives as long as the process (modules, classes, schemas): the cyclic
@@ -88,6 +89,15 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     stagemarks.start("join and connect started")
     _serve(args, settings, worker_id, log, feed)
     return 0
+
+
+def _check_price_table(settings: Settings) -> None:
+    """A price table that does not parse refuses the worker's start, naming the row, before it joins
+    its group (the worker reads it again when it builds its budgets: runtime.worker.budgets)."""
+    if settings.price_table is not None:
+        from runtime.pricing import read_prices
+
+        read_prices(settings.price_table)
 
 
 def _serve(
