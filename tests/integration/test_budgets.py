@@ -161,3 +161,14 @@ def test_a_worker_refuses_to_start_on_a_price_table_that_does_not_parse(ran: Ran
         worker.stop()
     assert code != 0
     assert "row 3: from_date 'someday'" in worker.log_path.read_text()
+
+
+def test_the_ui_s_run_page_shows_the_budget(ran: Ran) -> None:
+    from analytics.store import connect
+    from ui import pages
+
+    with connect(ran.dsn) as store:
+        capped = pages.run_page(store, ran.settings, ran.capped)
+        unbounded = pages.run_page(store, ran.settings, ran.overridden)
+    assert '<dd id="budget">max tokens 1000 · on exceeded: fail</dd>' in capped
+    assert '<dd id="budget">max tokens 2000 · on exceeded: fail</dd>' in unbounded
