@@ -117,13 +117,18 @@ def call(store: QueryStore, run_id: str, position: int) -> dict[str, JsonValue]:
     raise AuditError(f"no model or tool call at position {position} of run {run_id!r} in the store")
 
 
+# ``--by run``: the budget that bound the run (migration 15), beside what it spent.
+_BUDGET_COLUMN = "\n            any(r.budget) AS budget,"
+
+
 def cost(store: QueryStore, by: str = "run", since: dt.datetime | None = None, limit: int = 100) -> Rows:
     """Tokens and cost of model calls grouped ``by`` run, workflow, model or prompt_version, highest first.
 
     ``unpriced_calls`` counts calls that reported usage but have no price for their model: their
     cost is missing from ``cost_usd``, not zero. ``priced_by`` names which of a call's names found
     its price (``response_model``, ``model_param``, ``registered_name``; analytics.prices). Calls a reset or fork copied from its original
-    (``model_calls.copied``) are the original's cost and are left out."""
+    (``model_calls.copied``) are the original's cost and are left out. ``--by run`` shows the budget
+    that bound each run (``RunStarted.budget``, JSON; null: none) beside what it spent."""
     key = COST_KEYS.get(by)
     if key is None:
         raise AuditError(f"--by {by!r}: expected one of {', '.join(COST_KEYS)}")
@@ -134,7 +139,7 @@ def cost(store: QueryStore, by: str = "run", since: dt.datetime | None = None, l
     result = store.query(
         f"""SELECT
             {key} AS {by},
-            count() AS calls,
+            count() AS calls,{_BUDGET_COLUMN if by == "run" else ""}
             sum(c.attempts) AS attempts,
             sum(ifNull(c.input_tokens, 0)) AS input_tokens,
             sum(ifNull(c.output_tokens, 0)) AS output_tokens,

@@ -175,8 +175,10 @@ def workflows(store: QueryStore) -> list[str]:
 
 def run_summary(store: QueryStore, run_id: str) -> dict[str, JsonValue] | None:
     """One row of the runs view, or None for a run the store does not hold."""
+    # The budget that bound the run: a column of the view from migration 15 on.
+    budget = ", budget" if "budget" in view_columns(store, "runs") else ""
     result = store.query(
-        f"SELECT run_id, workflow, status, started_at, ended_at, last_event_at, events, bytes, partition "
+        f"SELECT run_id, workflow, status, started_at, ended_at, last_event_at, events, bytes, partition{budget} "
         f"FROM {DATABASE}.runs WHERE run_id = {{run:String}}",
         {"run": run_id},
     )

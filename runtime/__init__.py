@@ -15,6 +15,7 @@ _logging.getLogger("httpx").setLevel(_logging.WARNING)
 _EXPORTS = {
     "AgentlogError": "runtime.errors",
     "App": "runtime.workflow.app",
+    "Budget": "runtime.workflow.budget",
     "CallFailed": "runtime.errors",
     "Client": "runtime.client",
     "ConfigError": "runtime.config",
@@ -37,6 +38,7 @@ _EXPORTS = {
 __all__ = [
     "AgentlogError",
     "App",
+    "Budget",
     "CallFailed",
     "Client",
     "ConfigError",
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
     from runtime.replay.replayer import Replayer
     from runtime.run_status import InDoubtCall, RunStatus
     from runtime.workflow.app import App, RetryPolicy
+    from runtime.workflow.budget import Budget
     from runtime.workflow.context import Context
 
 

@@ -185,6 +185,12 @@ class Settings(BaseModel):
         description="Address the operations port listens on; 0.0.0.0 lets a scraper or a Kubernetes probe on "
         "another host in.",
     )
+    price_table: Path | None = Field(
+        default=None,
+        description="The model prices a worker charges runs' budgets by: a CSV file in the format of "
+        "`agentlog audit prices load`; read at start (a file that does not parse refuses the start) and "
+        "again when it changes. Unset: a budget's max_cost counts nothing (tokens and calls still count).",
+    )
 
     @field_validator("kafka")
     @classmethod

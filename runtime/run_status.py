@@ -148,6 +148,27 @@ class ForkOrigin:
 
 
 @dataclass(frozen=True)
+class BudgetUse:
+    """The budget that binds a run (RunStarted.budget) and what its record says it used: tokens as
+    its model calls reported them, and its model calls. Cost is the audit store's to price
+    (``agentlog audit cost``); the worker prices it from its own price table to enforce it."""
+
+    budget: dict[str, Any]
+    tokens: int
+    model_calls: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"budget": self.budget, "tokens": self.tokens, "model_calls": self.model_calls}
+
+    def describe(self) -> str:
+        used = [f"{self.tokens} tokens", f"{self.model_calls} model calls"]
+        limits = [f"{k} {v}" for k, v in self.budget.items() if k != "on_exceeded"]
+        return (
+            f"used {', '.join(used)} of {', '.join(limits)} (on exceeded: {self.budget.get('on_exceeded')})"
+        )
+
+
+@dataclass(frozen=True)
 class RunStatus:
     """A run's status, size, in-doubt calls and outcome, computed from its events."""
 
@@ -166,6 +187,7 @@ class RunStatus:
     continued_from: str | None = None  # the run that continued as this one
     forked_from: ForkOrigin | None = None  # a fork (its effects skipped): where it was cut and its overrides
     compensations: tuple[CompensationCall, ...] = ()  # in the order they ran (newest effect first)
+    budget: BudgetUse | None = None  # a run with a budget: the budget and what it used
 
     def as_dict(self) -> dict[str, Any]:
         """The keys and values of ``agentlog status --json``."""
@@ -185,6 +207,7 @@ class RunStatus:
             "continued_from": self.continued_from,
             "forked_from": self.forked_from.as_dict() if self.forked_from is not None else None,
             "compensations": [entry.as_dict() for entry in self.compensations],
+            "budget": self.budget.as_dict() if self.budget is not None else None,
         }
 
     def to_json(self) -> str:
@@ -208,8 +231,13 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
     continued_as: str | None = None
     continued_from: str | None = None
     compensations: dict[int, CompensationCall] = {}  # position -> the compensating call
+    budget: str | None = None
+    spent = [0, 0]  # tokens, model calls
     for item in logged:
         event = item.event
+        if isinstance(event, ModelCallCompleted):
+            spent[0] += (event.input_tokens or 0) + (event.output_tokens or 0)
+            spent[1] += 1
         if isinstance(event, Redecided):
             redecided.append(
                 Redecision(
@@ -227,7 +255,7 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
                 )
             )
         elif isinstance(event, RunStarted):
-            workflow = event.workflow
+            workflow, budget = event.workflow, event.budget
             if event.fork_overrides is not None:  # a fork is a reset that skips effects
                 overrides = json.loads(event.fork_overrides) if event.fork_overrides else {}
                 forked_from = ForkOrigin(event.parent_run_id, event.reset_position, overrides)
@@ -288,4 +316,5 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
         continued_as=continued_as,
         continued_from=continued_from,
         compensations=tuple(compensations.values()),
+        budget=BudgetUse(json.loads(budget), *spent) if budget else None,
     )

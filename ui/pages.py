@@ -50,6 +50,15 @@ def _cost(value: Any) -> str:
     return f"${value:.4f}" if isinstance(value, int | float) and not isinstance(value, bool) else ""
 
 
+def _budget(recorded: Any) -> list[str]:
+    """The budget that bound a run (RunStarted.budget, JSON) as the run page lists it; [] for none."""
+    if not isinstance(recorded, str) or not recorded:
+        return []
+    fields = json.loads(recorded)
+    limits = [f"{k.replace('_', ' ')} {v}" for k, v in fields.items() if k != "on_exceeded"]
+    return [*limits, f"on exceeded: {fields.get('on_exceeded', 'fail')}"]
+
+
 def _when(value: Any) -> str:
     if isinstance(value, int):
         value = dt.datetime.fromtimestamp(value / 1000, dt.UTC).isoformat(timespec="milliseconds")
@@ -163,6 +172,7 @@ def run_data(store: QueryStore, settings: Settings, run_id: str) -> dict[str, An
         "cost": sum(cost) if cost else None,
         "cost_state": cost_state,
         "tokens": tokens,
+        "budget": _budget(summary.get("budget")),
         "version": version,
         "gauge_events": Markup(
             svg.gauge(

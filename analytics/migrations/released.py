@@ -74,4 +74,7 @@ RELEASED: tuple[Migration, ...] = (
     # Every event's link in its run's hash chain: `agentlog audit verify --from-store` re-encodes
     # each row and checks it against its link.
     load(14, "chain: each event's link in its run's hash chain", "V0014__chain_column.sql"),
+    # The budget that bound each run (RunStarted.budget), on the runs view: `audit cost --by run`
+    # shows it beside the run's spend.
+    load(15, "runs: the budget that bound each run", "V0015__run_budget.sql"),
 )

@@ -15,6 +15,7 @@ from runtime import stagemarks
 from runtime.config import Settings
 from runtime.errors import AgentlogError
 from runtime.workflow.app import App
+from runtime.workflow.budget import Budget
 
 if TYPE_CHECKING:
     from runtime.client import Client, RunHandle
@@ -67,6 +68,7 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
     )
+    _check_price_table(settings)
     if args.respawn:
         return _supervised_worker(args, settings, worker_id)
     # What start-up allocates lives as long as the process (modules, classes, schemas): the cyclic
@@ -87,6 +89,15 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     stagemarks.start("join and connect started")
     _serve(args, settings, worker_id, log, feed)
     return 0
+
+
+def _check_price_table(settings: Settings) -> None:
+    """A price table that does not parse refuses the worker's start, naming the row, before it joins
+    its group (the worker reads it again when it builds its budgets: runtime.worker.budgets)."""
+    if settings.price_table is not None:
+        from runtime.pricing import read_prices
+
+        read_prices(settings.price_table)
 
 
 def _serve(
@@ -168,8 +179,23 @@ def _submit(args: argparse.Namespace, settings: Settings) -> int:
     # Checked before anything connects: a typo in --input is the user's to fix now, not a run the
     # worker rejects later (that visible rejection stays for records other producers write).
     value = _json_option("--input", args.input)
+    budget = _budget(args)  # a budget that cannot hold is refused here, naming the field
     with _client(settings, "cli") as client:
-        return _print_run(client, client.submit(args.workflow, value, run_id=args.run_id), args)
+        return _print_run(
+            client, client.submit(args.workflow, value, run_id=args.run_id, budget=budget), args
+        )
+
+
+def _budget(args: argparse.Namespace) -> Budget | None:
+    """``--max-cost``, ``--max-tokens``, ``--max-model-calls``: the run's budget, if any is given."""
+    limits = {
+        "max_cost": args.max_cost,
+        "max_tokens": args.max_tokens,
+        "max_model_calls": args.max_model_calls,
+    }
+    if all(value is None for value in limits.values()):
+        return None
+    return Budget(**limits, on_exceeded=args.on_budget_exceeded)
 
 
 def _print_run(client: Client, run: RunHandle, args: argparse.Namespace) -> int:
@@ -220,6 +246,8 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
     print(f"events    {status.events}\nbytes     {status.bytes}")
     if status.reason:
         print(f"reason    {status.reason}")
+    if status.budget:
+        print(f"budget    {status.budget.describe()}")
     for call in status.in_doubt:
         print(f"in doubt  {call.kind} {call.name!r} at position {call.position} key={call.idempotency_key}")
     for undo in status.compensations:
@@ -324,6 +352,15 @@ def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     submit.add_argument("--run-id")
     submit.add_argument("--wait", action="store_true", help="wait and print the result as JSON")
     submit.add_argument("--timeout", type=float, default=60.0)
+    submit.add_argument("--max-cost", type=float, help="the run's budget: USD its model calls may cost")
+    submit.add_argument("--max-tokens", type=int, help="the run's budget: tokens its model calls may use")
+    submit.add_argument("--max-model-calls", type=int, help="the run's budget: model calls it may make")
+    submit.add_argument(
+        "--on-budget-exceeded",
+        choices=("fail", "park"),
+        default="fail",
+        help="what the run does when a model call would exceed its budget",
+    )
     submit.set_defaults(func=_submit)
 
     for name, func, text in (

@@ -16,6 +16,7 @@ from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import RunSubmitted
 from runtime.log.schemas.serde import Serde
 from runtime.log.sealing.submitter import SubmitterKeys
+from runtime.workflow.budget import Budget, BudgetError
 from runtime.workflow.canonical import canonical_json
 
 
@@ -78,6 +79,7 @@ class Client:
         *,
         raw_input: str | None = None,
         subject: str | None = None,
+        budget: Budget | None = None,
     ) -> RunHandle:
         """Submit a run of ``workflow`` with ``input`` (JSON-able; ``raw_input``: JSON text as is).
 
@@ -86,14 +88,19 @@ class Client:
         default); a second submission of an id the worker already holds is ignored.
         ``subject``: the data subject the run is about (``seal_contents``): its contents are sealed
         under the subject's key, which ``agentlog erase --subject`` destroys for all its runs.
+        ``budget``: what the run may spend on its model, in place of its workflow's default
+        (runtime.workflow.budget); recorded with the submission.
         Raises TypeError/ValueError if ``input`` is not JSON-able, KafkaException if the
         producer cannot take the record."""
+        if budget is not None and not isinstance(budget, Budget):
+            raise BudgetError(f"budget must be a Budget, got {budget!r}")
         drawn = run_id is None
         run_id = run_id or new_run_id()
         self._writer.choose_key(run_id, drawn=drawn, subject=subject)
         self._endings.note_floor(run_id)
         text = raw_input if raw_input is not None else canonical_json(input)
-        self._writer.send(RunSubmitted(run_id=run_id, workflow=workflow, input=text))
+        recorded = None if budget is None else budget.to_json()
+        self._writer.send(RunSubmitted(run_id=run_id, workflow=workflow, input=text, budget=recorded))
         return self.run(run_id)
 
     def run(self, run_id: str) -> RunHandle:

@@ -64,6 +64,7 @@ from runtime.log.sealing.keys import KEY_ARRIVAL_TIMEOUT
 from runtime.log.sealing.sealer import KeyPending
 from runtime.replay.reset import SeedError, decode_seed
 from runtime.worker.batching import TurnBatcher
+from runtime.worker.budgets import binding_budget
 from runtime.worker.execution import Executor
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.tracing import trace_id_for
@@ -282,6 +283,9 @@ class CommandHandler:
             log.info("run %s already exists: duplicate submission ignored", command.run_id)
             return
         problem = self._submission_problem(command)
+        budget: str | None = None
+        if problem is None:
+            budget, problem = binding_budget(command.budget, self.app.workflows[command.workflow].budget)
         copies: list[Event] = []
         if problem is None and command.reset_from is not None:
             try:
@@ -306,6 +310,7 @@ class CommandHandler:
             key_root=command.key_root,
             trace_id=trace_id_for(command.run_id),
             fork_overrides=command.fork_overrides,
+            budget=budget,
         )
         # A reset's copied events keep their original times (ctx.now() replays as it ran).
         copies = [

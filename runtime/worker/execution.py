@@ -43,6 +43,7 @@ from runtime.log.records.events import (
 from runtime.log.records.payloads import outlined
 from runtime.log.records.prompts import located
 from runtime.worker.batching import TurnBatcher
+from runtime.worker.budgets import BudgetGuard, PriceBook
 from runtime.worker.call_pool import CallPool
 from runtime.worker.calls import attempt_once, completed, failed, is_retryable, retry_policy, skipped_in_fork
 from runtime.worker.continuation import Continuer
@@ -82,6 +83,8 @@ class Executor:
         self.continuer = Continuer(settings, batcher.serde, log, self._fail)
         self.spans = RunSpans()
         self.metrics = WorkerMetrics()  # plain counters, read by a scrape (runtime.worker.metrics)
+        # Runs' budgets, priced from Settings.price_table (a file that does not parse refuses the start).
+        self.budgets = BudgetGuard(PriceBook(settings.price_table))
 
     def _fail(self, why: str) -> None:
         self.failure = self.failure or why
@@ -179,7 +182,22 @@ class Executor:
         if intent.kind in ("timer", "signal"):
             await self._wait_timer(owned, run, intent)
         elif not intent.effect or await self._effect_may_run(owned, run, intent, ack):
+            if run.view.spend is not None and not await self._within_budget(owned, run, intent, ack):
+                return
             await self._call_with_retries(owned, run, intent, ack)
+
+    async def _within_budget(
+        self, owned: OwnedPartition, run: RunInstance, intent: Intent, ack: _SchedulingAck
+    ) -> bool:
+        """A model call that would start past the run's budget does not start: the run fails or
+        parks, its Scheduled record durable first (runtime.worker.budgets)."""
+        spend = run.view.spend
+        exceeded = None if spend is None or intent.kind != "model" else self.budgets.exceeded(spend, intent)
+        if exceeded is None:
+            return True
+        if (ack.pending is None or await self._acked(run, intent, ack)) and self._recordable(owned, run):
+            self.flush(owned, run, run.activate(self.budgets.stop(exceeded)))
+        return False
 
     async def _acked(self, run: RunInstance, intent: Intent, ack: _SchedulingAck) -> bool:
         """Wait for the intent's Scheduled ack unless it was awaited already (or nothing was

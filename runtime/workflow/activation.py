@@ -13,7 +13,8 @@ In, one of:
 - :class:`Deliver` -- a live record for the run: a call's outcome, a signal received.
 - :class:`TimerDue` -- the timer (or a signal wait's timeout) at a position is due.
 - :class:`Cancel` -- an operator's cancel (the run unwinds its compensations first, if any).
-- :class:`Park` -- stop the run without failing it (the worker's history limit).
+- :class:`Park` -- stop the run without failing it (the worker's history limit, a budget).
+- :class:`Fail` -- fail the run from outside its code (a budget it would exceed).
 
 Out, a :class:`Completion`: the stamped records to append, in order; the messages to store out
 of line before those records (they point at them); the intents (calls, timers, signal waits) to
@@ -34,6 +35,7 @@ from typing import Any, NamedTuple, Protocol
 from runtime.errors import NonDeterminismError
 from runtime.log.records.events import Event
 from runtime.log.records.status import RunState
+from runtime.workflow.budget import Spend
 from runtime.workflow.intents import Drift, InDoubt, Intent
 
 # A completion without out-of-line messages (nearly all of them) shares this one, read-only.
@@ -80,7 +82,16 @@ class Park(NamedTuple):
     reason: str
 
 
-Activation = Wake | Deliver | TimerDue | Cancel | Park
+class Fail(NamedTuple):
+    """Fail the run now, from outside its code (a budget it would exceed: runtime.worker.budgets):
+    a ``RunFailed`` with ``error_type`` and ``error``; nothing if it ended. Its compensations are
+    not run (as for a park): the record is the decision, and replay serves it as recorded."""
+
+    error_type: str
+    error: str
+
+
+Activation = Wake | Deliver | TimerDue | Cancel | Park | Fail
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +107,9 @@ class RunView:
     drift: tuple[Drift, ...] = ()  # model calls served from history under a changed prompt
     divergence: NonDeterminismError | None = None
     old_patches: tuple[str, ...] = ()  # patch ids whose old branch the run keeps
+    # What a run with a budget has spent, as its record holds it (runtime.workflow.budget): grown in
+    # place by the machine, so a step makes no new view; None for a run without a budget.
+    spend: Spend | None = None
     # status == "running", kept as a field: it is read several times on every call's path, and a
     # view is made only a few times in a run.
     active: bool = field(init=False)

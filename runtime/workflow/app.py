@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from runtime.errors import AgentlogError
+from runtime.workflow.budget import Budget
 from runtime.workflow.limits import Limit
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -71,6 +72,9 @@ class WorkflowSpec:
     name: str
     fn: Callable[..., Any]
     input_type: Any  # the annotation of the input parameter, used to reject a wrong payload shape
+    budget: Budget | None = (
+        None  # a run's default budget (runtime.workflow.budget); a submission may override it
+    )
 
 
 @dataclass
@@ -88,13 +92,14 @@ class App:
     # the drift is recorded (PromptDrifted) and the recorded decision served.
     strict_prompts: bool = False
 
-    def workflow(self, name: str) -> Callable[[F], F]:
+    def workflow(self, name: str, *, budget: Budget | None = None) -> Callable[[F], F]:
         """Register an ``async def fn(ctx, input)`` as workflow ``name``.
 
         The function is the run: deterministic code that reaches the world only through ``ctx``
         (``ctx.model``, ``ctx.tool``, ``ctx.sleep``, ``ctx.wait_signal``, ``ctx.now`` ...), so a
         worker can replay it from the log. The input parameter's annotation, if any, is the shape
-        a submission must have (a wrong one is rejected with the reason). Raises
+        a submission must have (a wrong one is rejected with the reason). ``budget``: what each run
+        may spend on its model unless its submission says otherwise (runtime.workflow.budget). Raises
         RegistrationError for a sync function, a wrong signature or a name taken twice."""
 
         def register(fn: F) -> F:
@@ -106,8 +111,10 @@ class App:
             if len(params) != 2:
                 raise RegistrationError(f"workflow {name!r} must take (ctx, input)")
             annotation = params[1].annotation
+            if budget is not None and not isinstance(budget, Budget):
+                raise RegistrationError(f"workflow {name!r}: budget must be a Budget, got {budget!r}")
             self.workflows[name] = WorkflowSpec(
-                name, fn, None if annotation is inspect.Parameter.empty else annotation
+                name, fn, None if annotation is inspect.Parameter.empty else annotation, budget
             )
             return fn
 

@@ -68,12 +68,14 @@ from runtime.workflow.activation import (
     Cancel,
     Completion,
     Deliver,
+    Fail,
     Park,
     RunView,
     TimerDue,
     Wake,
 )
 from runtime.workflow.app import App
+from runtime.workflow.budget import Budget, Spend, call_spend
 from runtime.workflow.canonical import canonical_json
 from runtime.workflow.compensation import CANCEL_SIGNAL, Saga, cancelled_by
 from runtime.workflow.context import Context
@@ -144,6 +146,8 @@ class RunMachine:
         self.divergence: NonDeterminismError | None = None
         self.drift: list[Drift] = []  # model calls served from history under a changed prompt
         self.old_patches: list[str] = []  # patch ids whose old branch this run keeps (recorded before)
+        # A budgeted run's spending as its record holds it (the worker checks it before a model call).
+        self.spend = Spend(Budget.from_json(started.budget)) if started.budget else None
         self._position = 0
         self._identical: Counter[str] = Counter()
         self._signals: dict[str, deque[str]] = {}
@@ -165,7 +169,7 @@ class RunMachine:
         self._woken = False
         # The run as the worker sees it, as of its last activation: a plain attribute (the protocol's
         # read-only ``view``), read on every call's path; replaced only when one of its fields changes.
-        self.view = RunView(self.run_id, self.workflow, self.dry_run, self.status)
+        self.view = RunView(self.run_id, self.workflow, self.dry_run, self.status, spend=self.spend)
         self._ctx = Context(self)
         self.saga = Saga()  # compensations registered by ctx.tool(..., compensate_with=...)
         self._coro: Coroutine[Any, Any, Any] = spec.fn(
@@ -203,6 +207,7 @@ class RunMachine:
                 tuple(self.drift),
                 self.divergence,
                 tuple(self.old_patches),
+                self.spend,
             )
         return view
 
@@ -243,6 +248,12 @@ class RunMachine:
 
     def _park(self, park: Park) -> None:
         self.park(park.reason)
+
+    def _fail(self, fail: Fail) -> None:
+        if self.active:
+            failed = RunFailed(run_id=self.run_id, error_type=fail.error_type, error=fail.error)
+            self._emit(failed)
+            self._terminate(failed)
 
     # ----------------------------------------------------------------------------- lifecycle
     # The steps an activation takes; the machine's own tests drive them one by one.
@@ -356,6 +367,8 @@ class RunMachine:
         command = self._command_for(event.position, event)
         if command is None:
             return
+        if self.spend is not None and isinstance(event, ModelCallCompleted):
+            self.spend.add(call_spend(event, command))
         command.future.set_result(orjson.loads(event.result))  # written by canonical_json
         if event.in_doubt and self.replaying:  # live re-executions were listed by finish_replay
             self.in_doubt.append(InDoubt(command.kind, command.name, command.position, command.key))
@@ -670,6 +683,7 @@ _ACTIVATE: dict[type[Activation], Callable[[RunMachine, Any], None]] = {
     TimerDue: RunMachine._timer_due,
     Cancel: RunMachine._cancel,
     Park: RunMachine._park,
+    Fail: RunMachine._fail,
 }
 
 # The handler of each event record type; tests/unit/test_machine_dispatch.py checks every one is here.

@@ -52,6 +52,7 @@ def test_public_api_is_pinned() -> None:
     assert sorted(runtime.__all__) == [
         "AgentlogError",
         "App",
+        "Budget",
         "CallFailed",
         "Client",
         "ConfigError",

@@ -236,6 +236,7 @@ class RunStarted(Event):
     key_root: str | None = None
     trace_id: str | None = None
     fork_overrides: str | None = None
+    budget: str | None = None  # JSON (runtime.workflow.budget): the budget that binds the run
 
 
 @record_type
@@ -250,6 +251,7 @@ class RunSubmitted(Command):
     seed: str | None = None
     continued_from: str | None = None
     fork_overrides: str | None = None
+    budget: str | None = None  # JSON (runtime.workflow.budget): the submission's budget override
 
 
 @record_type
