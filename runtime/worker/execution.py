@@ -47,6 +47,7 @@ from runtime.worker.call_pool import CallPool
 from runtime.worker.calls import attempt_once, completed, failed, is_retryable, retry_policy, skipped_in_fork
 from runtime.worker.continuation import Continuer
 from runtime.worker.limits.gate import PermitGate
+from runtime.worker.limits.local import LocalPermits
 from runtime.worker.limits.permits import Held, LimitUnsatisfiable, Need, Permits
 from runtime.worker.metrics import WorkerMetrics
 from runtime.worker.partition import OwnedPartition
@@ -88,7 +89,7 @@ class Executor:
         # The app's limits with the deployment's overrides: a limit that cannot hold refuses the
         # worker's start here. ``permits`` is the worker's share of them (None: no limits declared).
         self.limits = resolve_limits(app.limits, app.models, app.tools, settings.limits)
-        self.permits: Permits | None = None
+        self.permits: Permits | None = LocalPermits(self.limits) if self.limits else None
         self.gate: PermitGate | None = None  # set by start(): the calls' waits for permits
 
     def _fail(self, why: str) -> None:
