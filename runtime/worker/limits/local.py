@@ -89,7 +89,7 @@ class LocalPermits:
         try:
             for need in ordered:
                 key = (need.instance, need.dimension)
-                pool = self.pools.get(key) or self._open(key, need)
+                pool = self.pools.get(key) or self.open_pool(key, need)
                 amount = need.amount
                 if amount > self._ceilings[key]:
                     raise LimitUnsatisfiable(
@@ -127,7 +127,7 @@ class LocalPermits:
             if pool is None:
                 if self._initial is None:
                     continue  # a new pool of the whole limit admits its first call
-                pool = self._open(key, need)
+                pool = self.open_pool(key, need)
             if pool.waiters or not pool.admits(need.amount, pool.clock()):
                 return need
         return None
@@ -138,7 +138,7 @@ class LocalPermits:
     async def close(self) -> None:
         return None
 
-    def _open(self, key: PoolKey, need: Need) -> Pool:
+    def open_pool(self, key: PoolKey, need: Need) -> Pool:
         limit = self.limits.get(need.limit)
         if limit is None:
             raise LookupError(f"no limit named {need.limit!r} is declared (declared: {sorted(self.limits)})")
