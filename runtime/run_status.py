@@ -13,6 +13,8 @@ from runtime.log.records.events import (
     ModelCallCompleted,
     ModelCallFailed,
     ModelCallScheduled,
+    PermitAwaited,
+    PermitGranted,
     PromptDrifted,
     Redecided,
     RunCancelled,
@@ -27,6 +29,7 @@ from runtime.log.records.events import (
     ToolCallScheduled,
 )
 from runtime.log.records.status import RunState, status_after
+from runtime.workflow.limits import DIMENSION_LABELS
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,32 @@ class PromptDrift:
 
 
 @dataclass(frozen=True)
+class PermitWait:
+    """A call waiting for a permit of a declared limit (PermitAwaited, not granted yet)."""
+
+    position: int
+    limit: str
+    key: str | None
+    dimension: str
+    since_ms: int  # when the wait began (the record's time)
+
+    def describe(self, now_ms: int) -> str:
+        """``waiting for openai requests/min, 12 s``."""
+        label = DIMENSION_LABELS.get(self.dimension, self.dimension)  # type: ignore[call-overload]  # a recorded str, maybe newer
+        what = f"{self.limit if self.key is None else f'{self.limit}[{self.key}]'} {label}"
+        return f"waiting for {what}, {max(0, now_ms - self.since_ms) // 1000} s (position {self.position})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "position": self.position,
+            "limit": self.limit,
+            "key": self.key,
+            "dimension": self.dimension,
+            "since_ms": self.since_ms,
+        }
+
+
+@dataclass(frozen=True)
 class ResetOrigin:
     """The run and position a reset run was cut from (``agentlog reset``)."""
 
@@ -166,6 +195,7 @@ class RunStatus:
     continued_from: str | None = None  # the run that continued as this one
     forked_from: ForkOrigin | None = None  # a fork (its effects skipped): where it was cut and its overrides
     compensations: tuple[CompensationCall, ...] = ()  # in the order they ran (newest effect first)
+    waiting_for: tuple[PermitWait, ...] = ()  # calls of a running run waiting for a limit's permit
 
     def as_dict(self) -> dict[str, Any]:
         """The keys and values of ``agentlog status --json``."""
@@ -185,6 +215,7 @@ class RunStatus:
             "continued_from": self.continued_from,
             "forked_from": self.forked_from.as_dict() if self.forked_from is not None else None,
             "compensations": [entry.as_dict() for entry in self.compensations],
+            "waiting_for": [entry.as_dict() for entry in self.waiting_for],
         }
 
     def to_json(self) -> str:
@@ -208,9 +239,17 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
     continued_as: str | None = None
     continued_from: str | None = None
     compensations: dict[int, CompensationCall] = {}  # position -> the compensating call
+    waits: dict[int, PermitWait] = {}  # position -> its call's wait for a permit, until granted
     for item in logged:
         event = item.event
-        if isinstance(event, Redecided):
+        if isinstance(event, (PermitAwaited, PermitGranted)):
+            if isinstance(event, PermitAwaited):
+                waits[event.position] = PermitWait(
+                    event.position, event.limit, event.key, event.dimension, event.occurred_at
+                )
+            else:
+                waits.pop(event.position, None)
+        elif isinstance(event, Redecided):
             redecided.append(
                 Redecision(
                     position=event.position,
@@ -288,4 +327,5 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
         continued_as=continued_as,
         continued_from=continued_from,
         compensations=tuple(compensations.values()),
+        waiting_for=tuple(waits.values()) if status == "running" else (),
     )

@@ -74,4 +74,7 @@ RELEASED: tuple[Migration, ...] = (
     # Every event's link in its run's hash chain: `agentlog audit verify --from-store` re-encodes
     # each row and checks it against its link.
     load(14, "chain: each event's link in its run's hash chain", "V0014__chain_column.sql"),
+    # PermitAwaited / PermitGranted (a call waiting for a permit of a declared limit): their
+    # fields, and the view that answers "why did step 17 take 40 s" (docs/limits.md).
+    load(16, "permit waits: the limit a call waited for, and how long", "V0016__permit_waits.sql"),
 )

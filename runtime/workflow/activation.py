@@ -96,6 +96,8 @@ class RunView:
     drift: tuple[Drift, ...] = ()  # model calls served from history under a changed prompt
     divergence: NonDeterminismError | None = None
     old_patches: tuple[str, ...] = ()  # patch ids whose old branch the run keeps
+    # (limit name, key) of each limit keyed by a field of the run's input (app.limit(per=...)).
+    limit_keys: tuple[tuple[str, str], ...] = ()
     # status == "running", kept as a field: it is read several times on every call's path, and a
     # view is made only a few times in a run.
     active: bool = field(init=False)
