@@ -93,6 +93,20 @@ class Settings(BaseModel):
         description="Compacted: the data key of each run whose contents are sealed (seal_contents), keyed by "
         "run id in the run's partition; `agentlog erase` writes its tombstone.",
     )
+    # Coordination of the deployment's limits (runtime.worker.limits.shared): a few lease lengths
+    # of reports and grants are all it needs, so one partition and short retention.
+    limits_topic: str = Field(
+        default="agentlog.limits",
+        description="One partition, short retention: the workers' reports and the coordinator's lease grants "
+        "that share the app's limits (docs/permits.md); coordination, not history.",
+    )
+    limits_lease_s: float = Field(
+        default=6.0,
+        gt=0,
+        le=300,
+        description="How long a worker may use a share of a limit without a renewal; a worker killed while "
+        "holding permits costs the others at most this (and a fifth more). At most the group's session timeout.",
+    )
     seal_contents: bool = Field(
         default=False,
         description="Seal run inputs, call arguments, messages, results and signal payloads with AES-GCM under "
