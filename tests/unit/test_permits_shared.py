@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
-from support.wait import until
 
 from runtime.config import Settings
 from runtime.log.port.memory import MemoryLog
@@ -19,6 +18,7 @@ from runtime.worker.limits.messages import Grant, encode
 from runtime.worker.limits.permits import Need
 from runtime.worker.limits.shared import MARGIN_FRACTION, SharedPermits
 from runtime.workflow.limits import Limit
+from support.wait import until
 
 pytestmark = pytest.mark.unit
 

@@ -115,6 +115,7 @@ class SharedPermits:
         self._lease_timer: asyncio.TimerHandle | None = None
         # coordinating: partition 0's epoch, the offset to read before granting, and grant numbers
         self.epoch: int | None = None
+        self._pending_lead: tuple[int, int] | None = None
         self._catch_up_to = 0
         self._read_to = 0
         self._seq = 0
@@ -143,6 +144,9 @@ class SharedPermits:
                 for dimension in limit.dimensions():
                     self.local.open_pool((limit.name, dimension), Need(limit.name, None, dimension, 0))
         self._ticker = asyncio.create_task(self._tick())
+        if self._pending_lead is not None:
+            self._lead(*self._pending_lead)
+            self._pending_lead = None
 
     async def close(self) -> None:
         if self._ticker is not None:
@@ -163,11 +167,14 @@ class SharedPermits:
         the limits topic as far as it reaches now."""
         _, high = self.log.watermarks(self.topic, 0)
         loop = self._loop
-        if loop is not None:
+        if loop is None:
+            self._pending_lead = (epoch, high)  # before start(): it leads once started
+        else:
             loop.call_soon_threadsafe(self._lead, epoch, high)
 
     def step_down(self) -> None:
         """This worker lost partition 0 (any thread): it grants nothing more."""
+        self._pending_lead = None
         loop = self._loop
         if loop is not None:
             loop.call_soon_threadsafe(self._step_down)
