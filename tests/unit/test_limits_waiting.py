@@ -147,3 +147,32 @@ def test_a_call_larger_than_its_limit_fails_for_good_naming_it() -> None:
 
     with pytest.raises(LimitUnsatisfiable, match=r"openai tokens/min.*limits\.openai"):
         asyncio.run(gate.acquire(needs, 1, 1, note))
+
+
+def test_a_scrape_shows_the_calls_waiting_per_limit_and_how_long_they_waited() -> None:
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from runtime.config import Settings
+    from runtime.log.schemas.serde import Serde
+    from runtime.worker.metric_families import WorkerCollector
+
+    metrics = WorkerMetrics()
+    metrics.permit_wait("openai", "requests_per_minute", None)
+    metrics.permit_wait("openai", "requests_per_minute", None)
+    metrics.permit_wait("openai", "requests_per_minute", 12.5)  # one of the two was granted
+    registry = CollectorRegistry()
+    registry.register(WorkerCollector(metrics, list, Serde.offline(Settings()), SimpleNamespace(value={})))  # type: ignore[arg-type]
+    samples = {
+        (s.name, s.labels.get("le", "")): s.value
+        for f in text_string_to_metric_families(generate_latest(registry).decode())
+        for s in f.samples
+        if s.labels.get("limit") == "openai"
+    }
+    assert samples[("agentlog_calls_waiting_for_permit", "")] == 1
+    assert samples[("agentlog_permit_wait_seconds_count", "")] == 1
+    assert samples[("agentlog_permit_wait_seconds_sum", "")] == 12.5
+    assert samples[("agentlog_permit_wait_seconds_bucket", "10.0")] == 0
+    assert samples[("agentlog_permit_wait_seconds_bucket", "30.0")] == 1
