@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import statistics
 import subprocess
@@ -109,9 +110,9 @@ def handoff(members: int, seconds: float, hold_ms: float) -> dict[str, Any]:
     finally:
         drop_topics(settings)
     events = sorted((start, end, out["member"]) for out in outputs for start, end in out["calls"])
-    overlaps = sum(1 for a, b in zip(events, events[1:], strict=False) if b[0] < a[1] - 1e-4)
+    overlaps = sum(1 for a, b in itertools.pairwise(events) if b[0] < a[1] - 1e-4)
     gaps = [
-        (b[0] - a[1]) * 1000 for a, b in zip(events, events[1:], strict=False) if a[2] != b[2]
+        (b[0] - a[1]) * 1000 for a, b in itertools.pairwise(events) if a[2] != b[2]
     ]  # the permit moved to another process
     quantiles = statistics.quantiles(gaps, n=100) if len(gaps) >= 2 else [float("nan")] * 99
     return {
