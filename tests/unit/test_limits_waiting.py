@@ -74,7 +74,12 @@ async def test_a_call_past_the_limit_waits_and_the_run_records_and_shows_it() ->
     in_flight: list[int] = []
     release = asyncio.Event()
     h = Harness(payments_app(in_flight, release))
-    h.start()
+    worker = h.start()
+    # a worker's share of a deployment's limit arrives with the coordinator's first grant
+    permits = worker.executor.permits
+    assert permits is not None
+    slot = [Need("payments", None, "concurrent", 1.0)]
+    await until(lambda: permits.blocking(slot) is None, what="the worker's share of the payments limit")
     h.client.submit("pay", {"amount": 1}, run_id="first")
     await until(lambda: in_flight == [1], what="the first payment to start")
     h.client.submit("pay", {"amount": 2}, run_id="second")

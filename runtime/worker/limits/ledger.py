@@ -34,6 +34,7 @@ class Ledger:
         self.reports: dict[str, tuple[Report, float, dict[Key, float]]] = {}
         self._grants: dict[tuple[int, int], _Sent] = {}
         self.newest_epoch = -1
+        self.last_seq: dict[int, int] = {}  # per epoch, the highest grant number read
 
     def add_report(self, report: Report, at: float) -> None:
         holds = {(item.i, item.d): item.h for item in report.items}
@@ -42,6 +43,7 @@ class Ledger:
     def add_grant(self, grant: Grant, at: float) -> None:
         """Count ``grant`` from ``at`` on (a grant already known keeps its earlier time)."""
         self.newest_epoch = max(self.newest_epoch, grant.epoch)
+        self.last_seq[grant.epoch] = max(self.last_seq.get(grant.epoch, 0), grant.seq)
         if grant.order() in self._grants:
             return
         shares = {w: {(i, d): v for i, d, v in entries} for w, entries in grant.shares.items()}

@@ -30,10 +30,11 @@ def _order(need: Need) -> tuple[bool, str, Dimension]:
 class LocalHeld:
     """What one attempt took: slots go back at ``release``, rate debits are corrected, never returned."""
 
-    __slots__ = ("_released", "_taken")
+    __slots__ = ("_released", "_slots", "_taken")
 
-    def __init__(self, taken: list[tuple[Pool, float, Dimension]]) -> None:
+    def __init__(self, taken: list[tuple[Pool, float, Dimension]], slots: list[tuple[Slots, float]]) -> None:
         self._taken = taken
+        self._slots = slots
         self._released = False
 
     def correct(self, dimension: Dimension, actual: float) -> None:
@@ -50,12 +51,11 @@ class LocalHeld:
         if self._released:
             return
         self._released = True
-        for pool, amount, _ in self._taken:
-            if isinstance(pool, Slots):
-                pool.give_back(amount)
+        for pool, amount in self._slots:
+            pool.give_back(amount)
 
 
-_NOTHING = LocalHeld([])
+_NOTHING = LocalHeld([], [])
 
 
 class LocalPermits:
@@ -75,8 +75,6 @@ class LocalPermits:
         self.limits = dict(limits)
         self.burst_s = burst_s
         self.pools: dict[PoolKey, Pool] = {}
-        # the most one take may ever ask of a pool: a limit's whole capacity
-        self._ceilings: dict[PoolKey, float] = {}
         self._initial = initial
         self._on_open = on_open
         self._on_queue = on_queue
@@ -86,24 +84,27 @@ class LocalPermits:
             return _NOTHING
         ordered = sorted(needs, key=_order) if len(needs) > 1 else needs
         taken: list[tuple[Pool, float, Dimension]] = []
+        slots: list[tuple[Slots, float]] = []
         try:
             for need in ordered:
                 key = (need.instance, need.dimension)
                 pool = self.pools.get(key) or self.open_pool(key, need)
                 amount = need.amount
-                if amount > self._ceilings[key]:
+                if amount > pool.ceiling:
                     raise LimitUnsatisfiable(
                         f"a call needs {amount:g} of {need.describe()} but the limit allows "
-                        f"{self._ceilings[key]:g}: no wait can meet it"
+                        f"{pool.ceiling:g}: no wait can meet it"
                     )
                 if not pool.try_take(amount):
                     await self._wait(key, pool, amount)
                 taken.append((pool, amount, need.dimension))
+                if isinstance(pool, Slots):
+                    slots.append((pool, amount))
         except BaseException:
             for pool, amount, _ in reversed(taken):  # a failed or cancelled acquire keeps nothing
                 pool.give_back(amount)
             raise
-        return LocalHeld(taken)
+        return LocalHeld(taken, slots)
 
     async def _wait(self, key: PoolKey, pool: Pool, amount: float) -> None:
         future = pool.enqueue(amount)
@@ -147,8 +148,8 @@ class LocalPermits:
             raise LookupError(f"limit {need.limit!r} declares no {need.dimension}")
         capacity = ceiling if self._initial is None else self._initial(limit, need.dimension)
         pool: Pool = Slots(capacity) if need.dimension == "concurrent" else Bucket(capacity, self.burst_s)
+        pool.ceiling = ceiling
         self.pools[key] = pool
-        self._ceilings[key] = ceiling
         if self._on_open is not None:
             self._on_open(key, need, pool)
         return pool

@@ -33,6 +33,7 @@ class Pool:
         self.clock = clock
         self.waiters: deque[tuple[asyncio.Future[None], float]] = deque()
         self.waiting_amount = 0.0  # the sum of the queued amounts (what this worker wants beyond)
+        self.ceiling = capacity  # the most one take may ask (a limit's whole capacity); set by the owner
 
     # -- what a subclass defines
     def admits(self, amount: float, now: float) -> bool:
@@ -125,10 +126,22 @@ class Bucket(Pool):
             self.stamp = now
 
     def admits(self, amount: float, now: float) -> bool:
-        if self.level >= 0.0:  # the fast path: no refill arithmetic while the bucket has credit
-            return self.rate > 0.0
         self._refill(now)
         return self.level >= 0.0 and self.rate > 0.0
+
+    def try_take(self, amount: float) -> bool:
+        # ``Pool.try_take`` inlined: the path of every call under a limit nowhere near
+        if self.waiters or self.rate <= 0.0:
+            return False
+        now = self.clock()
+        if now > self.stamp:
+            self.level = min(self.rate * self.burst_s, self.level + (now - self.stamp) * self.rate)
+            self.stamp = now
+        if self.level < 0.0:
+            return False
+        self.level -= amount
+        self.taken += amount
+        return True
 
     def take(self, amount: float, now: float) -> None:
         self._refill(now)
@@ -186,6 +199,12 @@ class Slots(Pool):
 
     def admits(self, amount: float, now: float) -> bool:
         return self.in_use + amount <= self.capacity
+
+    def try_take(self, amount: float) -> bool:
+        if self.waiters or self.in_use + amount > self.capacity:
+            return False
+        self.in_use += amount
+        return True
 
     def take(self, amount: float, now: float) -> None:
         self.in_use += amount

@@ -418,7 +418,9 @@ class SharedPermits:
         last = self._last_grant
         if not force and last is not None and last[1] == shares and now - last[0] < self.renew_s:
             return  # nothing changed, and the last grant's leases are fresh
-        self._seq += 1
+        # numbered after any grant of this epoch already read (a coordinator that stepped down and
+        # came back at the same epoch): a worker applies only grants newer than the last it applied
+        self._seq = max(self._seq, self.ledger.last_seq.get(self.epoch, 0)) + 1
         grant = Grant(epoch=self.epoch, seq=self._seq, lease_s=self.lease_s, shares=shares)
         self._last_grant = (now, shares)
         self.ledger.add_grant(grant, now)
