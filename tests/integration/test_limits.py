@@ -79,15 +79,15 @@ def test_rate_and_token_limits_hold_across_three_workers_and_a_kill(
         client = Client(deployment)
         try:
             handles = [client.submit("calls", {"calls": calls}, run_id=f"fleet-{i:03d}") for i in range(runs)]
-            # A third of the way in, kill the worker that sent the latest request: it has calls in
-            # flight, so it holds permits (a slot of the rate and the tokens it was granted).
+            # A third of the way in, kill a worker with a request in flight: it holds permits (its
+            # share of the rate and of the tokens, leased from the deployment).
             wait_until(
                 lambda: len(provider.arrivals) >= runs * calls // 3,
                 120,
                 "a third of the calls",
                 detail=lambda: logs(fleet),
             )
-            victim_name = provider.arrivals[-1].worker
+            victim_name = wait_until(provider.busy, 10, "a worker with a request in flight")
             victim = next(w for w in fleet if w.worker_id == victim_name)
             victim.kill()
             killed_at = time.time()

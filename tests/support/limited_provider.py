@@ -45,6 +45,7 @@ class LimitedProvider:
     tokens_per_minute: int
     latency_s: float
     arrivals: list[Arrival] = field(default_factory=list)
+    in_flight: dict[str, int] = field(default_factory=dict)  # worker -> requests admitted, not answered yet
     _accepted: deque[tuple[float, int]] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -61,7 +62,17 @@ class LimitedProvider:
                 return 429, retry
             self._accepted.append((now, tokens))
             self.arrivals.append(Arrival(now, tokens, worker, 200, tenant))
+            self.in_flight[worker] = self.in_flight.get(worker, 0) + 1
             return 200, 0.0
+
+    def answered(self, worker: str) -> None:
+        with self._lock:
+            self.in_flight[worker] -= 1
+
+    def busy(self) -> str | None:
+        """A worker with a request in flight (holding the permits it was granted), if any."""
+        with self._lock:
+            return next((worker for worker, n in self.in_flight.items() if n > 0), None)
 
     def most_in_window(self, status: int | None = None) -> tuple[int, int]:
         """The most requests, and the most tokens, any 60 s window saw (of ``status``, or all)."""
@@ -116,6 +127,7 @@ def limited_provider(
                 return
             if provider.latency_s:
                 time.sleep(provider.latency_s)
+            provider.answered(self.headers.get("x-worker", ""))
             self._answer(
                 200,
                 {
