@@ -140,3 +140,37 @@ async def test_the_coordinator_moves_and_a_stale_one_is_ignored() -> None:
         await asyncio.sleep(0.2)
         assert group[2].applied is not None and group[2].applied[0] == 2
         assert group[2].granted.get(("pay", "concurrent"), 0.0) < 5
+
+
+async def test_a_keyed_instance_unused_for_a_while_is_forgotten_and_asks_again_when_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from runtime.worker.limits import shared
+
+    monkeypatch.setattr(shared, "_IDLE_TICKS", 2)
+    log = MemoryLog(Settings(partitions=1))
+    keyed = {"pay": Limit("pay", tools=("charge",), concurrent=2, per="tenant")}
+    member = SharedPermits(keyed, log, TOPIC, "w0", lease_s=0.6)
+    await member.start()
+    try:
+        member.lead(1)
+        need = [Need("pay", "acme", "concurrent", 1)]
+        held = await asyncio.wait_for(member.acquire(need), 5)
+        held.release()
+        key = ("pay[acme]", "concurrent")
+        await until(lambda: key not in member.local.pools, 5, "the idle tenant's pool to be forgotten")
+        assert key not in member.granted
+        await until(
+            lambda: all(key not in {(i, d) for i, d, _ in g} for g in last_grant(log).values()), 5, ""
+        )
+        again = await asyncio.wait_for(member.acquire(need), 5)  # a new share, granted anew
+        again.release()
+    finally:
+        await member.close()
+
+
+def last_grant(log: MemoryLog) -> dict[str, list[tuple[str, str, float]]]:
+    from runtime.worker.limits.messages import decode
+
+    grants = [m for r in log.records(TOPIC, 0) if isinstance(m := decode(r.value or b""), Grant)]
+    return {w: [(i, d, v) for i, d, v in entries] for w, entries in grants[-1].shares.items()}
