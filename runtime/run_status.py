@@ -123,6 +123,10 @@ class PromptDrift:
         }
 
 
+# A recorded dimension is a str (a newer writer may name another): looked up as one.
+_DIMENSION_LABELS = dict[str, str](DIMENSION_LABELS.items())
+
+
 @dataclass(frozen=True)
 class PermitWait:
     """A call waiting for a permit of a declared limit (PermitAwaited, not granted yet)."""
@@ -135,7 +139,7 @@ class PermitWait:
 
     def describe(self, now_ms: int) -> str:
         """``waiting for openai requests/min, 12 s``."""
-        label = DIMENSION_LABELS.get(self.dimension, self.dimension)  # type: ignore[call-overload]  # a recorded str, maybe newer
+        label = _DIMENSION_LABELS.get(self.dimension, self.dimension)
         what = f"{self.limit if self.key is None else f'{self.limit}[{self.key}]'} {label}"
         return f"waiting for {what}, {max(0, now_ms - self.since_ms) // 1000} s (position {self.position})"
 

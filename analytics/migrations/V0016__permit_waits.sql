@@ -1,4 +1,4 @@
-ALTER TABLE agentlog.events ADD COLUMN IF NOT EXISTS `limit` Nullable(String), ADD COLUMN IF NOT EXISTS `key` Nullable(String), ADD COLUMN IF NOT EXISTS `dimension` Nullable(String), ADD COLUMN IF NOT EXISTS `amount` Nullable(Float64), ADD COLUMN IF NOT EXISTS `waited_ms` Nullable(Int64)
+ALTER TABLE agentlog.events ADD COLUMN IF NOT EXISTS `limit` Nullable(String), ADD COLUMN IF NOT EXISTS `key` Nullable(String), ADD COLUMN IF NOT EXISTS `dimension` Nullable(String), ADD COLUMN IF NOT EXISTS `needed` Nullable(Int64), ADD COLUMN IF NOT EXISTS `waited_ms` Nullable(Int64)
 ;
 CREATE OR REPLACE VIEW agentlog.permit_waits AS
 SELECT

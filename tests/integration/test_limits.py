@@ -2,7 +2,7 @@
 own that enforce the limits as the services do (support.limited_provider).
 
 The issue's fleet test is 200 runs of 5 calls at 60 requests/min (17 minutes); here the same
-claims hold on a shape that takes about a minute: 350 calls at 300 requests/min and 15,000
+claims hold on a shape that takes about 70 s: 320 calls at 300 requests/min and 15,000
 tokens/min (50 tokens a call, so both limits bind), over 3 worker processes, one of them killed
 (SIGKILL) while it holds permits.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 from pathlib import Path
 
@@ -19,6 +20,8 @@ import pytest
 from runtime.client import Client
 from runtime.config import Settings
 from support.limited_provider import Arrival, limited_provider, payments_service
+from support.services import agentlog
+from support.sink import InProcessSink, query, scalar
 from support.wait import wait_until
 from support.workers import WorkerProcess
 
@@ -63,7 +66,7 @@ def logs(workers: list[WorkerProcess]) -> str:
 def test_rate_and_token_limits_hold_across_three_workers_and_a_kill(
     deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
 ) -> None:
-    rpm, tpm, runs, calls = 300, 15_000, 70, 5
+    rpm, tpm, runs, calls = 300, 15_000, 64, 5
     with limited_provider(rpm, tpm, latency_s=0.2) as provider:
         fleet = start_workers(
             deployment,
@@ -136,6 +139,12 @@ def test_a_payment_api_allowing_five_calls_never_sees_six_across_three_workers(
     assert payments.completed == 60
 
 
+def cli_status_waiting(deployment: Settings, run_id: str) -> str | None:
+    """``agentlog status RUN``'s output once it shows the run waiting for tenant A's limit."""
+    out = agentlog(deployment, "status", run_id).stdout
+    return out if "waiting   for tenant-calls[A] requests/min" in out else None
+
+
 def test_a_burst_of_one_tenant_does_not_delay_another(
     deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
 ) -> None:
@@ -160,6 +169,10 @@ def test_a_burst_of_one_tenant_does_not_delay_another(
                 30,
                 "a run of tenant A to show it waits for its permit",
             )
+            # `agentlog status` says what the last of them waits for, and for how long.
+            status = wait_until(
+                lambda: cli_status_waiting(deployment, "a-29"), 20, "`agentlog status a-29` to show its wait"
+            )
             submitted_b = time.time()
             others = [client.submit("tenant", {"tenant": "B"}, run_id=f"b-{i:02d}") for i in range(4)]
             assert [h.result(timeout=30) for h in others] == ["B"] * 4
@@ -174,3 +187,23 @@ def test_a_burst_of_one_tenant_does_not_delay_another(
     assert a_span >= 12.0, "tenant A's burst was held to its limit"
     # B's own limit lets its 4 calls through in about 1.5 s (2 a second after a burst of 2).
     assert b_delay <= 4.0, f"tenant B waited {b_delay:.1f} s behind tenant A's burst"
+    print(status)
+    assert re.search(r"waiting   for tenant-calls\[A\] requests/min, \d+ s \(position 1\)", status), status
+    # The audit store answers "why did this step take 14 s" from the records the worker wrote.
+    dsn = f"chdb://{tmp_path / 'analytics'}"
+    with InProcessSink(deployment, dsn):
+        wait_until(
+            lambda: scalar(dsn, "SELECT count() FROM agentlog.permit_waits WHERE run_id LIKE 'a-%'") >= 20,
+            60,
+            "the sink to copy the permit waits",
+            interval=0.5,
+        )
+        slowest = query(
+            dsn,
+            "SELECT run_id, position, waited_ms, detail FROM agentlog.permit_waits ORDER BY waited_ms DESC LIMIT 1",
+        ).rows[0]
+    print(f"slowest wait in the audit store: {slowest}")
+    assert slowest[1] == 1 and slowest[2] >= 10_000, slowest
+    assert re.fullmatch(
+        r"position 1 \(attempt 1\) waited \d+\.\d s for tenant-calls\[A\] requests/min", slowest[3]
+    )

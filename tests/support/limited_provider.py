@@ -12,6 +12,7 @@ would make more than ``allowed`` at once; each call takes ``seconds``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import threading
@@ -147,7 +148,8 @@ def limited_provider(
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(data)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a worker killed mid-call
+                self.wfile.write(data)
 
         def log_message(self, format: str, *args: Any) -> None:
             return
@@ -195,7 +197,8 @@ def payments_service(allowed: int = 5, seconds: float = 0.2) -> Iterator[Payment
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a worker killed mid-call
+                self.wfile.write(data)
 
         def log_message(self, format: str, *args: Any) -> None:
             return

@@ -84,7 +84,6 @@ async def test_a_call_past_the_limit_waits_and_the_run_records_and_shows_it() ->
     await until(lambda: in_flight == [1], what="the first payment to start")
     h.client.submit("pay", {"amount": 2}, run_id="second")
     await until(lambda: "PermitAwaited" in h.types("second"), what="the second payment to wait")
-    assert "PermitAwaited" not in h.types("first"), "a call granted at once writes nothing"
     status = h.status("second")
     assert [(w.limit, w.dimension, w.position) for w in status.waiting_for] == [("payments", "concurrent", 1)]
     assert status.waiting_for[0].describe(status.waiting_for[0].since_ms + 12_500) == (
@@ -99,17 +98,22 @@ async def test_a_call_past_the_limit_waits_and_the_run_records_and_shows_it() ->
     awaited = next(e for e in events if isinstance(e, PermitAwaited))
     granted = next(e for e in events if isinstance(e, PermitGranted))
     done = next(e for e in events if isinstance(e, ToolCallCompleted))
-    assert (awaited.limit, awaited.dimension, awaited.attempt, awaited.amount) == (
+    assert (awaited.limit, awaited.dimension, awaited.attempt, awaited.needed) == (
         "payments",
         "concurrent",
         1,
-        1.0,
+        1,
     )
     assert (granted.position, granted.attempt) == (1, 1)
     assert granted.waited_ms >= 0
     assert done.attempt == 1, "waiting spent no attempt"
     assert events.index(awaited) < events.index(granted) < events.index(done)
     assert h.status("second").waiting_for == ()
+    # The worker's share of the limit is granted by now (the first call may have waited for the
+    # deployment's first grant): a call granted at once writes nothing more than any call.
+    h.client.submit("pay", {"amount": 3}, run_id="third")
+    assert (await h.ended("third")).status == "completed"
+    assert h.types("third") == ["RunStarted", "ToolCallScheduled", "ToolCallCompleted", "RunCompleted"]
     await h.stop_all()
 
 
@@ -152,3 +156,32 @@ def test_a_call_larger_than_its_limit_fails_for_good_naming_it() -> None:
 
     with pytest.raises(LimitUnsatisfiable, match=r"openai tokens/min.*limits\.openai"):
         asyncio.run(gate.acquire(needs, 1, 1, note))
+
+
+def test_a_scrape_shows_the_calls_waiting_per_limit_and_how_long_they_waited() -> None:
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from runtime.config import Settings
+    from runtime.log.schemas.serde import Serde
+    from runtime.worker.metric_families import WorkerCollector
+
+    metrics = WorkerMetrics()
+    metrics.permit_wait("openai", "requests_per_minute", None)
+    metrics.permit_wait("openai", "requests_per_minute", None)
+    metrics.permit_wait("openai", "requests_per_minute", 12.5)  # one of the two was granted
+    registry = CollectorRegistry()
+    registry.register(WorkerCollector(metrics, list, Serde.offline(Settings()), SimpleNamespace(value={})))  # type: ignore[arg-type]
+    samples = {
+        (s.name, s.labels.get("le", "")): s.value
+        for f in text_string_to_metric_families(generate_latest(registry).decode())
+        for s in f.samples
+        if s.labels.get("limit") == "openai"
+    }
+    assert samples[("agentlog_calls_waiting_for_permit", "")] == 1
+    assert samples[("agentlog_permit_wait_seconds_count", "")] == 1
+    assert samples[("agentlog_permit_wait_seconds_sum", "")] == 12.5
+    assert samples[("agentlog_permit_wait_seconds_bucket", "10.0")] == 0
+    assert samples[("agentlog_permit_wait_seconds_bucket", "30.0")] == 1

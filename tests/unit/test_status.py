@@ -148,6 +148,7 @@ def test_run_status_as_dict_keeps_the_status_json_keys() -> None:
         "continued_from": None,
         "forked_from": None,
         "compensations": [],
+        "waiting_for": [],
     }
 
 

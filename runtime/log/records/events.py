@@ -161,7 +161,7 @@ class PermitAwaited(Event):
     dimension: str
     attempt: int = 1
     key: str | None = None
-    amount: float = 0.0
+    needed: int = 0
 
 
 @record_type

@@ -90,7 +90,7 @@ class PermitGate:
             limit=blocked.limit,
             key=blocked.key,
             dimension=blocked.dimension,
-            amount=blocked.amount,
+            needed=round(blocked.amount),
         )
         if not await note(awaited):
             return None
