@@ -29,7 +29,13 @@ def run_local(app: App, workflow: str, input: Any, *, timeout: float = 60.0) -> 
     serde = Serde.offline(settings)
     # One process: every limit whole in it (LocalPermits), no coordination to share them.
     worker = Worker(
-        app, settings, log=log, serde=serde, worker_id="local", checkpoint_interval_s=3600, shared_limits=False
+        app,
+        settings,
+        log=log,
+        serde=serde,
+        worker_id="local",
+        checkpoint_interval_s=3600,
+        shared_limits=False,
     )
     failure: list[BaseException] = []
 

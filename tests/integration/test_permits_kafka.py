@@ -97,7 +97,7 @@ async def share_slots(limits_deployment: Settings) -> None:
         assert all(n >= 20 for n in calls.values()), calls
 
 
-async def share_rate(limits_deployment: Settings) -> None:
+async def share_rate(limits_deployment: Settings) -> dict[str, float]:
     rate = 10.0  # a second
     async with members(limits_deployment) as group:
         admitted: list[float] = []
@@ -120,8 +120,11 @@ async def share_rate(limits_deployment: Settings) -> None:
     admitted.sort()
     # Each member's bucket banks at most 1 s of its share and may go one request into debt, and
     # the shares never sum to more than the rate: in any window of T s, at most rate * (T + 1) + 3.
+    seen: dict[str, float] = {"admitted": len(admitted), "seconds": ran}
     for window in (1.0, 3.0):
         worst = max(sum(1 for t in admitted if s <= t < s + window) for s in admitted)
         assert worst <= rate * (window + 1.0) + len(group), (window, worst)
+        seen[f"worst_{window:g}s"] = worst
     # and the members used the rate, not just stayed under it (shares move by reports and grants)
-    assert len(admitted) >= rate * ran * 0.6, (len(admitted), ran)
+    assert len(admitted) >= rate * ran * 0.8, (len(admitted), ran)
+    return seen

@@ -140,3 +140,68 @@ async def test_the_coordinator_moves_and_a_stale_one_is_ignored() -> None:
         await asyncio.sleep(0.2)
         assert group[2].applied is not None and group[2].applied[0] == 2
         assert group[2].granted.get(("pay", "concurrent"), 0.0) < 5
+
+
+async def test_a_keyed_instance_unused_for_a_while_is_forgotten_and_asks_again_when_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from runtime.worker.limits import shared
+
+    monkeypatch.setattr(shared, "_IDLE_TICKS", 2)
+    log = MemoryLog(Settings(partitions=1))
+    keyed = {"pay": Limit("pay", tools=("charge",), concurrent=2, per="tenant")}
+    member = SharedPermits(keyed, log, TOPIC, "w0", lease_s=0.6)
+    await member.start()
+    try:
+        member.lead(1)
+        need = [Need("pay", "acme", "concurrent", 1)]
+        held = await asyncio.wait_for(member.acquire(need), 5)
+        held.release()
+        key = ("pay[acme]", "concurrent")
+        await until(lambda: key not in member.local.pools, 5, "the idle tenant's pool to be forgotten")
+        assert key not in member.granted
+        await until(
+            lambda: all(key not in {(i, d) for i, d, _ in g} for g in last_grant(log).values()), 5, ""
+        )
+        again = await asyncio.wait_for(member.acquire(need), 5)  # a new share, granted anew
+        again.release()
+    finally:
+        await member.close()
+
+
+def last_grant(log: MemoryLog) -> dict[str, list[tuple[str, str, float]]]:
+    from runtime.worker.limits.messages import decode
+
+    grants = [m for r in log.records(TOPIC, 0) if isinstance(m := decode(r.value or b""), Grant)]
+    return {w: [(i, d, v) for i, d, v in entries] for w, entries in grants[-1].shares.items()}
+
+
+async def test_a_crashed_coordinator_s_leases_are_respected_by_the_next() -> None:
+    lease_s = 1.0
+    async with members(3, lease_s) as (_, group):
+        coordinator = group[0]
+        coordinator.lead(1)
+        await run_for(0.5, InFlight(), group)
+        # the coordinator crashes holding two slots: it neither reports nor grants again
+        kept = [await asyncio.wait_for(coordinator.acquire(SLOT), 5) for _ in range(2)]
+        assert coordinator._ticker is not None
+        coordinator._ticker.cancel()
+        coordinator._stop.set()
+        coordinator.epoch = None
+        coordinator.log = MemoryLog(Settings(partitions=1))
+        crashed_at = time.monotonic()
+        group[1].lead(2)
+        others = InFlight()
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(others.keep_calling(m, stop)) for m in group[1:] for _ in range(6)]
+        most_within_lease = 0
+        while time.monotonic() < crashed_at + lease_s * 0.9:
+            most_within_lease = max(most_within_lease, others.now)
+            await asyncio.sleep(0.002)
+        # the new coordinator knew the old one's leases: its two slots stayed counted until they ran out
+        assert most_within_lease <= 5 - len(kept), most_within_lease
+        assert all(others.calls.get(m.worker_id, 0) > 0 for m in group[1:]), others.calls
+        await until(lambda: others.now == 5, lease_s * 2 + 2, "the crashed coordinator's slots to return")
+        stop.set()
+        await asyncio.gather(*tasks)
+        assert others.most <= 5

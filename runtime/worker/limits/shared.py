@@ -52,6 +52,8 @@ log = logging.getLogger("agentlog.limits")
 MARGIN_FRACTION = 0.2
 # A rate's want, when no call waits for it: its recent use and this much room to grow.
 _HEADROOM = 1.25
+# A keyed instance's pool is forgotten after this many reports (thirds of a lease) without use.
+_IDLE_TICKS = 30
 
 
 class SharedHeld:
@@ -107,6 +109,7 @@ class SharedPermits:
             Key, tuple[float, float]
         ] = {}  # a bucket's (taken, per-minute rate) at the last report
         self._last_sent: dict[Key, tuple[float, bool]] = {}  # (holds, waiting) as last reported
+        self._idle: dict[Key, int] = {}  # reports since a keyed instance was last used
         self._loop: asyncio.AbstractEventLoop | None = None
         self._poked = False
         self._stop = threading.Event()
@@ -239,16 +242,18 @@ class SharedPermits:
         self.ledger.add_report(report, at)
         if report.worker == self.worker_id:
             return
-        before = bool(self.others_waiting)
+        newly = False
         for waiting in self.others_waiting.values():
             waiting.discard(report.worker)
         if not report.leaving:
             for item in report.items:
                 if item.q:
-                    self.others_waiting.setdefault((item.i, item.d), set()).add(report.worker)
+                    key = (item.i, item.d)
+                    newly = newly or key in self.local.pools
+                    self.others_waiting.setdefault(key, set()).add(report.worker)
         self.others_waiting = {k: v for k, v in self.others_waiting.items() if v}
-        if self.others_waiting and not before:
-            self.poke()
+        if newly:
+            self.poke()  # what this worker holds of it and does not need goes back now
 
     # ------------------------------------------------------------------------------ this worker's shares
     # A share is used until the earlier of: a lease after its grant was read, and a lease after the
@@ -373,11 +378,36 @@ class SharedPermits:
 
     async def _tick(self) -> None:
         while True:
+            self._forget_idle()
             self._report(True)
             if self.epoch is not None:
                 self._allocate(force=True)
             self.ledger.expire(time.monotonic())
             await asyncio.sleep(self.renew_s)
+
+    def _forget_idle(self) -> None:
+        """Drop the pools of keyed instances (a tenant's) unused for ``_IDLE_TICKS`` reports, so
+        reports and grants carry only the instances in use; one used again asks for a share anew."""
+        for key, pool in list(self.local.pools.items()):
+            if key[0] == self.meta.get(key):
+                continue  # not keyed: always reported
+            used = pool.waiters or (pool.in_use > 0 if isinstance(pool, Slots) else False)
+            if isinstance(pool, Bucket):
+                used = used or pool.taken != self._use.get(key, (-1.0, 0.0))[0]
+            self._idle[key] = 0 if used else self._idle.get(key, 0) + 1
+            if self._idle[key] >= _IDLE_TICKS:
+                # its share too: the next report no longer holds it, and a pool opened again
+                # must wait for a grant made knowing that
+                for table in (
+                    self.local.pools,
+                    self.meta,
+                    self._use,
+                    self._last_sent,
+                    self._idle,
+                    self.granted,
+                    self.given_up,
+                ):
+                    table.pop(key, None)
 
     # ------------------------------------------------------------------------------ coordinating
     def _schedule_allocation(self) -> None:
