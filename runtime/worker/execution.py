@@ -87,7 +87,8 @@ class Executor:
         self.spans = RunSpans()
         self.metrics = WorkerMetrics()  # plain counters, read by a scrape (runtime.worker.metrics)
         # The app's limits with the deployment's overrides: a limit that cannot hold refuses the
-        # worker's start here. ``permits`` is the worker's share of them (None: no limits declared).
+        # worker's start here. ``permits``: every limit whole in this process (a local run) unless
+        # the worker shares them with the deployment (SharedPermits); None when none is declared.
         self.limits = resolve_limits(app.limits, app.models, app.tools, settings.limits)
         self.permits: Permits | None = LocalPermits(self.limits) if self.limits else None
         self.gate: PermitGate | None = None  # set by start(): the calls' waits for permits

@@ -166,13 +166,13 @@ class RunMachine:
         self._after_replay: list[Event] = []  # emitted during replay: stamped once history is done
         self.replaying = False
         self._woken = False
-        # The run as the worker sees it, as of its last activation: a plain attribute (the protocol's
-        # read-only ``view``), read on every call's path; replaced only when one of its fields changes.
         # Calls waiting for a limit's permit (PermitAwaited, no PermitGranted yet): not in doubt.
         self._awaiting_permit: set[int] = set()
         run_input = json.loads(started.input)
         # The run's key of each limit keyed by a field of its input (app.limit(per=...)), once.
         self.limit_keys = run_limit_keys(app.limits, run_input) if app.limits else ()
+        # The run as the worker sees it, as of its last activation: a plain attribute (the protocol's
+        # read-only ``view``), read on every call's path; replaced only when one of its fields changes.
         self.view = RunView(self.run_id, self.workflow, self.dry_run, self.status, limit_keys=self.limit_keys)
         self._ctx = Context(self)
         self.saga = Saga()  # compensations registered by ctx.tool(..., compensate_with=...)
