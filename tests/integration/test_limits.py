@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from analytics.audit import run_events
+from analytics.store import connect
 from runtime.client import Client
 from runtime.config import Settings
 from support.limited_provider import Arrival, limited_provider, payments_service
@@ -24,6 +26,7 @@ from support.services import agentlog
 from support.sink import InProcessSink, query, scalar
 from support.wait import wait_until
 from support.workers import WorkerProcess
+from ui import timeline
 
 pytestmark = pytest.mark.integration
 
@@ -202,7 +205,10 @@ def test_a_burst_of_one_tenant_does_not_delay_another(
             dsn,
             "SELECT run_id, position, waited_ms, detail FROM agentlog.permit_waits ORDER BY waited_ms DESC LIMIT 1",
         ).rows[0]
+        with connect(dsn) as store:  # the UI's run page draws the run from the same rows
+            line = timeline.build(run_events(store, str(slowest[0]), deployment.events_topic))
     print(f"slowest wait in the audit store: {slowest}")
+    assert [f.detail for f in line.flags if f.kind == "permit_wait"] == [slowest[3].split(") ", 1)[1]]
     assert slowest[1] == 1 and slowest[2] >= 10_000, slowest
     assert re.fullmatch(
         r"position 1 \(attempt 1\) waited \d+\.\d s for tenant-calls\[A\] requests/min", slowest[3]
