@@ -37,6 +37,7 @@ from runtime.log.records.events import (
     Event,
     ModelCallCompleted,
     ModelCallScheduled,
+    PermitGranted,
     RunContinuedAsNew,
     ToolCallCompleted,
 )
@@ -276,6 +277,16 @@ class Executor:
             if not self._recordable(owned, run):
                 return False
             self.flush(owned, run, run.activate(Deliver(event)))
+            if intent.effect and isinstance(event, PermitGranted) and owned.last_write is not None:
+                # An effect starts once the record that lets it start is durable: recovered after a
+                # crash, it is then in doubt, as an effect that may have run must be.
+                try:
+                    await owned.last_write
+                except WriteError as error:
+                    self._fail(
+                        f"run {run.view.run_id}: the permit of {intent.name!r} was not acknowledged: {error}"
+                    )
+                    return False
             return True
 
         try:

@@ -185,3 +185,35 @@ def test_a_scrape_shows_the_calls_waiting_per_limit_and_how_long_they_waited() -
     assert samples[("agentlog_permit_wait_seconds_sum", "")] == 12.5
     assert samples[("agentlog_permit_wait_seconds_bucket", "10.0")] == 0
     assert samples[("agentlog_permit_wait_seconds_bucket", "30.0")] == 1
+
+
+async def test_an_effect_that_waited_starts_once_its_permit_record_is_durable() -> None:
+    """Else a crash after the effect started but before PermitGranted landed would leave the call
+    "waiting" in the log, and its successor would run it again as not in doubt."""
+    app = App("t")
+    app.limit("refunds", tools=["refund"], concurrent=1)
+    release = asyncio.Event()
+    seen: dict[str, list[str]] = {}
+
+    @app.tool("refund", effect=True)
+    async def refund(order: str, idempotency_key: str) -> str:
+        seen[order] = h.types(order)  # what the log held when the effect started
+        if order == "first":
+            await release.wait()
+        return order
+
+    @app.workflow("refund")
+    async def workflow(ctx: Context, order: str) -> str:
+        done: str = await ctx.tool("refund", order=order)
+        return done
+
+    h = Harness(app)
+    h.start()
+    h.client.submit("refund", "first", run_id="first")
+    await until(lambda: "first" in seen, what="the first refund to start")
+    h.client.submit("refund", "second", run_id="second")
+    await until(lambda: "PermitAwaited" in h.types("second"), what="the second refund to wait")
+    release.set()
+    assert (await h.ended("second")).status == "completed"
+    assert seen["second"][-2:] == ["PermitAwaited", "PermitGranted"]
+    await h.stop_all()
