@@ -51,6 +51,9 @@ def wanted(settings: Settings) -> list[TopicSpec]:
         TopicSpec(settings.checkpoints_topic, n, {"cleanup.policy": "compact"}),
         # Results stored out of line: referenced by offset from the events, so kept as long.
         TopicSpec(settings.payloads_topic, n, {"retention.ms": "-1"}),
+        # Limits' reports and lease grants (runtime.worker.limits.shared): one partition, read whole by
+        # every worker at start, so kept minutes, in one-minute segments.
+        TopicSpec(settings.limits_topic, 1, {"retention.ms": "600000", "segment.ms": "60000"}),
         # Data keys of sealed runs (runtime.log.sealing): compacted, with short segments and
         # tombstone retention, so an erased run's key leaves the disk within minutes of `agentlog erase`.
         TopicSpec(

@@ -37,6 +37,11 @@ class ConfigError(TerminalError, ValueError):
     written before the taxonomy catch it as one.)"""
 
 
+# The dimensions of a limit (runtime.workflow.limits.DIMENSIONS, which this layer may not import;
+# tests/unit/test_limits_declared.py keeps the two equal).
+LIMIT_DIMENSIONS = ("requests_per_minute", "tokens_per_minute", "concurrent")
+
+
 def _default_state_dir() -> Path:
     """`.agentlog/` in the current directory"""
     return Path.cwd() / ".agentlog"
@@ -88,6 +93,20 @@ class Settings(BaseModel):
         description="Compacted: the data key of each run whose contents are sealed (seal_contents), keyed by "
         "run id in the run's partition; `agentlog erase` writes its tombstone.",
     )
+    # Coordination of the deployment's limits (runtime.worker.limits.shared): a few lease lengths
+    # of reports and grants are all it needs, so one partition and short retention.
+    limits_topic: str = Field(
+        default="agentlog.limits",
+        description="One partition, short retention: the workers' reports and the coordinator's lease grants "
+        "that share the app's limits (docs/permits.md); coordination, not history.",
+    )
+    limits_lease_s: float = Field(
+        default=6.0,
+        gt=0,
+        le=300,
+        description="How long a worker may use a share of a limit without a renewal; a worker killed while "
+        "holding permits costs the others at most this (and a fifth more). At most the group's session timeout.",
+    )
     seal_contents: bool = Field(
         default=False,
         description="Seal run inputs, call arguments, messages, results and signal payloads with AES-GCM under "
@@ -127,6 +146,14 @@ class Settings(BaseModel):
         repr=False,
         description="librdkafka settings passed to every Kafka client, as a JSON object: security.protocol, "
         "sasl.*, ssl.*, client.dns.lookup, socket.* only.",
+    )
+    # Capacities of the app's declared limits (runtime.workflow.limits), overridden by limit name:
+    # operators change them without a deploy. The worker checks the names against the app at start.
+    limits: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="Overrides of the app's declared limits, as a JSON object: limit name -> "
+        '{"requests_per_minute" | "tokens_per_minute" | "concurrent": capacity > 0}, e.g. '
+        '{"openai": {"requests_per_minute": 500}}. See docs/limits.md.',
     )
     # The OpenAI-compatible model endpoint used by runtime.models.openai.OpenAIChatModel.from_settings.
     model_base_url: str = Field(
@@ -200,6 +227,22 @@ class Settings(BaseModel):
                 raise ValueError(
                     f"kafka setting {key!r} is not allowed; only {', '.join(_PASSTHROUGH_PREFIXES)}* pass through"
                 )
+        return value
+
+    @field_validator("limits")
+    @classmethod
+    def _limit_overrides(cls, value: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        for name, capacities in value.items():
+            for dimension, capacity in capacities.items():
+                if dimension not in LIMIT_DIMENSIONS:
+                    raise ValueError(
+                        f"limits.{name}: {dimension!r} is not a dimension of a limit "
+                        f"({', '.join(LIMIT_DIMENSIONS)})"
+                    )
+                if not capacity > 0:
+                    raise ValueError(f"limits.{name}.{dimension} must be greater than 0, not {capacity}")
+                if dimension == "concurrent" and capacity != int(capacity):
+                    raise ValueError(f"limits.{name}.concurrent must be a whole number, not {capacity}")
         return value
 
     @field_validator("clickhouse_dsn")

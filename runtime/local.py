@@ -27,7 +27,16 @@ def run_local(app: App, workflow: str, input: Any, *, timeout: float = 60.0) -> 
     settings = Settings(partitions=1)
     log = MemoryLog(settings)
     serde = Serde.offline(settings)
-    worker = Worker(app, settings, log=log, serde=serde, worker_id="local", checkpoint_interval_s=3600)
+    # One process: every limit whole in it (LocalPermits), no coordination to share them.
+    worker = Worker(
+        app,
+        settings,
+        log=log,
+        serde=serde,
+        worker_id="local",
+        checkpoint_interval_s=3600,
+        shared_limits=False,
+    )
     failure: list[BaseException] = []
 
     def serve() -> None:

@@ -13,6 +13,8 @@ from runtime.log.records.events import (
     ModelCallCompleted,
     ModelCallFailed,
     ModelCallScheduled,
+    PermitAwaited,
+    PermitGranted,
     PromptDrifted,
     Redecided,
     RunCancelled,
@@ -27,6 +29,7 @@ from runtime.log.records.events import (
     ToolCallScheduled,
 )
 from runtime.log.records.status import RunState, status_after
+from runtime.workflow.limits import DIMENSION_LABELS
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,36 @@ class PromptDrift:
         }
 
 
+# A recorded dimension is a str (a newer writer may name another): looked up as one.
+_DIMENSION_LABELS = dict[str, str](DIMENSION_LABELS.items())
+
+
+@dataclass(frozen=True)
+class PermitWait:
+    """A call waiting for a permit of a declared limit (PermitAwaited, not granted yet)."""
+
+    position: int
+    limit: str
+    key: str | None
+    dimension: str
+    since_ms: int  # when the wait began (the record's time)
+
+    def describe(self, now_ms: int) -> str:
+        """``waiting for openai requests/min, 12 s``."""
+        label = _DIMENSION_LABELS.get(self.dimension, self.dimension)
+        what = f"{self.limit if self.key is None else f'{self.limit}[{self.key}]'} {label}"
+        return f"waiting for {what}, {max(0, now_ms - self.since_ms) // 1000} s (position {self.position})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "position": self.position,
+            "limit": self.limit,
+            "key": self.key,
+            "dimension": self.dimension,
+            "since_ms": self.since_ms,
+        }
+
+
 @dataclass(frozen=True)
 class ResetOrigin:
     """The run and position a reset run was cut from (``agentlog reset``)."""
@@ -188,6 +221,7 @@ class RunStatus:
     forked_from: ForkOrigin | None = None  # a fork (its effects skipped): where it was cut and its overrides
     compensations: tuple[CompensationCall, ...] = ()  # in the order they ran (newest effect first)
     budget: BudgetUse | None = None  # a run with a budget: the budget and what it used
+    waiting_for: tuple[PermitWait, ...] = ()  # calls of a running run waiting for a limit's permit
 
     def as_dict(self) -> dict[str, Any]:
         """The keys and values of ``agentlog status --json``."""
@@ -208,6 +242,7 @@ class RunStatus:
             "forked_from": self.forked_from.as_dict() if self.forked_from is not None else None,
             "compensations": [entry.as_dict() for entry in self.compensations],
             "budget": self.budget.as_dict() if self.budget is not None else None,
+            "waiting_for": [entry.as_dict() for entry in self.waiting_for],
         }
 
     def to_json(self) -> str:
@@ -233,12 +268,20 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
     compensations: dict[int, CompensationCall] = {}  # position -> the compensating call
     budget: str | None = None
     spent = [0, 0]  # tokens, model calls
+    waits: dict[int, PermitWait] = {}  # position -> its call's wait for a permit, until granted
     for item in logged:
         event = item.event
         if isinstance(event, ModelCallCompleted):
             spent[0] += (event.input_tokens or 0) + (event.output_tokens or 0)
             spent[1] += 1
-        if isinstance(event, Redecided):
+        if isinstance(event, (PermitAwaited, PermitGranted)):
+            if isinstance(event, PermitAwaited):
+                waits[event.position] = PermitWait(
+                    event.position, event.limit, event.key, event.dimension, event.occurred_at
+                )
+            else:
+                waits.pop(event.position, None)
+        elif isinstance(event, Redecided):
             redecided.append(
                 Redecision(
                     position=event.position,
@@ -317,4 +360,5 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
         continued_from=continued_from,
         compensations=tuple(compensations.values()),
         budget=BudgetUse(json.loads(budget), *spent) if budget else None,
+        waiting_for=tuple(waits.values()) if status == "running" else (),
     )

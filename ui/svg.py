@@ -181,6 +181,7 @@ _FLAG_MARKS = {
     "non_determinism": "\u2260 non-determinism",
     "prompt_drift": "\u0394 prompt drift",
     "parked": "\u23f8 parked",
+    "permit_wait": "\u29d7 waited for a permit",
 }
 
 

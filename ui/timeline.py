@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from analytics.audit import iso_to_ms
 from analytics.results import JsonValue
+from runtime.workflow.limits import DIMENSION_LABELS
 
 _OUTCOMES = ("Completed", "Failed")
 
@@ -86,7 +87,7 @@ class EpochChange:
 
 @dataclass
 class Flag:
-    kind: str  # redecided, non_determinism, prompt_drift, parked
+    kind: str  # redecided, non_determinism, prompt_drift, parked, permit_wait
     position: int | None
     at_ms: int
     detail: str
@@ -139,6 +140,7 @@ def build(
     calls: dict[tuple[str, int], Call] = {}
     spans: dict[int, Span] = {}
     flags: list[Flag] = []
+    permit_waits: dict[int, Flag] = {}  # position -> the flag of its call's wait for a permit, until granted
     epochs: list[EpochChange] = []
     step = 0
     last_epoch: int | None = None
@@ -199,6 +201,8 @@ def build(
                 waiting[0].end_ms = at
         elif kind in ("Redecided", "NonDeterminismDetected", "PromptDrifted", "RunParked"):
             flags.append(Flag(_FLAG_KINDS[kind], position, at, _flag_detail(kind, event)))
+        elif kind in ("PermitAwaited", "PermitGranted") and position is not None:
+            _permit_flag(flags, permit_waits, kind, position, event, at, now_ms)
     ordered = sorted(calls.values(), key=lambda c: c.position)
     for flag in flags:
         target = _flagged_call(ordered, flag.position)
@@ -245,6 +249,37 @@ def _flag_detail(kind: str, event: Mapping[str, JsonValue]) -> str:
     if kind == "PromptDrifted":
         return f"decided under prompt {event.get('recorded_prompt_version')}; code now issues {event.get('issued_prompt_version')}"
     return str(event.get("reason") or "")
+
+
+def _permit_flag(
+    flags: list[Flag],
+    waiting: dict[int, Flag],
+    kind: str,
+    position: int,
+    event: Mapping[str, JsonValue],
+    at: int,
+    now_ms: int | None,
+) -> None:
+    """A call's wait for a limit's permit, as a flag on the call: "waited 40.1 s for openai
+    requests/min" once granted, "waiting for ..." until then."""
+    limit = str(event.get("limit") or "?")
+    key = event.get("key")
+    what = f"{limit}[{key}]" if key else limit
+    label = _DIMENSION_LABELS.get(str(event.get("dimension")), str(event.get("dimension")))
+    if kind == "PermitAwaited":
+        since = f", {(now_ms - at) / 1000:.1f} s so far" if now_ms is not None else ""
+        flag = waiting[position] = Flag("permit_wait", position, at, f"waiting for {what} {label}{since}")
+        flags.append(flag)
+        return
+    began = waiting.pop(position, None)
+    if began is not None:
+        flags.remove(began)
+    waited = (_int(event.get("waited_ms")) or 0) / 1000
+    flags.append(Flag("permit_wait", position, at, f"waited {waited:.1f} s for {what} {label}"))
+
+
+# A recorded dimension is a str (a newer writer may name another): looked up as one.
+_DIMENSION_LABELS = dict[str, str](DIMENSION_LABELS.items())
 
 
 def _flagged_call(calls: Sequence[Call], position: int | None) -> Call | None:

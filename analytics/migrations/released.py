@@ -77,4 +77,7 @@ RELEASED: tuple[Migration, ...] = (
     # The budget that bound each run (RunStarted.budget), on the runs view: `audit cost --by run`
     # shows it beside the run's spend.
     load(15, "runs: the budget that bound each run", "V0015__run_budget.sql"),
+    # PermitAwaited / PermitGranted (a call waiting for a permit of a declared limit): their
+    # fields, and the view that answers "why did step 17 take 40 s" (docs/limits.md).
+    load(16, "permit waits: the limit a call waited for, and how long", "V0016__permit_waits.sql"),
 )

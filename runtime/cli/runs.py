@@ -9,6 +9,7 @@ import importlib.util
 import json
 import logging
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 from runtime import stagemarks
@@ -267,6 +268,9 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
         print(f"redecided at position {entry.position}: {entry.reason}")
     for drift in status.drift:
         print(f"drift     {drift.describe()}")
+    now_ms = int(time.time() * 1000)
+    for wait in status.waiting_for:
+        print(f"waiting   {wait.describe(now_ms).removeprefix('waiting ')}")
     return 0 if status.status != "unknown" else 1
 
 

@@ -37,6 +37,7 @@ from runtime.log.records.events import (
     Event,
     ModelCallCompleted,
     ModelCallScheduled,
+    PermitGranted,
     RunContinuedAsNew,
     ToolCallCompleted,
 )
@@ -47,11 +48,15 @@ from runtime.worker.budgets import BudgetGuard, PriceBook
 from runtime.worker.call_pool import CallPool
 from runtime.worker.calls import attempt_once, completed, failed, is_retryable, retry_policy, skipped_in_fork
 from runtime.worker.continuation import Continuer
+from runtime.worker.limits.gate import PermitGate
+from runtime.worker.limits.local import LocalPermits
+from runtime.worker.limits.permits import Held, LimitUnsatisfiable, Need, Permits
 from runtime.worker.metrics import WorkerMetrics
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.tracing import RunSpans
 from runtime.workflow.activation import Completion, Deliver, Park, RunInstance, RunView, TimerDue
 from runtime.workflow.app import App
+from runtime.workflow.declared_limits import resolve_limits
 from runtime.workflow.intents import Intent
 
 log = logging.getLogger("agentlog.worker")
@@ -85,12 +90,20 @@ class Executor:
         self.metrics = WorkerMetrics()  # plain counters, read by a scrape (runtime.worker.metrics)
         # Runs' budgets, priced from Settings.price_table (a file that does not parse refuses the start).
         self.budgets = BudgetGuard(PriceBook(settings.price_table))
+        # The app's limits with the deployment's overrides: a limit that cannot hold refuses the
+        # worker's start here. ``permits``: every limit whole in this process (a local run) unless
+        # the worker shares them with the deployment (SharedPermits); None when none is declared.
+        self.limits = resolve_limits(app.limits, app.models, app.tools, settings.limits)
+        self.permits: Permits | None = LocalPermits(self.limits) if self.limits else None
+        self.gate: PermitGate | None = None  # set by start(): the calls' waits for permits
 
     def _fail(self, why: str) -> None:
         self.failure = self.failure or why
 
     def start(self, pool: CallPool, ownership: OwnershipCheck) -> None:
         self.pool, self.ownership = pool, ownership
+        if self.permits is not None and self.limits:
+            self.gate = PermitGate(self.limits, self.permits, self.metrics)
         self.spans.watch(asyncio.get_running_loop())
 
     def flush(
@@ -240,10 +253,16 @@ class Executor:
         attempt's outcome is recorded."""
         policy = retry_policy(self.app, intent)
         attempt = intent.failed_attempts + (2 if intent.in_doubt else 1)
+        needs = self.gate.needs(intent, run.view.limit_keys) if self.gate is not None else ()
         while True:
+            held = None
+            if needs:  # waiting for a permit is no attempt: the attempt starts once it holds them
+                held = await self._permitted(owned, run, intent, ack, attempt, needs)
+                if held is None:
+                    return
             started = time.perf_counter()
             try:
-                outcome, elapsed = await self._attempt(owned, run, intent, attempt, started)
+                outcome, elapsed = await self._attempt(owned, run, intent, attempt, started, held)
             except Exception as error:  # the call's own failure: recorded, retried by its policy
                 elapsed = time.perf_counter() - started  # the call's own time, not the ack's
                 final = not is_retryable(policy, error, attempt)
@@ -256,10 +275,56 @@ class Executor:
                 await self._record_result(owned, run, intent, ack, outcome, elapsed)
                 return
 
+    async def _permitted(
+        self,
+        owned: OwnedPartition,
+        run: RunInstance,
+        intent: Intent,
+        ack: _SchedulingAck,
+        attempt: int,
+        needs: tuple[Need, ...],
+    ) -> Held | None:
+        """The permits of one attempt (runtime.worker.limits.gate), a wait recorded on the run; None
+        when the call is not to be made (the wait could not be recorded, or no wait can admit it:
+        then its final failure is recorded)."""
+        assert self.gate is not None
+
+        async def note(event: Event) -> bool:
+            if ack.pending is not None and not await self._acked(run, intent, ack):
+                return False
+            if not self._recordable(owned, run):
+                return False
+            self.flush(owned, run, run.activate(Deliver(event)))
+            if intent.effect and isinstance(event, PermitGranted) and owned.last_write is not None:
+                # An effect starts once the record that lets it start is durable: recovered after a
+                # crash, it is then in doubt, as an effect that may have run must be.
+                try:
+                    await owned.last_write
+                except WriteError as error:
+                    self._fail(
+                        f"run {run.view.run_id}: the permit of {intent.name!r} was not acknowledged: {error}"
+                    )
+                    return False
+            return True
+
+        try:
+            return await self.gate.acquire(needs, attempt, intent.position, note)
+        except LimitUnsatisfiable as error:
+            failure = failed(intent, error, attempt, time.perf_counter(), True)
+            await self._record_failure(owned, run, intent, ack, failure, 0.0, True)
+            return None
+
     async def _attempt(
-        self, owned: OwnedPartition, run: RunInstance, intent: Intent, attempt: int, started: float
+        self,
+        owned: OwnedPartition,
+        run: RunInstance,
+        intent: Intent,
+        attempt: int,
+        started: float,
+        held: Held | None = None,
     ) -> tuple[ModelCallCompleted | ToolCallCompleted, float]:
-        """One attempt of the call, in its span: its outcome and its own time; raises what it raised."""
+        """One attempt of the call, in its span: its outcome and its own time; raises what it raised.
+        ``held``: its permits, released when it ends however it ends."""
         assert self.pool is not None
         # No span call at all while tracing is off (RunSpans.on): this is every step's path.
         span = (
@@ -269,12 +334,17 @@ class Executor:
             if stagemarks.ON:
                 stagemarks.mark(f"call start {intent.kind}", run.view.run_id, intent.position)
             outcome = completed(intent, await attempt_once(self.app, intent, self.pool), attempt, started)
+            if held is not None and self.gate is not None:
+                self.gate.settle(held, intent, outcome)
             if stagemarks.ON:
                 stagemarks.mark(f"call end {intent.kind}", run.view.run_id, intent.position)
         except (asyncio.CancelledError, Exception) as error:  # the span ends; the error goes on
             if span is not None:
                 self.spans.call_failed(span, error)
             raise
+        finally:
+            if held is not None:
+                held.release()
         elapsed = time.perf_counter() - started
         if span is not None:
             self.spans.call_completed(span, outcome)

@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING
 
 from runtime import stagemarks
-from runtime.config import Settings
+from runtime.config import ConfigError, Settings
 from runtime.log.port.protocol import CommandFeed, Delivery, EventLog
 from runtime.log.records.events import EpochClaimed
 from runtime.log.schemas.datum import DecodeError
@@ -32,6 +32,7 @@ from runtime.worker.commands import CommandHandler, WorkerError
 from runtime.worker.execution import Executor
 from runtime.worker.health import Readiness
 from runtime.worker.intake import CommandIntake
+from runtime.worker.limits.shared import SharedPermits
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.takeover import Takeover
 from runtime.workflow.app import App
@@ -61,7 +62,9 @@ class Worker:
         session_timeout_ms: int = 10_000,
         checkpoint_interval_s: float = 2.0,
         feed: CommandFeed | None = None,
+        shared_limits: bool = True,
     ) -> None:
+        """``shared_limits=False`` keeps every limit whole in this process (a local run)."""
         self.app = app
         self.settings = settings
         self.log = log
@@ -73,6 +76,7 @@ class Worker:
         self.ops: WorkerOps | None = None  # the metrics and probes port, while serving (metrics_port)
         self.batcher = TurnBatcher(settings, serde, log)
         self.executor = Executor(app, settings, log, self.batcher, self._lose)
+        self.shared_permits = self._share_limits(session_timeout_ms) if shared_limits else None
         self.commands = CommandHandler(app, serde, self.batcher, self.executor, self.worker_id)
         self.takeover = Takeover(app, settings, serde, log, self.executor, self.worker_id)
         self.checkpointer = Checkpointer(
@@ -82,6 +86,24 @@ class Worker:
         self.session_timeout_ms = session_timeout_ms
         self.feed = feed or log.join(self.worker_id, session_timeout_ms)
         self.feed.bind(self._on_assign, self._on_revoke)
+
+    def _share_limits(self, session_timeout_ms: int) -> SharedPermits | None:
+        """The app's limits shared with the other workers (docs/permits.md); an app without limits
+        builds nothing and pays nothing."""
+        if not self.executor.limits:
+            return None
+        lease_s = self.settings.limits_lease_s
+        if lease_s * 1000 > session_timeout_ms:
+            raise ConfigError(
+                f"limits_lease_s ({lease_s:g} s) is longer than the workers' session timeout "
+                f"({session_timeout_ms} ms): a worker killed holding permits would cost the others more "
+                "than the group takes to notice it; set limits_lease_s to at most the session timeout"
+            )
+        shared = SharedPermits(
+            self.executor.limits, self.log, self.settings.limits_topic, self.worker_id, lease_s=lease_s
+        )
+        self.executor.permits = shared
+        return shared
 
     # ------------------------------------------------------------------------------ serving
     def run(self, *, tune_gc: bool = False) -> None:
@@ -104,6 +126,8 @@ class Worker:
     async def serve(self, stop: asyncio.Event | None = None) -> None:
         """The loop: poll commands, apply them, checkpoint; until ``stop`` or ``self.stop()``."""
         loop = asyncio.get_running_loop()
+        if self.shared_permits is not None:
+            await self.shared_permits.start()  # before any partition (and the coordinator's) arrives
         self.executor.start(CallPool(loop), self.log.ownership(loop, self._is_claim))
         self._open_ops()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -193,6 +217,8 @@ class Worker:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.shared_permits is not None:
+            await self.shared_permits.close()  # what it held goes back to the others at once
         self.batcher.send()  # results recorded before the stop are not left unsent
         try:
             self.log.flush()
@@ -219,6 +245,8 @@ class Worker:
             if self.executor.ownership is not None:
                 self.executor.ownership.watch(partition, owned.epoch)
             starts[partition] = owned.next_command
+            if partition == 0 and self.shared_permits is not None:
+                self.shared_permits.lead(owned.epoch)  # partition 0's owner coordinates the limits
         if partitions:
             self.executor.metrics.takeover(time.perf_counter() - started, len(partitions))
             if self.serde.sealer is not None:
@@ -238,6 +266,8 @@ class Worker:
             return
         owned.lost = True
         self.readiness.lost(partition, why)
+        if partition == 0 and self.shared_permits is not None:
+            self.shared_permits.step_down()
         if self.executor.ownership is not None:
             self.executor.ownership.unwatch(partition)
         for task in owned.tasks:

@@ -109,6 +109,7 @@ class WorkerCollector(Collector):
         for (kind, name), (buckets, total) in sorted(latency.items()):
             durations.add_metric([kind, name], cumulative(CALL_BUCKETS, buckets), total)
         yield durations
+        yield from _permits(m)
         rebuilds = HistogramMetricFamily(
             "agentlog_takeover_duration_seconds",
             "Time to claim and rebuild the partitions of one assignment, until their runs resume",
@@ -155,6 +156,26 @@ class WorkerCollector(Collector):
         for (workflow, state), n in sorted(counts.items()):
             runs.add_metric([workflow, state], n)
         yield runs
+
+
+def _permits(m: WorkerMetrics) -> Iterator[GaugeMetricFamily | HistogramMetricFamily]:
+    """Calls waiting for a limit's permit now, and how long the waits that ended lasted."""
+    waiting = GaugeMetricFamily(
+        "agentlog_calls_waiting_for_permit",
+        "Calls on this worker waiting for a permit of a declared limit, by limit and dimension",
+        labels=["limit", "dimension"],
+    )
+    for (limit, dimension), n in sorted(dict(m.permits_waiting).items()):
+        waiting.add_metric([limit, dimension], n)
+    yield waiting
+    waits = HistogramMetricFamily(
+        "agentlog_permit_wait_seconds",
+        "How long a call waited for a permit of a declared limit (calls granted at once are not counted)",
+        labels=["limit", "dimension"],
+    )
+    for (limit, dimension), histogram in sorted(dict(m.permit_waits).items()):
+        waits.add_metric([limit, dimension], histogram.buckets(), histogram.total)
+    yield waits
 
 
 def _counter(

@@ -34,6 +34,8 @@ CALL_BUCKETS = (
     30.0,
     60.0,
 )
+# Seconds a call waited for a limit's permit: from a scheduling tick to a minute's window or more.
+PERMIT_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 REBUILD_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -81,6 +83,9 @@ class WorkerMetrics:
         self.history_warnings: dict[str, int] = {}
         self.rebuilds = Histogram(REBUILD_BUCKETS)
         self.partitions_taken = 0
+        # Limits (runtime.worker.limits.gate), by limit name and dimension: only calls that waited.
+        self.permits_waiting: dict[tuple[str, str], int] = {}  # calls waiting now
+        self.permit_waits: dict[tuple[str, str], Histogram] = {}  # how long each wait lasted
 
     def call(self, workflow: str, kind: str, name: str, completed: bool, seconds: float, final: bool) -> None:
         """One attempt of a model or tool call ended, ``completed`` or failed; ``final`` when its
@@ -120,6 +125,18 @@ class WorkerMetrics:
 
     def history_warning(self, workflow: str) -> None:
         self.history_warnings[workflow] = self.history_warnings.get(workflow, 0) + 1
+
+    def permit_wait(self, limit: str, dimension: str, seconds: float | None) -> None:
+        """A call began waiting for a permit (``seconds`` None), or its wait of ``seconds`` ended."""
+        key = (limit, dimension)
+        if seconds is None:
+            self.permits_waiting[key] = self.permits_waiting.get(key, 0) + 1
+            return
+        self.permits_waiting[key] = self.permits_waiting.get(key, 1) - 1
+        waits = self.permit_waits.get(key)
+        if waits is None:
+            waits = self.permit_waits[key] = Histogram(PERMIT_WAIT_BUCKETS)
+        waits.observe(seconds)
 
     def takeover(self, seconds: float, partitions: int) -> None:
         """One assignment's claims and rebuilds took ``seconds``."""

@@ -110,6 +110,8 @@ class RunView:
     # What a run with a budget has spent, as its record holds it (runtime.workflow.budget): grown in
     # place by the machine, so a step makes no new view; None for a run without a budget.
     spend: Spend | None = None
+    # (limit name, key) of each limit keyed by a field of the run's input (app.limit(per=...)).
+    limit_keys: tuple[tuple[str, str], ...] = ()
     # status == "running", kept as a field: it is read several times on every call's path, and a
     # view is made only a few times in a run.
     active: bool = field(init=False)

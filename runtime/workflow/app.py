@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from runtime.errors import AgentlogError
 from runtime.workflow.budget import Budget
+from runtime.workflow.declared_limits import checked
 from runtime.workflow.limits import Limit
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -184,3 +185,38 @@ class App:
             return fn
 
         return register
+
+    def limit(
+        self,
+        name: str,
+        *,
+        models: tuple[str, ...] | list[str] = (),
+        tools: tuple[str, ...] | list[str] = (),
+        requests_per_minute: float | None = None,
+        tokens_per_minute: float | None = None,
+        concurrent: int | None = None,
+        per: str | None = None,
+    ) -> Limit:
+        """Declare a deployment-wide limit on the calls of ``models`` and ``tools``: requests per
+        minute, tokens per minute (models: estimated before the call, corrected from the reported
+        usage) and calls in flight at once, across every worker. Several models behind one provider
+        key are one limit naming them all. ``per`` names a top-level field of the run's input (a
+        tenant): each of its values gets the whole limit. A call waits for its permits; waiting is
+        recorded, never a failure. The ``limits`` setting overrides capacities per deployment
+        (docs/limits.md). Raises LimitError (naming it) for a limit that cannot hold or a name taken
+        twice; models and tools named are checked against the app when the worker starts."""
+        if name in self.limits:
+            raise RegistrationError(f"limit {name!r} is declared twice")
+        limit = checked(
+            Limit(
+                name,
+                tuple(models),
+                tuple(tools),
+                requests_per_minute,
+                tokens_per_minute,
+                concurrent,
+                per,
+            )
+        )
+        self.limits[name] = limit
+        return limit

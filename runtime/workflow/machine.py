@@ -44,6 +44,8 @@ from runtime.log.records.events import (
     NonDeterminismDetected,
     PartitionCheckpoint,
     PatchRecorded,
+    PermitAwaited,
+    PermitGranted,
     PromptDrifted,
     Redecided,
     RunCancelled,
@@ -79,6 +81,7 @@ from runtime.workflow.budget import Budget, Spend, call_spend
 from runtime.workflow.canonical import canonical_json
 from runtime.workflow.compensation import CANCEL_SIGNAL, Saga, cancelled_by
 from runtime.workflow.context import Context
+from runtime.workflow.declared_limits import run_limit_keys
 from runtime.workflow.futures import DurableFuture, GatherFuture
 from runtime.workflow.input_shape import coerce_input
 from runtime.workflow.intents import (
@@ -167,14 +170,24 @@ class RunMachine:
         self._after_replay: list[Event] = []  # emitted during replay: stamped once history is done
         self.replaying = False
         self._woken = False
+        # Calls waiting for a limit's permit (PermitAwaited, no PermitGranted yet): not in doubt.
+        self._awaiting_permit: set[int] = set()
+        run_input = json.loads(started.input)
+        # The run's key of each limit keyed by a field of its input (app.limit(per=...)), once.
+        self.limit_keys = run_limit_keys(app.limits, run_input) if app.limits else ()
         # The run as the worker sees it, as of its last activation: a plain attribute (the protocol's
         # read-only ``view``), read on every call's path; replaced only when one of its fields changes.
-        self.view = RunView(self.run_id, self.workflow, self.dry_run, self.status, spend=self.spend)
+        self.view = RunView(
+            self.run_id,
+            self.workflow,
+            self.dry_run,
+            self.status,
+            spend=self.spend,
+            limit_keys=self.limit_keys,
+        )
         self._ctx = Context(self)
         self.saga = Saga()  # compensations registered by ctx.tool(..., compensate_with=...)
-        self._coro: Coroutine[Any, Any, Any] = spec.fn(
-            self._ctx, coerce_input(spec.input_type, json.loads(started.input))
-        )
+        self._coro: Coroutine[Any, Any, Any] = spec.fn(self._ctx, coerce_input(spec.input_type, run_input))
 
     # ----------------------------------------------------------------------------- the door
     def activate(self, activation: Activation) -> Completion:
@@ -208,6 +221,7 @@ class RunMachine:
                 self.divergence,
                 tuple(self.old_patches),
                 self.spend,
+                limit_keys=self.limit_keys,
             )
         return view
 
@@ -300,7 +314,8 @@ class RunMachine:
             if command.future.done or not command.recorded:
                 continue
             if position in self._history_records:
-                if command.kind in ("model", "tool"):
+                # A call that was waiting for a permit never started: it waits again, not in doubt.
+                if command.kind in ("model", "tool") and position not in self._awaiting_permit:
                     command.in_doubt = True
                     self.in_doubt.append(InDoubt(command.kind, command.name, position, command.key))
                 self.ready.append(command)  # timers are re-armed with their recorded fire_at
@@ -421,6 +436,14 @@ class RunMachine:
     def _apply_note(self, event: Event) -> None:
         """A divergence, re-decision or drift already recorded: it changes nothing in the run."""
         self._resumed_by(event)
+
+    def _apply_permit(self, event: PermitAwaited | PermitGranted) -> None:
+        """A call's wait for a permit began or ended: nothing resumes; a call still waiting when
+        history ends never started (``finish_replay`` runs it again, not in doubt)."""
+        if isinstance(event, PermitAwaited):
+            self._awaiting_permit.add(event.position)
+        else:
+            self._awaiting_permit.discard(event.position)
 
     def _apply_other(self, event: Event) -> None:
         """A record no command waits for (RunStarted, a claim, a checkpoint, a rejection)."""
@@ -694,6 +717,8 @@ _APPLY: dict[type[Event], Callable[[RunMachine, Any], None]] = {
     ModelCallFailed: RunMachine._apply_failed,
     ToolCallFailed: RunMachine._apply_failed,
     TimerFired: RunMachine._apply_timer_fired,
+    PermitAwaited: RunMachine._apply_permit,
+    PermitGranted: RunMachine._apply_permit,
     SignalReceived: RunMachine._apply_signal,
     **dict.fromkeys(
         (RunCompleted, RunFailed, RunCancelled, RunContinuedAsNew, RunParked), RunMachine._apply_ending

@@ -15,6 +15,7 @@ SETTINGS = Settings(
     checkpoints_topic="d.checkpoints",
     payloads_topic="d.payloads",
     keys_topic="d.keys",
+    limits_topic="d.limits",
     worker_group="d.workers",
 )
 HISTORY = ("d.events", "d.checkpoints", "d.payloads")
@@ -29,7 +30,12 @@ def writes(role: str) -> set[str]:
 def test_only_the_worker_and_the_admin_write_the_history_topics() -> None:
     assert writes("submitter") == {"d.commands", "d.keys"}  # a sealed run's key is its submitter's
     assert writes("sink") == set()
-    assert writes("worker") == {"d.commands", "d.keys", *HISTORY}
+    assert writes("worker") == {
+        "d.commands",
+        "d.keys",
+        "d.limits",
+        *HISTORY,
+    }  # limits: its reports and grants
     assert writes("admin") == {"*"}
 
 

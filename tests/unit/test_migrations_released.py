@@ -34,13 +34,16 @@ RELEASED_SHA256 = {
     13: "9754e87d5d7a118367700dabf142a8e255c45b2c1246a071624fdfc961dd77ea",
     14: "98784e217b063b42843a028d8bca51545cf545686c912e95095960bfaa660a12",
     15: "33a2385183b84a8621ebbe91789bd02933e8c6dba79bd6fa19e7e4bcf1794788",
+    16: "296bdc6b252c8348f22da68bc47eec71711dfbb8da63fa9c21caabe4d3b45b76",
 }
 
 
 @pytest.mark.parametrize("migration", RELEASED, ids=lambda m: f"V{m.version}")
 def test_a_released_migration_keeps_its_text(migration: Migration) -> None:
     pinned = RELEASED_SHA256.get(migration.version)
-    assert pinned is not None, f"migration {migration.version} is new: pin its sha256 here ({migration.sha256})"
+    assert pinned is not None, (
+        f"migration {migration.version} is new: pin its sha256 here ({migration.sha256})"
+    )
     assert migration.sha256 == pinned, (
         f"migration {migration.version} ({migration.name}) was edited after its release: a store that "
         "applied it refuses this code. Restore its file and put the change in a new migration."
@@ -68,7 +71,9 @@ def test_each_migration_is_one_file_read_whole() -> None:
         match = re.fullmatch(r"V(\d{4})__[a-z0-9_]+\.sql", path.name)
         assert match is not None, path.name
         assert int(match.group(1)) == migration.version, path.name
-        assert path.read_bytes() == "".join(f"{s}{STATEMENT_SEPARATOR}" for s in migration.statements).encode()
+        assert (
+            path.read_bytes() == "".join(f"{s}{STATEMENT_SEPARATOR}" for s in migration.statements).encode()
+        )
 
 
 def test_versions_count_up_from_one() -> None:

@@ -149,6 +149,7 @@ def test_run_status_as_dict_keeps_the_status_json_keys() -> None:
         "forked_from": None,
         "compensations": [],
         "budget": None,
+        "waiting_for": [],
     }
 
 

@@ -253,3 +253,28 @@ def test_a_compensating_call_names_the_effect_it_undoes() -> None:
     html = _render("calls.html", calls=timeline.build(events.out).calls)
     assert html.count('class="compensates"') == 1
     assert 'undoes the effect at <a href="#call-1">position 1</a>' in html
+
+
+def test_a_call_that_waited_for_a_permit_says_how_long_and_for_what() -> None:
+    events = Events()
+    events.add("ModelCallScheduled", 0, position=17, model="planner", args_hash="h")
+    events.add("PermitAwaited", 5, position=17, attempt=1, limit="openai", dimension="requests_per_minute")
+    events.add(
+        "PermitGranted",
+        40_105,
+        position=17,
+        attempt=1,
+        limit="openai",
+        dimension="requests_per_minute",
+        waited_ms=40_100,
+    )
+    events.add("ModelCallCompleted", 40_200, position=17, result='{"ok":1}', latency_us=90_000)
+    events.add("ModelCallScheduled", 40_300, position=18, model="planner", args_hash="h")
+    events.add("PermitAwaited", 40_301, position=18, limit="tenants", key="acme", dimension="concurrent")
+    line = timeline.build(events.out, now_ms=52_301)
+    assert [(f.position, f.detail) for f in line.flags] == [
+        (17, "waited 40.1 s for openai requests/min"),
+        (18, "waiting for tenants[acme] concurrent calls, 12.0 s so far"),
+    ]
+    assert [f.kind for f in line.calls[0].flags] == ["permit_wait"]
+    assert "waited for a permit" in svg.render(line)

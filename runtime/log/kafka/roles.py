@@ -67,7 +67,14 @@ def grants(role: Role, settings: Settings) -> list[Grant]:
             *common,
         ]
     if role == "worker":
-        topics = (s.commands_topic, s.events_topic, s.checkpoints_topic, s.payloads_topic, s.keys_topic)
+        topics = (
+            s.commands_topic,
+            s.events_topic,
+            s.checkpoints_topic,
+            s.payloads_topic,
+            s.keys_topic,
+            s.limits_topic,
+        )
         return [
             # Commands too: a worker forwards a command to its run's home partition and submits
             # the next run of a continue-as-new (with its data key, when runs are sealed).

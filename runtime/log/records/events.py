@@ -153,6 +153,30 @@ class PatchRecorded(Event):
 
 
 @record_type
+class PermitAwaited(Event):
+    """A call could not start at once: it waits for a permit of a deployment-wide limit. Neither a failure nor a call in flight: a run recovered while waiting waits again."""
+
+    position: int
+    limit: str
+    dimension: str
+    attempt: int = 1
+    key: str | None = None
+    needed: int = 0
+
+
+@record_type
+class PermitGranted(Event):
+    """The call that waited for a permit (PermitAwaited at the same position and attempt) holds every permit it needs and starts."""
+
+    position: int
+    limit: str
+    dimension: str
+    attempt: int = 1
+    key: str | None = None
+    waited_ms: int = 0
+
+
+@record_type
 class PromptDrifted(Event):
     """On replay a model call matched its record by name but not by prompt: the recorded decision was served and the drift recorded (once per position and issued prompt)."""
 
@@ -338,6 +362,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     NonDeterminismDetected,
     PartitionCheckpoint,
     PatchRecorded,
+    PermitAwaited,
+    PermitGranted,
     PromptDrifted,
     Redecided,
     RunCancelled,
