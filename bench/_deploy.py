@@ -38,6 +38,11 @@ def start_worker(
     **env: str,
 ) -> subprocess.Popen[bytes]:
     wrapper = os.environ.get("BENCH_WORKER_WRAPPER", "").split()  # e.g. "py-spy record -o prof.svg --"
+    if os.environ.get("BENCH_LIMITS_FAR") == "1":  # the same app, with limits far away (bench/limits_far.py)
+        app = {
+            "examples.refund_agent:app": "bench.limits_far:refund",
+            "bench.e2e_app:app": "bench.limits_far:e2e",
+        }.get(app, app)
     return subprocess.Popen(
         [
             *wrapper,
