@@ -22,6 +22,7 @@ _EXPORTS = {
     "DecisionOutOfBounds": "runtime.errors",
     "NonDeterminismError": "runtime.errors",
     "Replayer": "runtime.replay.replayer",
+    "RetryLater": "runtime.errors",
     "RetryPolicy": "runtime.workflow.app",
     "RetryableError": "runtime.errors",
     "RunError": "runtime.client",
@@ -45,6 +46,7 @@ __all__ = [
     "InDoubtCall",
     "NonDeterminismError",
     "Replayer",
+    "RetryLater",
     "RetryPolicy",
     "RetryableError",
     "RunError",
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
         DecisionOutOfBounds,
         NonDeterminismError,
         RetryableError,
+        RetryLater,
         TerminalError,
     )
     from runtime.local import run_local
