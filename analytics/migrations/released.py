@@ -74,4 +74,7 @@ RELEASED: tuple[Migration, ...] = (
     # Every event's link in its run's hash chain: `agentlog audit verify --from-store` re-encodes
     # each row and checks it against its link.
     load(14, "chain: each event's link in its run's hash chain", "V0014__chain_column.sql"),
+    # ModelCallFailed/ToolCallFailed.retry_at: when a rate-limited call's next attempt may start
+    # (the wait the provider asked for), so `audit` can say why a step took minutes.
+    load(15, "retry_at: when a rate-limited call's next attempt may start", "V0015__retry_at_column.sql"),
 )
