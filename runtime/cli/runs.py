@@ -9,6 +9,7 @@ import importlib.util
 import json
 import logging
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 from runtime import stagemarks
@@ -222,6 +223,8 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
         print(f"reason    {status.reason}")
     for call in status.in_doubt:
         print(f"in doubt  {call.kind} {call.name!r} at position {call.position} key={call.idempotency_key}")
+    for wait in status.retrying:
+        print(f"retrying  {wait.describe(int(time.time() * 1000))}")
     for undo in status.compensations:
         print(
             f"compensation  {undo.tool!r} at position {undo.position} undoes position {undo.compensates}: "

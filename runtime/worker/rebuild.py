@@ -290,9 +290,7 @@ class _PartitionRebuild:
             self.chain_key is not None
             and record.offset >= self.through.get(run_id, -1)
             and not self._follow(
-                run_id,
-                record.value,
-                f"{self.settings.events_topic}[{result.partition}]@{record.offset} ({event.type})",
+                run_id, record.value, f"{self.settings.events_topic}[{result.partition}]@{record.offset} ({event.type})"
             )
         ):
             return  # a forged record neither ends the run nor joins its history

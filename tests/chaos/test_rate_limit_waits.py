@@ -79,6 +79,10 @@ def test_a_429_is_re_sent_no_earlier_than_it_asks_also_across_a_worker_restart(
     second.wait_ready(3)
     stayed = client.submit("ask", {"order": "B", "text": f"rate-limit-{WAIT_S}"}).run_id
     client.flush()
+    wait_for_event(client, stayed, "ModelCallFailed")
+    (waiting,) = client.run(stayed).status().retrying  # what `agentlog status` shows meanwhile
+    assert (waiting.kind, waiting.name, waiting.attempt) == ("model", "planner", 1)
+    assert "rate limited, retrying at" in waiting.describe(waiting.retry_at - 25_000)
 
     for run_id in (restarted, stayed):
         assert client.run(run_id).result(timeout=WAIT_S + 30) == "refund 41.60", second.log_tail()
