@@ -3,7 +3,9 @@
 The adapters over the official SDKs (``runtime.models.openai``, ``runtime.models.anthropic``) turn
 the SDK's exceptions into these, so the worker's retry policy decides on agentlog's taxonomy, not
 on one vendor's class names. The SDKs' own retry loops are switched off (``max_retries=0``): every
-attempt is agentlog's, recorded as a ``ModelCallFailed`` with its number.
+attempt is agentlog's, recorded as a ``ModelCallFailed`` with its number. A rate limit (429, 503,
+529) is a ``ModelRateLimited`` carrying the wait the provider asked for, read from the answer's
+headers and body (``runtime.models.retry_after``), which the retry policy waits out.
 """
 
 from __future__ import annotations

@@ -223,7 +223,8 @@ class Executor:
         attempt's outcome is recorded."""
         policy = retry_policy(self.app, intent)
         attempt = intent.failed_attempts + (2 if intent.in_doubt else 1)
-        trail = RetryTrail.of(intent)  # a run taken over: not re-sent before its recorded retry_at
+        trail: RetryTrail | None = None  # made at the first failure: most calls never need one
+        # A run taken over: its call is not re-sent before the retry_at its last failure recorded.
         if intent.not_before and not await self._waited(
             owned, run, wait_until(intent.not_before, owned.stamp.clock)
         ):
@@ -234,6 +235,7 @@ class Executor:
                 outcome, elapsed = await self._attempt(owned, run, intent, attempt, started)
             except Exception as error:  # the call's own failure: recorded, retried by its policy
                 elapsed = time.perf_counter() - started  # the call's own time, not the ack's
+                trail = trail or RetryTrail.of(intent)
                 then = after_failure(policy, error, attempt, trail, owned.stamp.clock(), elapsed)
                 failure = failed(intent, error, attempt, started, then)
                 if (
