@@ -84,19 +84,21 @@ def _rate_limited(policy: RetryPolicy, error: RetryLater, trail: RetryTrail, now
         if error.after_s is not None
         else max(UNNAMED_RATE_LIMIT_WAIT_S, policy.backoff(trail.rate_limited + 1))
     )
-    retry_at = now_ms + math.ceil(wait_s * 1000)
+    ends = now_ms + math.ceil(wait_s * 1000)
     first = trail.first_attempt_at
     patience_ends = first + math.floor(policy.rate_limit_patience * 1000)
-    if retry_at > patience_ends:
+    if ends > patience_ends:
         asked = f"a wait of {wait_s:g} s" if named else f"a backoff of {wait_s:g} s (no wait named)"
         return Then(
             final=True,
             note=(
-                f"; not retried: {asked} would end {(retry_at - first) / 1000:g} s after the call's first "
+                f"; not retried: {asked} would end {(ends - first) / 1000:g} s after the call's first "
                 f"attempt, past its retry policy's rate_limit_patience of {policy.rate_limit_patience:g} s"
             ),
         )
     trail.rate_limited += 1
+    # now_ms is a floored clock reading: one ms more, so the wait is never short of what was asked.
+    retry_at = ends + 1
     note = "" if named else f"; no wait named, retrying in {wait_s:g} s"
     return Then(final=False, wait_s=wait_s, retry_at=retry_at, note=note)
 

@@ -97,12 +97,13 @@ def test_a_429_is_re_sent_no_earlier_than_it_asks_also_across_a_worker_restart(
         assert isinstance(failure, ModelCallFailed) and isinstance(done, ModelCallCompleted)
         assert failure.error_type == "ModelRateLimited" and not failure.final and failure.attempt == 1
         assert f"(asks to wait {WAIT_S} s)" in failure.error and "Please try again in 30s" in failure.error
-        # asked after the 429 arrived, recorded after it was asked (the same machine's clock; ms floored)
+        # asked after the 429 arrived, recorded after it was asked (the same machine's clock; the
+        # worker's ms are floored and retry_at is one ms later for it)
         assert (
-            limited["at"] * 1000 + WAIT_S * 1000 - 1
+            limited["at"] * 1000 + WAIT_S * 1000
             <= failure.retry_at
-            <= failure.occurred_at + WAIT_S * 1000
+            <= failure.occurred_at + WAIT_S * 1000 + 1
         )
-        assert resent["at"] * 1000 >= failure.retry_at - 5  # the clocks are the same machine's
+        assert resent["at"] * 1000 >= failure.retry_at  # not sent before the recorded time
         # A's successor counts an attempt its predecessor may have had in flight (the call is in doubt)
         assert done.attempt == attempt

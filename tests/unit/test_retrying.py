@@ -11,15 +11,17 @@ from datetime import UTC, datetime
 
 import pytest
 
-from runtime.errors import RetryableError, RetryLater, TerminalError
+from runtime.errors import CallFailed, RetryableError, RetryLater, TerminalError
 from runtime.log.records.events import ModelCallFailed, ToolCallFailed
 from runtime.models.errors import ModelHTTPError, ModelRateLimited, ModelRequestError, status_error
 from runtime.models.retry_after import retry_after_s
 from runtime.worker.retrying import RetryTrail, Then, after_failure
-from runtime.workflow.app import RetryPolicy
+from runtime.workflow.app import App, RetryPolicy
+from runtime.workflow.context import Context
 from runtime.workflow.futures import DurableFuture
 from runtime.workflow.intents import Intent
 from runtime.workflow.retry_trail import note_failure
+from support.memory_harness import Harness
 
 pytestmark = pytest.mark.unit
 
@@ -144,7 +146,7 @@ def test_a_rate_limit_within_patience_retries_without_spending_attempts() -> Non
     now = T0
     for attempt in range(1, 10):  # nine rate limits (270 s of waits), far past attempts=2
         then = after_failure(policy, ModelRateLimited(30.0, "429"), attempt, trail, now, 0.1)
-        assert not then.final and then.wait_s == 30.0 and then.retry_at == now + 30_000 and then.note == ""
+        assert not then.final and then.wait_s == 30.0 and then.retry_at == now + 30_001 and then.note == ""
         now = then.retry_at
     assert trail.rate_limited == 9 and trail.first_attempt_at == T0 - 100
     # the attempts are still whole: an ordinary failure now is the first one spent
@@ -170,7 +172,7 @@ def test_a_wait_ending_past_patience_is_final_and_says_why() -> None:
 def test_a_wait_ending_exactly_at_patience_is_still_waited() -> None:
     policy = RetryPolicy(rate_limit_patience=60)
     then = after_failure(policy, RetryLater(60.0, "429"), 1, RetryTrail(), T0, 0.0)
-    assert not then.final and then.retry_at == T0 + 60_000
+    assert not then.final and then.retry_at == T0 + 60_001
 
 
 def test_a_rate_limit_naming_no_wait_backs_off_at_least_a_second() -> None:
@@ -179,7 +181,7 @@ def test_a_rate_limit_naming_no_wait_backs_off_at_least_a_second() -> None:
     waits = [after_failure(policy, RetryLater(None, "429"), n, trail, T0, 0.0).wait_s for n in range(1, 6)]
     assert waits == [1.0, 1.0, 2.0, 4.0, 4.0]
     then = after_failure(policy, RetryLater(None, "429"), 6, trail, T0, 0.0)
-    assert then.retry_at == T0 + 4_000 and then.note == "; no wait named, retrying in 4 s"
+    assert then.retry_at == T0 + 4_001 and then.note == "; no wait named, retrying in 4 s"
 
 
 def test_patience_zero_fails_at_the_first_rate_limit() -> None:
@@ -273,3 +275,55 @@ def test_failure_records_leave_the_wait_and_the_rate_limits_for_a_takeover() -> 
         ),
     )
     assert intent.not_before == 0 and intent.rate_limited_attempts == 2
+
+
+# ------------------------------------------------------------------ a worker on the in-memory log
+def test_a_tool_raising_retry_later_waits_then_completes_and_past_patience_fails_naming_it() -> None:
+    """attempts=1 and a tool that is rate limited once: it waits the 0.2 s it asked for and
+    completes (no attempt spent); one whose wait passes the patience fails for good, and the
+    workflow's CallFailed names the wait and the patience."""
+    app = App("retry-later")
+    calls: dict[str, list[float]] = {"charge": [], "quota": []}
+
+    @app.tool("charge", retry=RetryPolicy(attempts=1))
+    async def charge(order: str) -> str:
+        calls["charge"].append(asyncio.get_running_loop().time())
+        if len(calls["charge"]) == 1:
+            raise RetryLater(0.2, "payments: 429")
+        return f"charged {order}"
+
+    @app.tool("quota", retry=RetryPolicy(attempts=5, rate_limit_patience=10))
+    async def quota() -> str:
+        calls["quota"].append(asyncio.get_running_loop().time())
+        raise RetryLater(3600.0, "daily quota")
+
+    @app.workflow("pay")
+    async def pay(ctx: Context, request: dict[str, str]) -> object:
+        charged = await ctx.tool("charge", order=request["order"])
+        try:
+            await ctx.tool("quota")
+        except CallFailed as failed:
+            return {"charged": charged, "error": failed.message, "attempts": failed.attempts}
+        return {"charged": charged}
+
+    async def scenario() -> tuple[str, list[ToolCallFailed]]:
+        harness = Harness(app)
+        harness.start()
+        run_id = harness.client.submit("pay", {"order": "A-1"}).run_id
+        status = await harness.ended(run_id)
+        await harness.stop_all()
+        assert status.status == "completed", status
+        return status.result, [e for e in harness.events(run_id) if isinstance(e, ToolCallFailed)]
+
+    result, failures = asyncio.run(scenario())
+    assert result == {
+        "charged": "charged A-1",
+        "error": "daily quota (asks to wait 3600 s); not retried: a wait of 3600 s would end 3600 s after "
+        "the call's first attempt, past its retry policy's rate_limit_patience of 10 s",
+        "attempts": 1,
+    }
+    first, second = calls["charge"]
+    assert second - first >= 0.2 and len(calls["quota"]) == 1
+    limited, final = failures
+    assert (limited.error_type, limited.final, limited.attempt) == ("RetryLater", False, 1)
+    assert limited.retry_at > 0 and (final.final, final.retry_at) == (True, 0)
