@@ -23,6 +23,7 @@ _EXPORTS = {
     "DecisionOutOfBounds": "runtime.errors",
     "NonDeterminismError": "runtime.errors",
     "Replayer": "runtime.replay.replayer",
+    "RetryLater": "runtime.errors",
     "RetryPolicy": "runtime.workflow.app",
     "RetryableError": "runtime.errors",
     "RunError": "runtime.client",
@@ -47,6 +48,7 @@ __all__ = [
     "InDoubtCall",
     "NonDeterminismError",
     "Replayer",
+    "RetryLater",
     "RetryPolicy",
     "RetryableError",
     "RunError",
@@ -68,6 +70,7 @@ if TYPE_CHECKING:
         DecisionOutOfBounds,
         NonDeterminismError,
         RetryableError,
+        RetryLater,
         TerminalError,
     )
     from runtime.local import run_local

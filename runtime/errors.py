@@ -21,6 +21,24 @@ class RetryableError(AgentlogError):
     """A transient failure; the caller's retry policy decides what happens next."""
 
 
+class RetryLater(RetryableError):
+    """Worth another attempt, but not before ``after_s`` seconds: a rate limit (a payment API's 429,
+    a model provider's 429/503/529). ``after_s`` is the wait the service asked for, ``None`` when it
+    named none (the retry policy then backs off). A retry policy rides such failures out for its
+    ``rate_limit_patience`` without spending its ``attempts``; a tool raises it like any error::
+
+        if response.status_code == 429:
+            raise RetryLater(float(response.headers.get("Retry-After", 1)), "payments: 429 too many requests")
+    """
+
+    def __init__(self, after_s: float | None, reason: str) -> None:
+        if after_s is not None and not after_s >= 0:  # NaN too
+            raise ValueError(f"RetryLater: after_s must be a number of seconds >= 0, got {after_s!r}")
+        asked = "" if after_s is None else f" (asks to wait {after_s:g} s)"
+        super().__init__(f"{reason}{asked}")
+        self.after_s, self.reason = after_s, reason
+
+
 class CallFailed(AgentlogError):
     """A model or tool call failed for good; raised into workflow code, which may catch it."""
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from runtime.log.records.events import (
@@ -56,6 +58,35 @@ class InDoubtCall:
             "position": self.position,
             "idempotency_key": self.idempotency_key,
             "name": self.name,
+        }
+
+
+@dataclass(frozen=True)
+class RetryWait:
+    """A call waiting out a rate limit: its next attempt starts no earlier than ``retry_at`` (ms since
+    the epoch), as its last failure recorded (``ModelCallFailed.retry_at``)."""
+
+    kind: Literal["model", "tool"]
+    position: int
+    name: str | None
+    retry_at: int
+    attempt: int  # the attempt that was rate limited
+    error: str  # its message: what the provider said and the wait it asked for
+
+    def describe(self, now_ms: int) -> str:
+        """``model 'planner' rate limited, retrying at 07:28:30 UTC (in 25 s)``."""
+        at = datetime.fromtimestamp(self.retry_at / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        left = max(0, math.ceil((self.retry_at - now_ms) / 1000))
+        return f"{self.kind} {self.name!r} rate limited, retrying at {at} UTC (in {left} s)"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "position": self.position,
+            "name": self.name,
+            "retry_at": self.retry_at,
+            "attempt": self.attempt,
+            "error": self.error,
         }
 
 
@@ -222,6 +253,7 @@ class RunStatus:
     compensations: tuple[CompensationCall, ...] = ()  # in the order they ran (newest effect first)
     budget: BudgetUse | None = None  # a run with a budget: the budget and what it used
     waiting_for: tuple[PermitWait, ...] = ()  # calls of a running run waiting for a limit's permit
+    retrying: tuple[RetryWait, ...] = ()  # calls of a running run waiting out a rate limit
 
     def as_dict(self) -> dict[str, Any]:
         """The keys and values of ``agentlog status --json``."""
@@ -243,6 +275,7 @@ class RunStatus:
             "compensations": [entry.as_dict() for entry in self.compensations],
             "budget": self.budget.as_dict() if self.budget is not None else None,
             "waiting_for": [entry.as_dict() for entry in self.waiting_for],
+            "retrying": [entry.as_dict() for entry in self.retrying],
         }
 
     def to_json(self) -> str:
@@ -269,6 +302,7 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
     budget: str | None = None
     spent = [0, 0]  # tokens, model calls
     waits: dict[int, PermitWait] = {}  # position -> its call's wait for a permit, until granted
+    retrying: dict[int, RetryWait] = {}  # position -> the rate limit its call waits out
     for item in logged:
         event = item.event
         if isinstance(event, ModelCallCompleted):
@@ -329,6 +363,8 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
             compensations[undo.position] = dataclasses.replace(undo, state="completed")
         elif undo is not None and isinstance(event, ToolCallFailed) and event.final:
             compensations[undo.position] = dataclasses.replace(undo, state="failed")
+        if isinstance(event, (ModelCallCompleted, ToolCallCompleted, ModelCallFailed, ToolCallFailed)):
+            _note_retry(retrying, event, names)
         status = status_after(event.type, status)
         if isinstance(event, RunCompleted):
             result = json.loads(event.result)
@@ -361,4 +397,19 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
         compensations=tuple(compensations.values()),
         budget=BudgetUse(json.loads(budget), *spent) if budget else None,
         waiting_for=tuple(waits.values()) if status == "running" else (),
+        retrying=tuple(retrying.values()) if status == "running" else (),
     )
+
+
+def _note_retry(
+    retrying: dict[int, RetryWait],
+    event: ModelCallCompleted | ToolCallCompleted | ModelCallFailed | ToolCallFailed,
+    names: dict[int, str],
+) -> None:
+    """A call's outcome ends the wait recorded before it; a rate limit's failure starts one."""
+    retrying.pop(event.position, None)
+    if isinstance(event, (ModelCallFailed, ToolCallFailed)) and event.retry_at > 0 and not event.final:
+        kind: Literal["model", "tool"] = "model" if isinstance(event, ModelCallFailed) else "tool"
+        retrying[event.position] = RetryWait(
+            kind, event.position, names.get(event.position), event.retry_at, event.attempt, event.error
+        )

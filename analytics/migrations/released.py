@@ -80,4 +80,7 @@ RELEASED: tuple[Migration, ...] = (
     # PermitAwaited / PermitGranted (a call waiting for a permit of a declared limit): their
     # fields, and the view that answers "why did step 17 take 40 s" (docs/limits.md).
     load(16, "permit waits: the limit a call waited for, and how long", "V0016__permit_waits.sql"),
+    # ModelCallFailed/ToolCallFailed.retry_at: when a rate-limited call's next attempt may start
+    # (the wait the provider asked for), so `audit` can say why a step took minutes.
+    load(17, "retry_at: when a rate-limited call's next attempt may start", "V0017__retry_at_column.sql"),
 )

@@ -251,6 +251,8 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
         print(f"budget    {status.budget.describe()}")
     for call in status.in_doubt:
         print(f"in doubt  {call.kind} {call.name!r} at position {call.position} key={call.idempotency_key}")
+    for wait in status.retrying:
+        print(f"retrying  {wait.describe(int(time.time() * 1000))}")
     for undo in status.compensations:
         print(
             f"compensation  {undo.tool!r} at position {undo.position} undoes position {undo.compensates}: "
@@ -269,8 +271,8 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
     for drift in status.drift:
         print(f"drift     {drift.describe()}")
     now_ms = int(time.time() * 1000)
-    for wait in status.waiting_for:
-        print(f"waiting   {wait.describe(now_ms).removeprefix('waiting ')}")
+    for permit in status.waiting_for:
+        print(f"waiting   {permit.describe(now_ms).removeprefix('waiting ')}")
     return 0 if status.status != "unknown" else 1
 
 

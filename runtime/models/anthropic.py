@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from anthropic.types import MessageParam
 
 from runtime.config import Settings
-from runtime.models.errors import ModelUnreachable, status_error
+from runtime.models.errors import ModelUnreachable, body_text, status_error
 
 __all__ = ["AnthropicModel", "anthropic_error"]
 
@@ -31,7 +31,9 @@ DEFAULT_MAX_TOKENS = 1024  # the Messages API requires a bound; a workflow passe
 def anthropic_error(error: anthropic.AnthropicError, where: str) -> Exception:
     """The agentlog error for an exception of the ``anthropic`` SDK (others are returned unchanged)."""
     if isinstance(error, anthropic.APIStatusError):
-        return status_error(error.status_code, where, error.message)
+        return status_error(
+            error.status_code, where, error.message, error.response.headers, body_text(error.body)
+        )
     if isinstance(error, anthropic.APIConnectionError):  # APITimeoutError is one too
         return ModelUnreachable(f"{where}: {type(error).__name__}: {error}")
     return error

@@ -21,7 +21,13 @@ if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
 
 from runtime.config import Settings
-from runtime.models.errors import ModelHTTPError, ModelRequestError, ModelUnreachable, status_error
+from runtime.models.errors import (
+    ModelHTTPError,
+    ModelRequestError,
+    ModelUnreachable,
+    body_text,
+    status_error,
+)
 
 __all__ = ["ModelHTTPError", "ModelRequestError", "ModelUnreachable", "OpenAIChatModel", "openai_error"]
 
@@ -33,7 +39,9 @@ _NO_KEY = "EMPTY"
 def openai_error(error: openai.OpenAIError, where: str) -> Exception:
     """The agentlog error for an exception of the ``openai`` SDK (others are returned unchanged)."""
     if isinstance(error, openai.APIStatusError):
-        return status_error(error.status_code, where, error.message)
+        return status_error(
+            error.status_code, where, error.message, error.response.headers, body_text(error.body)
+        )
     if isinstance(error, openai.APIConnectionError):  # APITimeoutError is one too
         return ModelUnreachable(f"{where}: {type(error).__name__}: {error}")
     return error

@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from runtime.errors import TerminalError
 from runtime.log.records.events import (
     Event,
     ModelCallCompleted,
@@ -17,6 +16,7 @@ from runtime.log.records.events import (
 )
 from runtime.log.records.status import SKIPPED_IN_FORK
 from runtime.worker.call_pool import CallPool
+from runtime.worker.retrying import Then
 from runtime.worker.usage import usage_of
 from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.canonical import canonical_json
@@ -113,25 +113,19 @@ def skipped_in_fork(command: Intent) -> ToolCallCompleted:
     return ToolCallCompleted(run_id="", position=command.position, result=canonical_json(SKIPPED_IN_FORK))
 
 
-def failed(command: Intent, error: BaseException, attempt: int, started: float, final: bool) -> Event:
+def failed(command: Intent, error: BaseException, attempt: int, started: float, then: Then) -> Event:
+    """The record of a failed attempt; ``then`` (runtime.worker.retrying) says whether it is final,
+    when the next may start, and what to add to the error's message."""
     latency = int((time.perf_counter() - started) * 1_000_000)
     kind = ModelCallFailed if command.kind == "model" else ToolCallFailed
     return kind(
         run_id="",
         position=command.position,
         error_type=type(error).__name__,
-        error=str(error) or repr(error),
+        error=(str(error) or repr(error)) + then.note,
         attempt=attempt,
         latency_us=latency,
-        final=final,
+        final=then.final,
         in_doubt=command.in_doubt,
+        retry_at=then.retry_at,
     )
-
-
-def is_retryable(policy: RetryPolicy, error: BaseException, attempt: int) -> bool:
-    """Another attempt is made unless the policy's attempts are spent, the policy names the error
-    non-retryable, or the error says itself that retrying will not help (a ``TerminalError``, such
-    as a model endpoint's 400/401/403/404 in ``runtime.models.errors``)."""
-    if attempt >= policy.attempts or isinstance(error, TerminalError):
-        return False
-    return not isinstance(error, policy.non_retryable)

@@ -28,7 +28,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from runtime import stagemarks
 from runtime.config import Settings
@@ -46,13 +46,14 @@ from runtime.log.records.prompts import located
 from runtime.worker.batching import TurnBatcher
 from runtime.worker.budgets import BudgetGuard, PriceBook
 from runtime.worker.call_pool import CallPool
-from runtime.worker.calls import attempt_once, completed, failed, is_retryable, retry_policy, skipped_in_fork
+from runtime.worker.calls import attempt_once, completed, failed, retry_policy, skipped_in_fork
 from runtime.worker.continuation import Continuer
 from runtime.worker.limits.gate import PermitGate
 from runtime.worker.limits.local import LocalPermits
 from runtime.worker.limits.permits import Held, LimitUnsatisfiable, Need, Permits
 from runtime.worker.metrics import WorkerMetrics
 from runtime.worker.partition import OwnedPartition
+from runtime.worker.retrying import FINAL, RetryTrail, after_failure, wait_until
 from runtime.worker.tracing import RunSpans
 from runtime.workflow.activation import Completion, Deliver, Park, RunInstance, RunView, TimerDue
 from runtime.workflow.app import App
@@ -254,6 +255,12 @@ class Executor:
         policy = retry_policy(self.app, intent)
         attempt = intent.failed_attempts + (2 if intent.in_doubt else 1)
         needs = self.gate.needs(intent, run.view.limit_keys) if self.gate is not None else ()
+        trail: RetryTrail | None = None  # made at the first failure: most calls never need one
+        # A run taken over: its call is not re-sent before the retry_at its last failure recorded.
+        if intent.not_before and not await self._waited(
+            owned, run, wait_until(intent.not_before, owned.stamp.clock)
+        ):
+            return
         while True:
             held = None
             if needs:  # waiting for a permit is no attempt: the attempt starts once it holds them
@@ -265,11 +272,16 @@ class Executor:
                 outcome, elapsed = await self._attempt(owned, run, intent, attempt, started, held)
             except Exception as error:  # the call's own failure: recorded, retried by its policy
                 elapsed = time.perf_counter() - started  # the call's own time, not the ack's
-                final = not is_retryable(policy, error, attempt)
-                failure = failed(intent, error, attempt, started, final)
-                if not await self._record_failure(owned, run, intent, ack, failure, elapsed, final) or final:
+                trail = trail or RetryTrail.of(intent)
+                then = after_failure(policy, error, attempt, trail, owned.stamp.clock(), elapsed)
+                failure = failed(intent, error, attempt, started, then)
+                if (
+                    not await self._record_failure(owned, run, intent, ack, failure, elapsed, then.final)
+                    or then.final
+                ):
                     return
-                await asyncio.sleep(policy.backoff(attempt))
+                if not await self._waited(owned, run, then.wait(owned.stamp.clock)):
+                    return
                 attempt += 1
             else:
                 await self._record_result(owned, run, intent, ack, outcome, elapsed)
@@ -310,9 +322,15 @@ class Executor:
         try:
             return await self.gate.acquire(needs, attempt, intent.position, note)
         except LimitUnsatisfiable as error:
-            failure = failed(intent, error, attempt, time.perf_counter(), True)
+            failure = failed(intent, error, attempt, time.perf_counter(), FINAL)
             await self._record_failure(owned, run, intent, ack, failure, 0.0, True)
             return None
+
+    async def _waited(self, owned: OwnedPartition, run: RunInstance, waiting: Awaitable[None]) -> bool:
+        """Wait before a call's next attempt; False if the run ended or the partition was lost meanwhile
+        (a rate limit's wait lasts minutes: the next attempt is then not this worker's to send)."""
+        await waiting
+        return self._recordable(owned, run)
 
     async def _attempt(
         self,

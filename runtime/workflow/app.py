@@ -25,6 +25,20 @@ class RetryPolicy:
 
     ``attempts`` counts every try including the first; the wait before try n+1 is
     ``min(initial_backoff * multiplier**(n-1), max_backoff)`` seconds; ``timeout`` bounds one try.
+    ``non_retryable`` names exception types that end the call at once (as a ``TerminalError`` does).
+
+    A rate limit is a wait, not a failure: an attempt that fails with ``RetryLater`` (a model
+    provider's 429, 503 or 529 -- ``runtime.models.errors.ModelRateLimited`` -- or a tool's own)
+    does not spend ``attempts`` while the call is within ``rate_limit_patience`` seconds of its first
+    attempt. The next attempt starts once the wait the provider asked for is over (``Retry-After``,
+    or its body's "try again in 59.977s"; with no wait named, the backoff above, at least 1 s). That
+    time is recorded in the failure record (``retry_at``), so a worker that takes the run over after
+    a restart does not send it earlier. A wait that would end past the patience fails the call for
+    good, its message naming the wait asked for and the patience. The default, 300 s, rides out
+    per-minute limits (tokens or requests per minute: OpenAI's and Anthropic's waits are under 60 s)
+    several times over, e.g. while many runs share one minute's quota, and an overload of a few
+    minutes; a daily quota ("try again in 20h") fails at once with a reason instead of holding a run
+    for hours. ``rate_limit_patience=0`` fails a call at its first rate limit.
     """
 
     attempts: int = 3
@@ -33,10 +47,15 @@ class RetryPolicy:
     multiplier: float = 2.0
     timeout: float | None = 120.0
     non_retryable: tuple[type[BaseException], ...] = ()
+    rate_limit_patience: float = 300.0
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
             raise ValueError("RetryPolicy.attempts must be at least 1")
+        if not self.rate_limit_patience >= 0:  # NaN too
+            raise ValueError(
+                f"RetryPolicy.rate_limit_patience must be seconds >= 0, got {self.rate_limit_patience!r}"
+            )
 
     def backoff(self, attempt: int) -> float:
         return float(min(self.initial_backoff * self.multiplier ** (attempt - 1), self.max_backoff))

@@ -37,6 +37,12 @@ class Intent:
     fire_at: int = 0
     failed_attempts: int = 0
     in_doubt: bool = False
+    # From the call's failure records (runtime.workflow.retry_trail): when its next attempt may start
+    # (ms since the epoch; 0: at once), how many attempts were rate limits (they spend no
+    # ``RetryPolicy.attempts``), and when its first attempt started (where rate-limit patience counts from).
+    not_before: int = 0
+    rate_limited_attempts: int = 0
+    first_attempt_at: int = 0
     recorded: bool = True  # False for a signal wait without timeout: nothing to record or match
     # What the log records of ``args``: secrets replaced by hashes (runtime.workflow.redact); ``hash``
     # is over these. ``legacy_hash`` (set only when something was redacted) is the hash of the raw

@@ -93,6 +93,7 @@ from runtime.workflow.intents import (
     record_signature,
     with_envelope,
 )
+from runtime.workflow.retry_trail import note_failure
 from runtime.workflow.scheduling import (
     drift_record,
     model_intent,
@@ -395,6 +396,7 @@ class RunMachine:
         if command is None:
             return
         command.failed_attempts = max(command.failed_attempts, event.attempt)
+        note_failure(command, event)
         if event.final:
             command.future.set_exception(
                 CallFailed(

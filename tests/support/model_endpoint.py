@@ -2,8 +2,12 @@
 
 It answers ``POST .../chat/completions`` (OpenAI) and ``POST .../v1/messages`` (Anthropic) the way
 the providers do, with usage. The last user message steers it: ``fail-<status>`` answers with that
-status, ``slow`` waits two seconds (past a short client timeout). Every request is kept in
-``requests`` so a test can count what reached the endpoint.
+status, ``slow`` waits two seconds (past a short client timeout), ``rate-limit-<seconds>`` answers
+the first request of a conversation (its messages) with a 429 whose body asks, as OpenAI's does,
+"Please try again in <seconds>s." (and normally after), ``rate-limit-header-<seconds>`` the same
+with a ``Retry-After: <seconds>`` header and a body naming no wait. Every request is kept in
+``requests``, with its arrival time (``at``, ``time.time()``) and the status answered, so a test
+can count what reached the endpoint, and when.
 """
 
 from __future__ import annotations
@@ -68,6 +72,29 @@ def anthropic_message(body: dict[str, Any]) -> dict[str, Any]:
 class Endpoint:
     url: str
     requests: list[dict[str, Any]] = field(default_factory=list)
+    rate_limited: set[str] = field(default_factory=set)  # conversations answered 429 once
+
+    def first_time(self, body: dict[str, Any]) -> bool:
+        """True once per conversation (the request's messages)."""
+        conversation = json.dumps(body.get("messages"), sort_keys=True)
+        if conversation in self.rate_limited:
+            return False
+        self.rate_limited.add(conversation)
+        return True
+
+
+def _rate_limit(text: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The body and headers of a 429 steered by ``text`` (``rate-limit-[header-]<seconds>``)."""
+    if text.startswith("rate-limit-header-"):
+        seconds = text.removeprefix("rate-limit-header-")
+        return {"error": {"type": "requests", "message": "Rate limit reached."}}, {"Retry-After": seconds}
+    seconds = text.removeprefix("rate-limit-")
+    message = (
+        "Rate limit reached for gpt-test in organization org-test on tokens per min (TPM): "
+        f"Limit 30000, Used 30000, Requested 120. Please try again in {seconds}s. Visit "
+        "https://platform.openai.com/account/rate-limits to learn more."
+    )
+    return {"error": {"type": "tokens", "code": "rate_limit_exceeded", "message": message}}, {}
 
 
 @contextmanager
@@ -80,27 +107,34 @@ def model_endpoint(
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            endpoint.requests.append(
-                {
-                    "path": self.path,
-                    "auth": self.headers.get("Authorization"),
-                    "x-api-key": self.headers.get("x-api-key"),
-                    "body": body,
-                }
-            )
+            request = {
+                "path": self.path,
+                "auth": self.headers.get("Authorization"),
+                "x-api-key": self.headers.get("x-api-key"),
+                "body": body,
+                "at": time.time(),
+            }
+            endpoint.requests.append(request)
             text = _last_text(body)
             if text == "slow":
                 time.sleep(2)
             status = int(text.removeprefix("fail-")) if text.startswith("fail-") else 200
-            if status != 200:
-                answer: dict[str, Any] = {"error": {"type": "test", "message": f"refused with {status}"}}
+            headers: dict[str, str] = {}
+            if text.startswith("rate-limit-") and endpoint.first_time(body):
+                status = 429
+                answer, headers = _rate_limit(text)
+            elif status != 200:
+                answer = {"error": {"type": "test", "message": f"refused with {status}"}}
             elif self.path.endswith("/chat/completions"):
                 answer = chat(body)
             else:
                 answer = messages(body)
             payload = json.dumps(answer).encode()
             try:
+                request["status"] = status
                 self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()

@@ -16,6 +16,7 @@ from runtime.config import load_settings
 from runtime.errors import RetryableError, TerminalError
 from runtime.log.records.events import ModelCallCompleted, ModelCallFailed
 from runtime.models.anthropic import AnthropicModel
+from runtime.models.errors import ModelRateLimited
 from runtime.models.openai import ModelHTTPError, ModelRequestError, ModelUnreachable, OpenAIChatModel
 from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.context import Context
@@ -160,7 +161,7 @@ def test_usage_reaches_the_call_record(endpoint: Endpoint, model: str, tokens: t
     assert (done.input_tokens, done.output_tokens, done.cached_tokens, done.response_model) == tokens
 
 
-@pytest.mark.parametrize(("text", "attempts"), [("fail-400", 1), ("fail-401", 1), ("fail-429", 3)])
+@pytest.mark.parametrize(("text", "attempts"), [("fail-400", 1), ("fail-401", 1), ("fail-500", 3)])
 def test_the_worker_retries_retryable_model_errors_only(endpoint: Endpoint, text: str, attempts: int) -> None:
     async def scenario() -> list[ModelCallFailed]:
         harness = Harness(_app(endpoint))
@@ -174,3 +175,62 @@ def test_the_worker_retries_retryable_model_errors_only(endpoint: Endpoint, text
     failures = asyncio.run(scenario())
     assert [f.attempt for f in failures] == list(range(1, attempts + 1))
     assert failures[-1].final and len(endpoint.requests) == attempts
+
+
+@pytest.mark.parametrize(
+    ("client", "text", "after_s"),
+    [
+        ("openai", "rate-limit-2.5", 2.5),  # the body's "Please try again in 2.5s."
+        ("openai", "rate-limit-1m30", 90.0),  # "try again in 1m30s."
+        ("openai", "rate-limit-header-7", 7.0),  # Retry-After: 7
+        ("anthropic", "rate-limit-header-7", 7.0),
+        ("openai", "rate-limit-header-soon", None),  # a junk header: a rate limit naming no wait
+    ],
+)
+def test_a_rate_limit_carries_the_wait_the_provider_asks_for(
+    endpoint: Endpoint, client: str, text: str, after_s: float | None
+) -> None:
+    model = (
+        OpenAIChatModel(base_url=f"{endpoint.url}/v1", api_key="", model="m")
+        if client == "openai"
+        else AnthropicModel(base_url=endpoint.url, api_key="k", model="m")
+    )
+    with pytest.raises(ModelRateLimited) as raised:
+        asyncio.run(model(_ask(text)))
+    assert raised.value.after_s == after_s and str(raised.value).startswith("429 from ")
+    if after_s is not None:
+        assert f"(asks to wait {after_s:g} s)" in str(raised.value)
+    assert len(endpoint.requests) == 1
+
+
+def test_the_worker_waits_what_a_rate_limit_asks_without_spending_attempts(endpoint: Endpoint) -> None:
+    """attempts=1: a rate limit is a wait, not a spent attempt; the re-send comes no earlier than
+    the 0.4 s the body asked for, and the failure records when it may."""
+
+    async def scenario() -> list[Any]:
+        app = App("sdk-rate-limit")
+        model = OpenAIChatModel(base_url=f"{endpoint.url}/v1", api_key="", model="gpt-x")
+        app.model("gpt", retry=RetryPolicy(attempts=1))(model)
+
+        @app.workflow("ask")
+        async def ask(ctx: Context, request: dict[str, Any]) -> Any:
+            return await ctx.model("gpt", messages=_ask(request["text"]))
+
+        harness = Harness(app)
+        harness.start()
+        run_id = harness.client.submit("ask", {"text": "rate-limit-0.4"}).run_id
+        status = await harness.ended(run_id)
+        await harness.stop_all()
+        assert status.status == "completed"
+        return [e for e in harness.events(run_id) if isinstance(e, (ModelCallFailed, ModelCallCompleted))]
+
+    failure, done = asyncio.run(scenario())
+    assert isinstance(failure, ModelCallFailed) and isinstance(done, ModelCallCompleted)
+    assert failure.error_type == "ModelRateLimited" and not failure.final and failure.attempt == 1
+    assert "(asks to wait 0.4 s)" in failure.error
+    assert done.attempt == 2
+    first, second = endpoint.requests
+    # asked after the 429 arrived, recorded after it was asked (the same machine's clock; ms floored)
+    assert first["at"] * 1000 + 400 <= failure.retry_at <= failure.occurred_at + 400 + 1
+    assert first["status"] == 429 and second["status"] == 200
+    assert second["at"] - first["at"] >= 0.4

@@ -243,7 +243,9 @@ def test_a_result_that_cannot_be_recorded_fails_the_call_naming_the_tool_and_the
     assert _end(events).type == "RunFailed"
 
 
-@pytest.mark.parametrize(("status", "attempts"), [(429, 3), (503, 3), (400, 1), (401, 1)])
+# A rate limit (429, 503, 529) spends no attempts while within the policy's patience (the unit tests
+# of runtime.worker.retrying): with none, it fails at once, naming the patience.
+@pytest.mark.parametrize(("status", "attempts"), [(429, 1), (503, 1), (500, 3), (400, 1), (401, 1)])
 def test_model_http_errors_are_retried_by_status(status: int, attempts: int) -> None:
     app = App(f"pydantic-ai-http-{status}")
 
@@ -253,7 +255,11 @@ def test_model_http_errors_are_retried_by_status(status: int, attempts: int) -> 
     agent = Agent(
         FunctionModel(refuse),
         name="refused",
-        capabilities=[AgentlogDurability(app, model_retry=RetryPolicy(attempts=3, initial_backoff=0.01))],
+        capabilities=[
+            AgentlogDurability(
+                app, model_retry=RetryPolicy(attempts=3, initial_backoff=0.01, rate_limit_patience=0)
+            )
+        ],
     )
 
     @app.workflow("ask")
@@ -264,6 +270,10 @@ def test_model_http_errors_are_retried_by_status(status: int, attempts: int) -> 
     failed = [e.attempt for e in events if isinstance(e, ModelCallFailed)]
     assert failed == list(range(1, attempts + 1))
     assert _end(events).type == "RunFailed"
+    if status in (429, 503):
+        (failure,) = [e for e in events if isinstance(e, ModelCallFailed)]
+        assert failure.error_type == "ModelRateLimited" and failure.final and failure.retry_at == 0
+        assert "past its retry policy's rate_limit_patience of 0 s" in failure.error, failure.error
 
 
 def test_outside_a_workflow_the_capability_is_transparent() -> None:

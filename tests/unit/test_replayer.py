@@ -61,6 +61,7 @@ def test_public_api_is_pinned() -> None:
         "InDoubtCall",
         "NonDeterminismError",
         "Replayer",
+        "RetryLater",
         "RetryPolicy",
         "RetryableError",
         "RunError",

@@ -161,8 +161,9 @@ def test_the_shipped_columns_are_read_from_the_migrations() -> None:
     assert shipped["new_messages"] == "Array(String)"  # migration 10
     assert shipped["chain"] == "Nullable(String)"  # migration 14
     assert shipped["budget"] == "Nullable(String)"  # migration 15
-    # sink, envelope, the fields of 1, 5, 6, 8, 10, 12, 14, 15, 16
-    assert len(shipped) == 10 + 6 + 38 + 2 + 3 + 4 + 11 + 1 + 1 + 1 + 5
+    assert shipped["retry_at"] == "Nullable(DateTime64(3, 'UTC'))"  # migration 17
+    # sink, envelope, the fields of 1, 5, 6, 8, 10, 12, 14, 15, 16, 17
+    assert len(shipped) == 10 + 6 + 38 + 2 + 3 + 4 + 11 + 1 + 1 + 1 + 5 + 1
 
 
 def test_every_released_event_schema_fits_the_shipped_columns() -> None:

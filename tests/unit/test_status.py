@@ -14,6 +14,7 @@ from runtime.log.records.events import (
     TERMINAL_TYPES,
     Event,
     ModelCallCompleted,
+    ModelCallFailed,
     ModelCallScheduled,
     PromptDrifted,
     Redecided,
@@ -35,6 +36,7 @@ from runtime.run_status import (
     PromptDrift,
     Redecision,
     ResetOrigin,
+    RetryWait,
     RunStatus,
     summarize,
 )
@@ -150,7 +152,45 @@ def test_run_status_as_dict_keeps_the_status_json_keys() -> None:
         "compensations": [],
         "budget": None,
         "waiting_for": [],
+        "retrying": [],
     }
+
+
+def test_a_call_waiting_out_a_rate_limit_shows_when_it_retries() -> None:
+    started = RunStarted(run_id="r", workflow="w", input="{}", command_offset=0)
+    scheduled = ModelCallScheduled(run_id="r", position=1, model="planner", args_hash="h")
+    at = 1_792_654_080_000  # 2026-10-22 07:28:00 UTC
+    limited = ModelCallFailed(
+        run_id="r",
+        position=1,
+        error_type="ModelRateLimited",
+        error="429 (asks to wait 30 s)",
+        attempt=1,
+        final=False,
+        retry_at=at,
+    )
+    (wait,) = summarize("r", _logged(started, scheduled, limited)).retrying
+    assert wait == RetryWait("model", 1, "planner", at, 1, "429 (asks to wait 30 s)")
+    assert (
+        wait.describe(at - 25_000)
+        == "model 'planner' rate limited, retrying at 2026-10-22 07:28:00 UTC (in 25 s)"
+    )
+    assert wait.describe(at + 5_000).endswith("(in 0 s)")
+    assert summarize("r", _logged(started, scheduled, limited)).as_dict()["retrying"] == [
+        {
+            "kind": "model",
+            "position": 1,
+            "name": "planner",
+            "retry_at": at,
+            "attempt": 1,
+            "error": "429 (asks to wait 30 s)",
+        }
+    ]
+    # the next outcome ends the wait; a failure by backoff (no retry_at) is no rate limit's wait
+    done = ModelCallCompleted(run_id="r", position=1, result="{}", attempt=2)
+    assert summarize("r", _logged(started, scheduled, limited, done)).retrying == ()
+    backoff = ModelCallFailed(run_id="r", position=1, error_type="E", error="e", attempt=2, final=False)
+    assert summarize("r", _logged(started, scheduled, limited, backoff)).retrying == ()
 
 
 def test_a_fork_shows_its_origin_position_and_overrides() -> None:

@@ -105,6 +105,7 @@ class ModelCallFailed(Event):
     latency_us: int = 0
     final: bool = True
     in_doubt: bool = False
+    retry_at: int = 0  # ms since the epoch the next attempt may start at; 0: by the policy's backoff
 
 
 @record_type
@@ -337,6 +338,7 @@ class ToolCallFailed(Event):
     latency_us: int = 0
     final: bool = True
     in_doubt: bool = False
+    retry_at: int = 0  # ms since the epoch the next attempt may start at; 0: by the policy's backoff
 
 
 @record_type

@@ -1,0 +1,2 @@
+ALTER TABLE agentlog.events ADD COLUMN IF NOT EXISTS `retry_at` Nullable(DateTime64(3, 'UTC'))
+;
