@@ -264,9 +264,11 @@ class Executor:
         while True:
             held = None
             if needs:  # waiting for a permit is no attempt: the attempt starts once it holds them
-                held = await self._permitted(owned, run, intent, ack, attempt, needs)
+                held = self.gate.try_now(needs) if self.gate is not None else None
                 if held is None:
-                    return
+                    held = await self._permitted(owned, run, intent, ack, attempt, needs)
+                    if held is None:
+                        return
             started = time.perf_counter()
             try:
                 outcome, elapsed = await self._attempt(owned, run, intent, attempt, started, held)

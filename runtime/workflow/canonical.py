@@ -39,6 +39,13 @@ def args_hash(kind: str, name: str, args: Any) -> str:
     return sha256_hex(canonical_json([kind, name, args]))[:16]
 
 
+def args_hash_and_size(kind: str, name: str, args: Any) -> tuple[str, int]:
+    """``args_hash``, and the size of the canonical text it hashed: a model call's prompt measured
+    once, where it is serialized anyway (runtime.workflow.tokens estimates from it)."""
+    text = canonical_json([kind, name, args])
+    return sha256_hex(text)[:16], len(text)
+
+
 def idempotency_key(run_id: str, tool: str, key_args: Any, n: int) -> str:
     digest = sha256_hex(canonical_json(key_args))
     return str(uuid.uuid5(NAMESPACE, f"{run_id}/{tool}/{digest}/{n}"))

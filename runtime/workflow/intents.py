@@ -50,6 +50,9 @@ class Intent:
     recorded_args: Any = None
     legacy_hash: str | None = None
     compensates: int | None = None  # a compensation: the position of the effect it undoes
+    # A model call: the size of its canonical recorded arguments, measured where they were hashed
+    # (what runtime.workflow.tokens estimates its prompt's tokens from); 0 when not measured.
+    size: int = 0
 
     def matches(self, recorded_hash: str) -> bool:
         return recorded_hash == self.hash or (

@@ -25,7 +25,13 @@ from runtime.log.records.events import (
 )
 from runtime.log.records.prompts import PromptBook
 from runtime.workflow.app import App
-from runtime.workflow.canonical import args_hash, canonical_json, idempotency_key, sha256_hex
+from runtime.workflow.canonical import (
+    args_hash,
+    args_hash_and_size,
+    canonical_json,
+    idempotency_key,
+    sha256_hex,
+)
 from runtime.workflow.futures import DurableFuture
 from runtime.workflow.intents import Drift, Intent, timer_hash
 from runtime.workflow.redact import redact
@@ -54,10 +60,10 @@ def model_intent(
     # Params are named (api_key, headers ...); messages are content, not scanned for names.
     recorded_params = redact(params, key_root)
     recorded = args if recorded_params is params else {**args, "params": recorded_params}
-    command = Intent(
-        position, "model", name, args, args_hash("model", name, recorded), DurableFuture(position)
-    )
+    digest, size = args_hash_and_size("model", name, recorded)
+    command = Intent(position, "model", name, args, digest, DurableFuture(position))
     command.prompt_version = prompt_version
+    command.size = size
     return _note_redaction(command, recorded)
 
 

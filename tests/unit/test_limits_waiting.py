@@ -36,10 +36,10 @@ def test_a_call_needs_one_of_each_dimension_of_every_limit_covering_it() -> None
     messages = [{"role": "user", "content": "x" * 400}]
     call = intent("model", "gpt", {"messages": messages, "params": {"max_tokens": 50}})
     tokens = float(estimate_tokens(messages, {"max_tokens": 50}))
-    assert gate.needs(call, (("per-tenant", "acme"),)) == (
+    assert gate.needs(call, (("per-tenant", "acme"),)) == (  # in acquiring order: slots before rates
+        Need("per-tenant", "acme", "concurrent", 1.0),
         Need("openai", None, "requests_per_minute", 1.0),
         Need("openai", None, "tokens_per_minute", tokens),
-        Need("per-tenant", "acme", "concurrent", 1.0),
     )
     mini = intent("model", "gpt-mini", {"messages": messages, "params": {}})
     assert [n.dimension for n in gate.needs(mini, ())] == ["requests_per_minute", "tokens_per_minute"]

@@ -16,11 +16,12 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from runtime.log.records.events import Event, ModelCallCompleted, PermitAwaited, PermitGranted
+from runtime.worker.limits.local import acquiring_order
 from runtime.worker.limits.permits import Held, LimitUnsatisfiable, Need, Permits
 from runtime.worker.metrics import WorkerMetrics
 from runtime.workflow.intents import Intent
 from runtime.workflow.limits import Limit
-from runtime.workflow.tokens import estimate_tokens
+from runtime.workflow.tokens import estimate_from_size, estimate_tokens
 
 # Delivers a record of the wait to the run and appends it; False when it could not be (the run
 # ended, the partition was lost, a record was not acknowledged): the call is then not made.
@@ -45,28 +46,56 @@ class PermitGate:
             for tool in limit.tools:
                 covering.setdefault(("tool", tool), []).append(limit)
         self._covering = {call: tuple(found) for call, found in covering.items()}
+        # A call whose limits are neither keyed nor counting tokens needs the same permits every
+        # time: made once, in acquiring order. Models under a tokens limit: their usage corrects it.
+        self._fixed: dict[tuple[str, str], tuple[Need, ...]] = {}
+        for call, found in self._covering.items():
+            if not any(limit.per is not None or _counts_tokens(limit, call[0]) for limit in found):
+                self._fixed[call] = _ordered(_needs_of(found, call[0], {}, 0.0))
+        # A model under one tokens limit and no keyed one: its needs but for the tokens amount.
+        self._tokens_template: dict[str, tuple[tuple[Need, ...], int]] = {}
+        for (kind, name), found in self._covering.items():
+            counting = [limit for limit in found if _counts_tokens(limit, kind)]
+            if len(counting) == 1 and all(limit.per is None for limit in found):
+                template = _ordered(_needs_of(found, kind, {}, 0.0))
+                at = next(i for i, need in enumerate(template) if need.dimension == "tokens_per_minute")
+                self._tokens_template[name] = (template, at)
+        self._token_models = frozenset(
+            name
+            for (kind, name), found in self._covering.items()
+            if any(_counts_tokens(lim, kind) for lim in found)
+        )
 
     def needs(self, intent: Intent, limit_keys: Sequence[tuple[str, str]]) -> tuple[Need, ...]:
-        """What one call of ``intent`` needs: 1 request, its estimated tokens (a model call), 1 slot,
-        of each limit covering it, keyed by the run's ``limit_keys`` (RunView.limit_keys)."""
-        covering = self._covering.get((intent.kind, intent.name))
+        """What one call of ``intent`` needs, in acquiring order: 1 request, its estimated tokens (a
+        model call), 1 slot, of each limit covering it, keyed by the run's ``limit_keys``
+        (RunView.limit_keys)."""
+        call = (intent.kind, intent.name)
+        fixed = self._fixed.get(call)
+        if fixed is not None:
+            return fixed
+        covering = self._covering.get(call)
         if covering is None:
             return NO_NEEDS
-        keys = dict(limit_keys)
-        tokens: float | None = None
-        needs: list[Need] = []
-        for limit in covering:
-            key = keys.get(limit.name) if limit.per is not None else None
-            if limit.requests_per_minute is not None:
-                needs.append(Need(limit.name, key, "requests_per_minute", 1.0))
-            if limit.tokens_per_minute is not None and intent.kind == "model":
-                if tokens is None:
-                    args = intent.args
-                    tokens = float(estimate_tokens(args["messages"], dict(args.get("params") or {})))
-                needs.append(Need(limit.name, key, "tokens_per_minute", tokens))
-            if limit.concurrent is not None:
-                needs.append(Need(limit.name, key, "concurrent", 1.0))
-        return tuple(needs)
+        tokens = 0.0
+        if intent.kind == "model" and intent.name in self._token_models:
+            args = intent.args
+            params = args.get("params") or {}
+            tokens = float(
+                estimate_from_size(intent.size, params)
+                if intent.size
+                else estimate_tokens(args["messages"], params)
+            )
+            unkeyed = self._tokens_template.get(intent.name)
+            if unkeyed is not None:  # the fixed needs with this call's tokens in their place
+                template, at = unkeyed
+                return (*template[:at], template[at].costing(tokens), *template[at + 1 :])
+        return _ordered(_needs_of(covering, intent.kind, dict(limit_keys), tokens))
+
+    def try_now(self, needs: Sequence[Need]) -> Held | None:
+        """The permits of ``needs`` if every one is free now (nearly every call: nothing recorded,
+        no coroutine); None: wait for them through ``acquire``."""
+        return self.permits.try_acquire(needs)
 
     async def acquire(self, needs: Sequence[Need], attempt: int, position: int, note: Note) -> Held | None:
         """Hold every permit of ``needs``; the waiting, if any, recorded through ``note``. None when
@@ -122,9 +151,30 @@ class PermitGate:
     def settle(self, held: Held, intent: Intent, outcome: Event) -> None:
         """Correct the tokens estimate of a model call under a tokens limit from the usage it
         reported (when it reports one); before its permits are released."""
-        if not isinstance(outcome, ModelCallCompleted) or outcome.input_tokens is None:
-            return
-        if any(
-            limit.tokens_per_minute is not None for limit in self._covering.get(("model", intent.name), ())
+        if (
+            isinstance(outcome, ModelCallCompleted)
+            and outcome.input_tokens is not None
+            and intent.name in self._token_models
         ):
             held.correct("tokens_per_minute", float(outcome.input_tokens + (outcome.output_tokens or 0)))
+
+
+def _counts_tokens(limit: Limit, kind: str) -> bool:
+    return limit.tokens_per_minute is not None and kind == "model"
+
+
+def _needs_of(covering: Sequence[Limit], kind: str, keys: Mapping[str, str], tokens: float) -> list[Need]:
+    needs: list[Need] = []
+    for limit in covering:
+        key = keys.get(limit.name) if limit.per is not None else None
+        if limit.requests_per_minute is not None:
+            needs.append(Need(limit.name, key, "requests_per_minute", 1.0))
+        if _counts_tokens(limit, kind):
+            needs.append(Need(limit.name, key, "tokens_per_minute", tokens))
+        if limit.concurrent is not None:
+            needs.append(Need(limit.name, key, "concurrent", 1.0))
+    return needs
+
+
+def _ordered(needs: list[Need]) -> tuple[Need, ...]:
+    return tuple(sorted(needs, key=acquiring_order))

@@ -23,7 +23,8 @@ from .pools import Bucket, Pool, Slots
 PoolKey = tuple[str, Dimension]  # (instance, dimension)
 
 
-def _order(need: Need) -> tuple[bool, str, Dimension]:
+def acquiring_order(need: Need) -> tuple[bool, str, Dimension]:
+    """Slots before rates, each by instance: the one order every acquire takes needs in."""
     return (need.dimension != "concurrent", need.instance, need.dimension)
 
 
@@ -82,7 +83,7 @@ class LocalPermits:
     async def acquire(self, needs: Sequence[Need]) -> LocalHeld:
         if not needs:
             return _NOTHING
-        ordered = sorted(needs, key=_order) if len(needs) > 1 else needs
+        ordered = sorted(needs, key=acquiring_order) if len(needs) > 1 else needs
         taken: list[tuple[Pool, float, Dimension]] = []
         slots: list[tuple[Slots, float]] = []
         try:
@@ -106,6 +107,23 @@ class LocalPermits:
             raise
         return LocalHeld(taken, slots)
 
+    def try_acquire(self, needs: Sequence[Need]) -> LocalHeld | None:
+        pools = self.pools
+        taken: list[tuple[Pool, float, Dimension]] = []
+        slots: list[tuple[Slots, float]] = []
+        for need in needs:
+            pool = pools.get(need.pool_key)
+            amount = need.amount
+            # a pool not opened yet, or a need no wait can meet: the slow path opens it, or says so
+            if pool is None or amount > pool.ceiling or not pool.try_take(amount):
+                for taken_pool, taken_amount, _ in reversed(taken):
+                    taken_pool.give_back(taken_amount)
+                return None
+            taken.append((pool, amount, need.dimension))
+            if isinstance(pool, Slots):
+                slots.append((pool, amount))
+        return LocalHeld(taken, slots)
+
     async def _wait(self, key: PoolKey, pool: Pool, amount: float) -> None:
         future = pool.enqueue(amount)
         if future.done():
@@ -122,7 +140,7 @@ class LocalPermits:
             raise
 
     def blocking(self, needs: Sequence[Need]) -> Need | None:
-        for need in sorted(needs, key=_order):
+        for need in sorted(needs, key=acquiring_order):
             key = (need.instance, need.dimension)
             pool = self.pools.get(key)
             if pool is None:

@@ -9,7 +9,7 @@ Waiting holds no thread: ``acquire`` is a coroutine that parks on futures.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from runtime.errors import TerminalError
@@ -21,19 +21,31 @@ class LimitUnsatisfiable(TerminalError):
     minute's): waiting would never end, so the call fails for good, naming the limit."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Need:
-    """``amount`` of one dimension of one limit instance: 1 request, the estimated tokens, 1 slot."""
+    """``amount`` of one dimension of one limit instance: 1 request, the estimated tokens, 1 slot.
+    Never changed once made (not frozen only because a frozen one costs a model call under a tokens
+    limit twice as much to make, on every call)."""
 
     limit: str  # the declared limit's name
     key: str | None  # the value of the limit's ``per`` field in the run's input; None when not keyed
     dimension: Dimension
     amount: float
+    # (instance, dimension): the pool this draws on, made once (every call under a limit looks it up)
+    pool_key: tuple[str, Dimension] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        instance = self.limit if self.key is None else f"{self.limit}[{self.key}]"
+        self.pool_key = (instance, self.dimension)
 
     @property
     def instance(self) -> str:
         """The limit instance this draws on: one per name, or per name and key."""
-        return self.limit if self.key is None else f"{self.limit}[{self.key}]"
+        return self.pool_key[0]
+
+    def costing(self, amount: float) -> Need:
+        """The same need for another amount (a model call's estimated tokens)."""
+        return Need(self.limit, self.key, self.dimension, amount)
 
     def describe(self) -> str:
         """As a run's status shows it: ``openai requests/min``, ``payments[acme] concurrent calls``."""
@@ -57,6 +69,11 @@ class Permits(Protocol):
     async def acquire(self, needs: Sequence[Need]) -> Held:
         """Wait until every need is granted (in a fixed order, so two calls never deadlock); raises
         ``LimitUnsatisfiable`` for a need no wait can meet. Cancelling the wait takes nothing."""
+
+    def try_acquire(self, needs: Sequence[Need]) -> Held | None:
+        """Every need granted at once, without waiting (nobody queued ahead, each pool admits), or
+        None and nothing taken: the path of every call under limits nowhere near, so no coroutine,
+        no sorting (``needs`` come in acquiring order: runtime.worker.limits.gate)."""
 
     def blocking(self, needs: Sequence[Need]) -> Need | None:
         """The first need that could not be granted right now (what a run waits for), or None."""

@@ -131,6 +131,10 @@ class SharedPermits:
     async def acquire(self, needs: Sequence[Need]) -> SharedHeld:
         return SharedHeld(await self.local.acquire(needs), self)
 
+    def try_acquire(self, needs: Sequence[Need]) -> SharedHeld | None:
+        inner = self.local.try_acquire(needs)
+        return None if inner is None else SharedHeld(inner, self)
+
     def blocking(self, needs: Sequence[Need]) -> Need | None:
         return self.local.blocking(needs)
 
