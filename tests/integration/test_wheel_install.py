@@ -3,7 +3,8 @@ packages and nothing else, the packaged schemas and migrations load, `agentlog s
 reaches the registry, and a workflow runs in-process with run_local.
 
 The wheel is built from the repository and installed WITHOUT -e into a fresh venv (no system
-site-packages; dependencies from the package index, pip's cache reused); every command then runs
+site-packages; dependencies from the package index, by uv, which links what its cache holds rather
+than unpacking every wheel again); every command then runs
 from a scratch folder with no PYTHONPATH, so nothing can be imported from the source tree.
 """
 
@@ -23,7 +24,7 @@ import pytest
 from analytics.migrations import RELEASED
 from runtime.config import Settings
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]  # a cold pip cache downloads chdb
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]  # a cold cache downloads chdb
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_COUNT = len(list((ROOT / "schemas").glob("*.avsc")))  # every schema of the checkout ships
@@ -93,7 +94,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     (wheel,) = wheels.glob("agentlog-*.whl")
     subprocess.run([sys.executable, "-m", "venv", str(base / "venv")], check=True, timeout=120)
     target = Installed(base / "venv", workdir)
-    _check(target.run(target.python, "-m", "pip", "install", "-q", wheel))
+    _check(target.run(sys.executable, "-m", "uv", "pip", "install", "-q", "--python", target.python, wheel))
     return target
 
 
