@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q --upgrade pip uv
 	@# uv resolves and installs what pip would, in parallel and linked from its cache; its summary is
 	@# printed, not its line per package.
-	set -o pipefail; $(VENV)/bin/uv pip install --python $(VENV)/bin/python -e '.[dev]' 2>&1 | { grep -v '^ [+-~] ' || true; }
+	set -o pipefail; $(VENV)/bin/uv pip install --python $(VENV)/bin/python -e '.[dev]' 2>&1 | { grep -v '^ [-+~] ' || true; }
 	touch $@
 
 # Debian packages the suite needs (infra/debian-packages.txt: Chromium for the UI's browser tests).
