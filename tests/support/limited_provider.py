@@ -153,15 +153,7 @@ def limited_provider(
         def _answer(
             self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
         ) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a worker killed mid-call
-                self.wfile.write(data)
+            _answer(self, status, payload, headers)
 
         def log_message(self, format: str, *args: Any) -> None:
             return
@@ -204,13 +196,7 @@ def payments_service(allowed: int = 5, seconds: float = 0.2) -> Iterator[Payment
                 with service.lock:
                     service.in_flight -= 1
                     service.completed += 1
-            data = json.dumps({"ok": status == 200}).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a worker killed mid-call
-                self.wfile.write(data)
+            _answer(self, status, {"ok": status == 200})
 
         def log_message(self, format: str, *args: Any) -> None:
             return
@@ -218,6 +204,20 @@ def payments_service(allowed: int = 5, seconds: float = 0.2) -> Iterator[Payment
     with _serving(Handler) as url:
         service.url = url
         yield service
+
+
+def _answer(
+    handler: BaseHTTPRequestHandler, status: int, payload: Any, headers: dict[str, str] | None = None
+) -> None:
+    data = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(data)))
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a worker killed mid-call
+        handler.wfile.write(data)
 
 
 @contextmanager
