@@ -58,7 +58,12 @@ async def member(settings: Settings, index: int, seconds: float, hold_s: float) 
     deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline:
-            held = await permits.acquire(need)
+            # A member still waiting when the coordinator (member 0) has stopped would wait forever:
+            # no one hands partition 0 on here, as the workers' group does.
+            try:
+                held = await asyncio.wait_for(permits.acquire(need), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                break
             started = time.time()
             await asyncio.sleep(hold_s)
             released = time.time()
