@@ -59,7 +59,7 @@ KILL_DURING = ("agentlog._stage", "agentlog.events", "agentlog.")
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(
     ("driver", "runs", "kill_at"),
-    [("direct", 12_000, (0.1, 0.4, 0.7)), ("faust", 1_500, (0.2, 0.6))],
+    [("direct", 6_000, (0.1, 0.4, 0.7)), ("faust", 1_500, (0.2, 0.6))],
 )
 def test_a_sink_killed_mid_batch_resumes_with_no_duplicate_and_no_gap(
     services: Settings, tmp_path: Path, driver: str, runs: int, kill_at: tuple[float, ...]
