@@ -100,7 +100,9 @@ def rss_mb(pid: int | str) -> float:
 
 
 def driver_memory() -> str:
-    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    fields = dict(
+        line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line
+    )
     return f"VmRSS {fields['VmRSS'].strip()}, peak VmHWM {fields['VmHWM'].strip()}"
 
 
@@ -150,7 +152,12 @@ class Worker:
         status, body = self.get("/metrics", timeout=30)
         if status != 200:
             self.check_alive()
-            raise SystemExit(f"worker {self.pid}: /metrics answered {status}: {body[:200]}")
+            now = Sample.of(self.pid)
+            raise SystemExit(
+                f"worker {self.pid}: /metrics answered {status}: {body[:200]} -- it holds {now.threads} threads, "
+                f"{now.fds} fds (RLIMIT_NOFILE {self.limits_nofile()}), RSS {now.rss_mb:.0f} MB; its log ends:\n"
+                + self.tail()
+            )
         return {
             (s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(body)
@@ -167,8 +174,12 @@ class Worker:
 
     def check_alive(self) -> None:
         if self.proc.poll() is not None:
-            tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-15:])
-            raise SystemExit(f"worker {self.pid} exited ({self.proc.returncode}); its log ends:\n{tail}")
+            raise SystemExit(
+                f"worker {self.pid} exited ({self.proc.returncode}); its log ends:\n{self.tail()}"
+            )
+
+    def tail(self, lines: int = 15) -> str:
+        return "\n".join(line[:400] for line in self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def wait_ready(self, timeout: float) -> float:
         """Seconds from the spawn until /readyz answers 200 and every partition has been taken."""
@@ -229,7 +240,12 @@ class Bench:
         return Worker(proc, port, self.workdir / log_name, spawned, mono)
 
     def poll_until(
-        self, worker: Worker, done: Callable[[dict[Any, float]], bool], timeout: float, every: float, what: str
+        self,
+        worker: Worker,
+        done: Callable[[dict[Any, float]], bool],
+        timeout: float,
+        every: float,
+        what: str,
     ) -> dict[Any, float]:
         deadline = time.monotonic() + timeout
         while True:
@@ -252,7 +268,7 @@ class Bench:
         has no call that signals many runs, so the commands go through its writer, as
         ``RunHandle.signal`` sends them, and are flushed once a batch."""
         payload = canonical_json(VARIANTS[self.variant][1])
-        writer = client._writer  # noqa: SLF001 -- see the docstring
+        writer = client._writer  # private: see the docstring
         for i, run_id in enumerate(run_ids, 1):
             writer.send(SignalSent(run_id=run_id, name=SIGNAL, payload=payload))
             if i % self.batch == 0:
@@ -295,8 +311,10 @@ class Bench:
             # 3. until all N wait
             metrics = self.poll_until(
                 first,
-                lambda m: total(m, "agentlog_calls_total", kind="model", outcome="completed") >= n
-                and total(m, "agentlog_runs", state="active") == 0,
+                lambda m: (
+                    total(m, "agentlog_calls_total", kind="model", outcome="completed") >= n
+                    and total(m, "agentlog_runs", state="active") == 0
+                ),
                 timeout,
                 every,
                 f"{n} runs wait",
@@ -398,11 +416,15 @@ def count_effects(db: Path, n: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--variant", choices=tuple(VARIANTS), default="native")
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--cache-size", type=int, default=None, help="AGENTLOG_RUN_CACHE_SIZE of the workers")
-    parser.add_argument("--nofile", type=int, default=None, help="the workers' RLIMIT_NOFILE (default: inherited)")
+    parser.add_argument(
+        "--nofile", type=int, default=None, help="the workers' RLIMIT_NOFILE (default: inherited)"
+    )
     parser.add_argument("--batch", type=int, default=5000, help="submits and signals per flush")
     args = parser.parse_args()
     if args.runs < 1 or args.batch < 1:
@@ -420,7 +442,9 @@ def main() -> None:
         workdir = Path(tmp)
         env["WAITING_DB"] = str(workdir / "effects.db")
         settings = fresh_deployment(partitions=PARTITIONS, prefix="waiting")
-        say(f"{args.variant}, {args.runs} runs, run cache {cache}; deployment {settings.commands_topic}; logs in {tmp}")
+        say(
+            f"{args.variant}, {args.runs} runs, run cache {cache}; deployment {settings.commands_topic}; logs in {tmp}"
+        )
         bench = Bench(settings, workdir, args.variant, args.runs, args.batch, args.nofile, env)
         try:
             f = bench.run()

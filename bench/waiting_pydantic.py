@@ -16,7 +16,14 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from bench.waiting_app import SIGNAL, record_effect
