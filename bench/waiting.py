@@ -44,6 +44,7 @@ import json
 import os
 import resource
 import secrets
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -172,6 +173,9 @@ class Worker:
                 found.append(json.loads(line[line.index("{") :]))
         return found
 
+    def partitions_taken(self) -> int:
+        return len({t["partition"] for t in self.taken()})
+
     def check_alive(self) -> None:
         if self.proc.poll() is not None:
             raise SystemExit(
@@ -186,13 +190,13 @@ class Worker:
         deadline = time.monotonic() + timeout
         while True:
             self.check_alive()
-            if self.get("/readyz", timeout=2)[0] == 200 and len(self.taken()) >= PARTITIONS:
+            if self.get("/readyz", timeout=2)[0] == 200 and self.partitions_taken() >= PARTITIONS:
                 return time.monotonic() - self.spawned_mono
             if time.monotonic() > deadline:
                 status, body = self.get("/readyz", timeout=2)
                 raise SystemExit(
                     f"worker {self.pid} not ready after {timeout:.0f} s: /readyz {status} {body.strip()!r}, "
-                    f"{len(self.taken())} of {PARTITIONS} partitions taken (log: {self.log})"
+                    f"{self.partitions_taken()} of {PARTITIONS} partitions taken (log: {self.log})"
                 )
             time.sleep(0.02)
 
@@ -426,6 +430,7 @@ def main() -> None:
         "--nofile", type=int, default=None, help="the workers' RLIMIT_NOFILE (default: inherited)"
     )
     parser.add_argument("--batch", type=int, default=5000, help="submits and signals per flush")
+    parser.add_argument("--keep", action="store_true", help="keep the workers' logs and the effects file")
     args = parser.parse_args()
     if args.runs < 1 or args.batch < 1:
         parser.error("--runs and --batch must be at least 1")
@@ -438,18 +443,24 @@ def main() -> None:
         else:
             say(f"--cache-size {args.cache_size} ignored: this code's Settings has no run_cache_size")
             cache = "n/a"
-    with tempfile.TemporaryDirectory(prefix="waiting-bench-") as tmp:
-        workdir = Path(tmp)
-        env["WAITING_DB"] = str(workdir / "effects.db")
-        settings = fresh_deployment(partitions=PARTITIONS, prefix="waiting")
-        say(
-            f"{args.variant}, {args.runs} runs, run cache {cache}; deployment {settings.commands_topic}; logs in {tmp}"
-        )
-        bench = Bench(settings, workdir, args.variant, args.runs, args.batch, args.nofile, env)
-        try:
-            f = bench.run()
-        finally:
-            drop_topics(settings)
+    workdir = Path(tempfile.mkdtemp(prefix="waiting-bench-"))
+    env["WAITING_DB"] = str(workdir / "effects.db")
+    settings = fresh_deployment(partitions=PARTITIONS, prefix="waiting")
+    say(
+        f"{args.variant}, {args.runs} runs, run cache {cache}; deployment {settings.commands_topic}; logs in {workdir}"
+    )
+    bench = Bench(settings, workdir, args.variant, args.runs, args.batch, args.nofile, env)
+    try:
+        f = bench.run()
+    except BaseException:
+        say(f"failed: the workers' logs and the effects are kept in {workdir}")
+        raise
+    finally:
+        drop_topics(settings)
+    if args.keep:
+        say(f"the workers' logs and the effects are kept in {workdir}")
+    else:
+        shutil.rmtree(workdir)
     say(f"driver (this process): {driver_memory()}")
     print(json.dumps({"variant": args.variant, "runs": args.runs, "cache": cache, **f}, default=str))
     first = "-" if f["first_s"] is None else f"{f['first_s']:.2f}"
