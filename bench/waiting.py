@@ -207,6 +207,12 @@ class Worker:
         return "?"
 
 
+def cached(metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float], where: str) -> int | str:
+    """``agentlog_runs_cached{where=...}``, or "-" where the worker has no run cache."""
+    key = ("agentlog_runs_cached", (("where", where),))
+    return int(metrics[key]) if key in metrics else "-"
+
+
 def total(metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
     """The sum of ``name``'s samples whose labels include ``labels``."""
     return sum(
@@ -326,13 +332,16 @@ class Bench:
             f["to_wait_s"] = time.monotonic() - t0
             waiting = Sample.of(first.pid)
             f["waiting_gauge"] = total(metrics, "agentlog_runs", state="waiting")
+            # the bounded run cache's gauge (issue 37), where the code has it: runs in memory / evicted
+            f["in_memory"] = cached(metrics, "memory")
+            f["evicted"] = cached(metrics, "evicted")
             f["rss_mb"] = waiting.rss_mb
             f["kb_per_run"] = (waiting.rss_mb - idle.rss_mb) * 1024 / n
             f["threads"], f["fds"] = waiting.threads, waiting.fds
             f["cpu_wait_ms"] = (waiting.cpu_s - idle.cpu_s) * 1000 / n
             say(
                 f"all {n} waiting {f['to_wait_s']:.2f} s after the first submit (agentlog_runs waiting: "
-                f"{f['waiting_gauge']:.0f}): RSS {waiting.rss_mb:.1f} MB ({f['kb_per_run']:.1f} KB/run over idle), "
+                f"{f['waiting_gauge']:.0f}; in memory / evicted: {f['in_memory']} / {f['evicted']}): RSS {waiting.rss_mb:.1f} MB ({f['kb_per_run']:.1f} KB/run over idle), "
                 f"{waiting.threads} threads, {waiting.fds} fds, CPU {f['cpu_wait_ms']:.3f} ms/run"
             )
 
