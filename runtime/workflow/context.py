@@ -67,8 +67,9 @@ class Context:
 
     def __init__(self, machine: RunHost) -> None:
         self._machine = machine
-        # Seeded from the run: replay draws the same numbers in the same order.
-        self._random = _random.Random(sha256_hex(machine.run_id))
+        # Seeded from the run: replay draws the same numbers in the same order. Made at the first
+        # draw: a generator's state is 2.5 KB, most of a waiting run's memory, and most runs never draw.
+        self._random: _random.Random | None = None
         self._uuid_count = 0
 
     @property
@@ -214,6 +215,8 @@ class Context:
 
     def random(self) -> float:
         """A float in [0, 1) from a generator seeded by the run id."""
+        if self._random is None:
+            self._random = _random.Random(sha256_hex(self._machine.run_id))
         return self._random.random()
 
     def history_events(self) -> int:
