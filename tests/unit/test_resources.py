@@ -18,7 +18,6 @@ from prometheus_client.exposition import ThreadingWSGIServer
 
 import runtime.worker.takeover as takeover_module
 from runtime.config import Settings
-from runtime.errors import TerminalError
 from runtime.log.records.events import RunParked, ToolCallCompleted, ToolCallFailed
 from runtime.ops.server import OpsServer
 from runtime.worker.commands import WorkerError
@@ -72,7 +71,7 @@ def test_a_usage_describes_itself_as_readiness_says_it() -> None:
 
 
 def test_low_water_above_high_water_is_refused_naming_both() -> None:
-    with pytest.raises(ValueError, match="resource_low_water.*resource_high_water"):
+    with pytest.raises(ValueError, match=r"resource_low_water.*resource_high_water"):
         Settings(resource_high_water=0.5, resource_low_water=0.7)
 
 
