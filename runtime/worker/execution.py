@@ -287,9 +287,9 @@ class Executor:
                 # its successor makes the call again (the failure recorded is not final).
                 short_of = lacking(error)
                 if short_of is not None:
-                    self._fail(
-                        out_of(short_of, f"{intent.kind} {intent.name!r} of run {run.view.run_id}", error)
-                    )
+                    if self.failure is None:  # one line: the first call to lack it says why the worker stops
+                        where = f"{intent.kind} {intent.name!r} of run {run.view.run_id}"
+                        self._fail(out_of(short_of, where, error))
                     return
                 if not await self._waited(owned, run, then.wait(owned.stamp.clock)):
                     return
