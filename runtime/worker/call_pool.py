@@ -103,6 +103,8 @@ class CallPool:
         started = self._started
         while True:
             try:
+                # A core thread waits for work as long as the pool lives (no timeout: idle, it holds
+                # nothing but itself); close() wakes each with None.
                 job = self._jobs.get(timeout=IDLE_EXIT_S) if extra else self._jobs.get()
             except queue.Empty:
                 return self._leave(number)

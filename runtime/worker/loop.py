@@ -158,6 +158,7 @@ class Worker:
                     # a restarted worker rebuilds from what the log really holds.
                     self.readiness.failed(failure)
                     raise WorkerError(f"stopping: {failure}")
+                self.resources.loop_turned = time.monotonic()  # the watch sees a loop that stops turning
                 await asyncio.sleep(_TICK_S)
         finally:
             self.readiness.stopping()

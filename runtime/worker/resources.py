@@ -12,6 +12,9 @@ on a failing ``accept``. So:
   ``RLIMIT_AS``. Past ``resource_high_water`` of a limit the worker is not ready (``/readyz`` says
   ``descriptors: 235 of 256 in use``) and one log line says so; back under ``resource_low_water``
   it is ready again (two marks, so a count that hovers at one does not flap).
+- The event loop turns every 10 ms; one that has not turned for ``LOOP_STALL_S`` is held by
+  something that does not yield (a sync call in the loop, a wait without a timeout): the worker is
+  not ready (``event loop: no turn for 42 s``) and one line says so, until it turns again.
 - ``lacking(error)`` names the resource an error says ran out (EMFILE, ENFILE, ENOMEM, ENOBUFS,
   MemoryError, a thread that could not start); ``out_of`` logs the one line the worker stops on.
   Where the worker cannot go on without it, it stops (exit 1): its supervisor restarts it, or
@@ -41,6 +44,7 @@ log = logging.getLogger("agentlog.worker")
 
 INTERVAL_S = 1.0
 FATAL_GRACE_S = 10.0  # the loop stops on a fatal lack within this, or the process exits itself
+LOOP_STALL_S = 30.0  # a replay of many runs holds the loop for seconds; this is no longer a replay
 FATAL_EXIT_CODE = 70  # EX_SOFTWARE: what a supervisor sees when the watch, not the loop, ended it
 
 _OUT_OF_ERRNO = {
@@ -244,6 +248,8 @@ class ResourceWatch:
         self.probe = probe
         self.usages: list[Usage] = []
         self.failure: str | None = None
+        self.loop_turned: float | None = None  # time.monotonic() at the loop's last turn (it writes it)
+        self._loop_stalled = False
         self._fatal_at: float | None = None
         self._short: frozenset[str] = frozenset()
         self._stop = threading.Event()
@@ -279,7 +285,25 @@ class ResourceWatch:
             if name in by_name:
                 _say("resource_recovered", by_name[name], self.marks.low)
         self._short = short
-        self.readiness.short_of = "; ".join(by_name[n].describe() for n in sorted(short)) or None
+        reasons = [by_name[n].describe() for n in sorted(short)]
+        stalled = self._stall()
+        if stalled is not None:
+            reasons.append(stalled)
+        self.readiness.short_of = "; ".join(reasons) or None
+
+    def _stall(self) -> str | None:
+        """Why the loop counts as stalled, or None; one line when it stalls and one when it turns again."""
+        turned = self.loop_turned
+        idle = 0.0 if turned is None else time.monotonic() - turned
+        if idle < LOOP_STALL_S:
+            if self._loop_stalled:
+                log.warning(json.dumps({"event": "loop_turning_again"}))
+            self._loop_stalled = False
+            return None
+        if not self._loop_stalled:
+            log.warning(json.dumps({"event": "loop_stalled", "seconds": round(idle, 1)}))
+        self._loop_stalled = True
+        return f"event loop: no turn for {idle:.0f} s"
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import resource
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -119,6 +120,26 @@ def test_the_watch_makes_readiness_name_the_resource_and_logs_one_line_each_way(
             assert watch.usages == _fds(95)
     assert said == [[], ["resource_short"], [], [], ["resource_recovered"], []]
     assert readiness() is None
+
+
+def test_a_loop_that_stops_turning_makes_the_worker_not_ready_until_it_turns(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    readiness = Readiness()
+    readiness.assigned()
+    watch = ResourceWatch(Settings(), readiness, probe=lambda _limits: _fds(10))
+    caplog.set_level(logging.INFO, logger="agentlog.worker")
+    watch.check()  # before the loop's first turn: nothing to say
+    assert readiness() is None
+    watch.loop_turned = time.monotonic() - 42
+    watch.check()
+    watch.check()
+    assert readiness() == "event loop: no turn for 42 s"
+    watch.loop_turned = time.monotonic()
+    watch.check()
+    assert readiness() is None
+    events = [json.loads(r.getMessage())["event"] for r in caplog.records]
+    assert events == ["loop_stalled", "loop_turning_again"]
 
 
 def test_readiness_names_both_the_loop_s_reason_and_the_resource() -> None:
