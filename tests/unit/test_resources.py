@@ -142,6 +142,25 @@ def test_a_loop_that_stops_turning_makes_the_worker_not_ready_until_it_turns(
     assert events == ["loop_stalled", "loop_turning_again"]
 
 
+def test_a_fatal_lack_met_outside_the_loop_is_said_once_and_stops_the_loop(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    watch = ResourceWatch(Settings(), Readiness(), probe=lambda _limits: [])
+    caplog.set_level(logging.INFO, logger="agentlog.worker")
+    for _ in range(3):  # the port's accept fails again and again
+        watch.fatal(
+            "accepting a connection to the operations port", OSError(errno.EMFILE, "Too many open files")
+        )
+    assert watch.failure == (
+        "out of descriptors: accepting a connection to the operations port failed "
+        "(OSError: [Errno 24] Too many open files)"
+    )
+    lines = [json.loads(r.getMessage()) for r in caplog.records]
+    assert [(line["event"], line["resource"]) for line in lines] == [
+        ("worker_out_of_resource", "descriptors")
+    ]
+
+
 def test_readiness_names_both_the_loop_s_reason_and_the_resource() -> None:
     readiness = Readiness()
     readiness.assigning([0, 3])
@@ -202,8 +221,6 @@ async def test_a_call_out_of_descriptors_stops_the_worker_and_its_successor_make
     assert list(CALLS.values()) == [2]  # the failed try and the successor's, with one key
 
 
-# The parked run's coroutine is never started here: its wake fails before activate().
-@pytest.mark.filterwarnings("ignore:coroutine 'pay' was never awaited")
 async def test_a_run_that_cannot_be_woken_is_parked_with_why_and_the_others_go_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -215,14 +232,18 @@ async def test_a_run_that_cannot_be_woken_is_parked_with_why_and_the_others_go_o
         for run_id in (lacking_run, fine_run):
             await until(lambda r=run_id: h.types(r) == ["RunStarted"] or None, 5, "the runs to wait")
         await h.stop("w1")
-        real_wake: Callable[..., Any] = takeover_module.Wake
+        real_new_run: Callable[..., Any] = takeover_module.new_run
 
-        def wake(events: Any) -> Any:
-            if events[0].run_id == lacking_run:
+        class Unwakeable:
+            def activate(self, _activation: Any) -> Any:
                 raise OSError(errno.EMFILE, "Too many open files")
-            return real_wake(events)
 
-        monkeypatch.setattr(takeover_module, "Wake", wake)
+        def new_run(app: App, started: Any, *args: Any, **kwargs: Any) -> Any:
+            if started.run_id == lacking_run:
+                return Unwakeable()
+            return real_new_run(app, started, *args, **kwargs)
+
+        monkeypatch.setattr(takeover_module, "new_run", new_run)
         h.start("w2")
         parked = await h.ended(lacking_run)
         h.client.run(fine_run).signal("go", {})
