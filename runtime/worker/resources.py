@@ -92,14 +92,20 @@ class Watermarks:
         return frozenset(now)
 
 
-def lacking(error: BaseException) -> str | None:
-    """The resource ``error`` says the process ran out of, or None if it says no such thing."""
+def lacking(error: BaseException, *, by_text: bool = False) -> str | None:
+    """The resource ``error`` says the process ran out of, or None if it says no such thing.
+    ``by_text``: also an error whose message holds the system's words for it (librdkafka's, when a
+    Kafka client cannot be created, carry no errno) -- only where the error is the worker's own, not
+    a call's (a service's message may quote its own lack)."""
     if isinstance(error, MemoryError):
         return "memory"
     if isinstance(error, OSError) and error.errno in _OUT_OF_ERRNO:
         return _OUT_OF_ERRNO[error.errno]
     if isinstance(error, RuntimeError) and "can't start new thread" in str(error):
         return "threads"
+    if by_text:
+        text = str(error)
+        return next((name for code, name in _OUT_OF_ERRNO.items() if os.strerror(code) in text), None)
     return None
 
 
@@ -122,7 +128,7 @@ def out_of(resource_name: str, where: str, error: BaseException) -> str:
 
 def note_lacking(where: str, error: BaseException) -> None:
     """The one line, if ``error`` (which the worker stops on) says a resource ran out."""
-    resource_name = lacking(error)
+    resource_name = lacking(error, by_text=True)
     if resource_name is not None:
         out_of(resource_name, where, error)
 

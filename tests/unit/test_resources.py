@@ -93,6 +93,12 @@ def test_an_error_names_the_resource_it_says_ran_out(error: BaseException, named
     assert lacking(error) == named
 
 
+def test_a_kafka_client_s_error_names_the_resource_by_its_text_only_where_asked() -> None:
+    error = Exception("Failed to create consumer: Too many open files")  # librdkafka's, no errno
+    assert lacking(error, by_text=True) == "descriptors"
+    assert lacking(error) is None  # a call's error quoting a service's lack is not the worker's
+
+
 def test_a_call_that_lacks_a_resource_is_tried_again_whatever_its_policy() -> None:
     policy = RetryPolicy(attempts=1, non_retryable=(OSError,))
     then = after_failure(policy, OSError(errno.EMFILE, "Too many open files"), 1, RetryTrail(), 10_000, 0.0)
