@@ -5,8 +5,8 @@ threads it cannot start a call's thread; short of memory the kernel kills it. Ea
 unwatched, showed as a hang: calls failing in threads nobody waits on, a health server spinning
 on a failing ``accept``. So:
 
-- ``ResourceWatch`` samples the process every second (``/proc/self``: a directory listing and one
-  status file, ~0.1 ms): open descriptors against ``RLIMIT_NOFILE``, threads against the lowest of
+- ``ResourceWatch`` samples the process every second (``/proc/self``: a stat of its descriptors'
+  directory and one status file, ~0.1 ms): open descriptors against ``RLIMIT_NOFILE``, threads against the lowest of
   ``resource_max_threads``, the cgroup's ``pids.max`` and ``RLIMIT_NPROC``, resident memory against
   the lower of ``resource_max_memory_bytes`` and the cgroup's memory limit, address space against
   ``RLIMIT_AS``. Past ``resource_high_water`` of a limit the worker is not ready (``/readyz`` says
@@ -212,7 +212,9 @@ def sample(limits: Limits) -> list[Usage]:
     """This process's use of each resource now (Linux ``/proc``; elsewhere none is watched)."""
     nofile = _limit(limits.max_descriptors, _rlimit(resource.RLIMIT_NOFILE))
     try:
-        descriptors = len(os.listdir("/proc/self/fd")) - 1  # the listing's own descriptor
+        # Linux 6.2+ gives the count as the directory's size (a stat: no descriptor, no listing);
+        # older kernels say 0, and the listing counts them (~1 ms per 1,000 open).
+        descriptors = os.stat("/proc/self/fd").st_size or len(os.listdir("/proc/self/fd")) - 1
     except OSError as error:
         if error.errno not in (errno.EMFILE, errno.ENFILE):
             return []  # no /proc here
