@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.config import Settings
+from runtime.errors import AgentlogError
 from runtime.worker.health import Readiness
 
 log = logging.getLogger("agentlog.worker")
@@ -127,7 +128,10 @@ def out_of(resource_name: str, where: str, error: BaseException) -> str:
 
 
 def note_lacking(where: str, error: BaseException) -> None:
-    """The one line, if ``error`` (which the worker stops on) says a resource ran out."""
+    """The one line, if ``error`` (which the worker stops on) says a resource ran out -- and is not
+    the worker's own error, whose raiser said it already (``out_of``)."""
+    if isinstance(error, AgentlogError):
+        return
     resource_name = lacking(error, by_text=True)
     if resource_name is not None:
         out_of(resource_name, where, error)

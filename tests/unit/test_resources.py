@@ -227,6 +227,41 @@ async def test_a_call_out_of_descriptors_stops_the_worker_and_its_successor_make
     assert list(CALLS.values()) == [2]  # the failed try and the successor's, with one key
 
 
+async def test_a_command_that_lacks_a_resource_stops_the_worker_with_one_line_and_is_not_rejected(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import runtime.worker.commands as commands_module
+
+    CALLS.clear()
+    real_new_run: Callable[..., Any] = commands_module.new_run
+    failures = [MemoryError()]
+
+    def new_run(*args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return real_new_run(*args, **kwargs)
+
+    monkeypatch.setattr(commands_module, "new_run", new_run)
+    caplog.set_level(logging.INFO, logger="agentlog.worker")
+    h = Harness(app)
+    h.start("w1")
+    try:
+        run_id = h.client.submit("pay", 3).run_id
+        with pytest.raises(WorkerError, match=r"out of memory: command 0@\d+ failed"):
+            await until(lambda: h.task("w1").done() or None, 10, "the worker to stop")
+            h.task("w1").result()
+        h.running.pop("w1")
+        said = [r.getMessage() for r in caplog.records if "worker_out_of_resource" in r.getMessage()]
+        assert len(said) == 1 and json.loads(said[0])["resource"] == "memory"
+        h.start("w2")
+        h.client.run(run_id).signal("go", {})
+        status = await h.ended(run_id)
+    finally:
+        await h.stop_all()
+    assert status.status == "completed" and status.result == 3
+    assert "RunRejected" not in h.types(run_id)
+
+
 async def test_a_run_that_cannot_be_woken_is_parked_with_why_and_the_others_go_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
