@@ -130,7 +130,8 @@ class Worker:
         loop = asyncio.get_running_loop()
         if self.shared_permits is not None:
             await self.shared_permits.start()  # before any partition (and the coordinator's) arrives
-        self.executor.start(CallPool(loop), self.log.ownership(loop, self._is_claim))
+        pool = CallPool(loop, on_exhausted=self.resources.fatal)
+        self.executor.start(pool, self.log.ownership(loop, self._is_claim))
         self.resources.start()
         self._open_ops()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -340,3 +340,34 @@ def test_a_probe_is_answered_when_no_thread_can_be_started(monkeypatch: pytest.M
     finally:
         monkeypatch.undo()
         ops.stop()
+
+
+# ----------------------------------------------------------------------------- the call threads
+async def test_a_call_pool_that_cannot_start_a_thread_says_so_rather_than_queue_forever(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+    import threading
+
+    from runtime.worker.call_pool import CallPool
+
+    told: list[tuple[str, BaseException]] = []
+    pool = CallPool(asyncio.get_running_loop(), threads=1, on_exhausted=lambda w, e: told.append((w, e)))
+    release = threading.Event()
+    try:
+        busy = pool.run(release.wait, 10)  # the one thread waits on its call
+
+        def no_thread(self: threading.Thread) -> None:
+            raise RuntimeError("can't start new thread")
+
+        monkeypatch.setattr(threading.Thread, "start", no_thread)
+        queued = pool.run(lambda: "late")
+        await until(lambda: told or None, 5, "the pool to say it has no thread")
+        monkeypatch.undo()
+        assert told[0][0] == "starting a thread for a call" and lacking(told[0][1]) == "threads"
+        assert pool.threads == 1  # the thread that failed to start is not counted as waiting for work
+        release.set()
+        assert await busy is True and await queued == "late"  # what queued runs once a thread is free
+    finally:
+        release.set()
+        pool.close()
