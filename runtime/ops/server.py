@@ -76,6 +76,10 @@ class _GuardedServer(ThreadingWSGIServer):
 
 
 class _QuietHandler(WSGIRequestHandler):
+    # A client that connects and sends nothing holds its handler (a thread, or the accepting thread
+    # itself when none can be started) no longer than this; stop() waits for that handler at most.
+    timeout = 10.0
+
     def log_message(self, format: str, *args: Any) -> None:
         """A scrape every few seconds is not worth a line of the process's output."""
 

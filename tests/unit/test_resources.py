@@ -371,3 +371,29 @@ async def test_a_call_pool_that_cannot_start_a_thread_says_so_rather_than_queue_
     finally:
         release.set()
         pool.close()
+
+
+def test_a_client_that_sends_nothing_holds_the_port_for_a_bounded_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Out of threads the accepting thread answers each probe itself: a client that connects and
+    sends nothing must not hold it (and so every later probe, and stop()) forever."""
+    import socket
+    import threading
+
+    import runtime.ops.server as server_module
+
+    ops = OpsServer(CollectorRegistry(), lambda: None, 0).start()
+
+    def no_thread(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    assert server_module._QuietHandler.timeout == 10.0
+    try:
+        monkeypatch.setattr(server_module._QuietHandler, "timeout", 0.5)  # not 10 s: a short test
+        monkeypatch.setattr(threading.Thread, "start", no_thread)
+        with socket.create_connection(("127.0.0.1", ops.port), timeout=5):  # sends nothing
+            assert httpx.get(f"http://127.0.0.1:{ops.port}/healthz", timeout=5).status_code == 200
+    finally:
+        monkeypatch.undo()
+        ops.stop()
