@@ -212,6 +212,35 @@ class Settings(BaseModel):
         description="Address the operations port listens on; 0.0.0.0 lets a scraper or a Kubernetes probe on "
         "another host in.",
     )
+    # The worker's resource watch (runtime.worker.resources): limits besides the process's own.
+    resource_max_descriptors: int | None = Field(
+        default=None,
+        ge=1,
+        description="Open file descriptors a worker counts as its limit when lower than its RLIMIT_NOFILE "
+        "(unset: RLIMIT_NOFILE alone).",
+    )
+    resource_max_threads: int | None = Field(
+        default=None,
+        ge=1,
+        description="Threads a worker counts as its limit when lower than its cgroup's pids.max and "
+        "RLIMIT_NPROC (unset: those alone; neither set, threads are not watched).",
+    )
+    resource_max_memory_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        description="Resident memory a worker counts as its limit when lower than its cgroup's memory limit "
+        "(unset: the cgroup's alone; neither set, memory is not watched).",
+    )
+    resource_high_water: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description="A worker using this share of a resource's limit (descriptors, threads, memory) is not "
+        "ready (/readyz names it) until it is back under resource_low_water.",
+    )
+    resource_low_water: float = Field(
+        default=0.8, gt=0, le=1, description="A worker short of a resource is ready again under this share."
+    )
     price_table: Path | None = Field(
         default=None,
         description="The model prices a worker charges runs' budgets by: a CSV file in the format of "
@@ -258,6 +287,15 @@ class Settings(BaseModel):
             raise ValueError("history_warn_events must not exceed history_limit_events")
         if self.history_warn_bytes > self.history_limit_bytes:
             raise ValueError("history_warn_bytes must not exceed history_limit_bytes")
+        return self
+
+    @model_validator(mode="after")
+    def _low_water_below_high(self) -> Settings:
+        if self.resource_low_water > self.resource_high_water:
+            raise ValueError(
+                f"resource_low_water ({self.resource_low_water:g}) must not exceed resource_high_water "
+                f"({self.resource_high_water:g})"
+            )
         return self
 
     @property

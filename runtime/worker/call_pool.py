@@ -41,9 +41,16 @@ def core_threads() -> int:
 
 class CallPool:
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, threads: int | None = None, max_threads: int = MAX_THREADS
+        self,
+        loop: asyncio.AbstractEventLoop,
+        threads: int | None = None,
+        max_threads: int = MAX_THREADS,
+        on_exhausted: Callable[[str, BaseException], None] | None = None,
     ) -> None:
+        """``on_exhausted(where, error)``: a thread the queued calls need could not be started (the
+        worker stops on it: its threads may all wait on calls that never return)."""
         self._loop = loop
+        self._on_exhausted = on_exhausted
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self.core = threads if threads is not None else core_threads()
         self.max_threads = max(max_threads, self.core)
@@ -81,8 +88,14 @@ class CallPool:
         started = list(self._started.values())
         stalled_since = time.monotonic() - STALLED_S
         if all(0.0 < at <= stalled_since for at in started):
-            for _ in range(min(queued, self.max_threads - len(started))):
-                self._start_thread(extra=True)
+            try:
+                for _ in range(min(queued, self.max_threads - len(started))):
+                    self._start_thread(extra=True)
+            except RuntimeError as error:  # "can't start new thread"
+                if self._on_exhausted is None:
+                    raise
+                self._on_exhausted("starting a thread for a call", error)
+                return
         if len(self._started) < self.max_threads:
             self._check_armed = True
             self._loop.call_later(STALLED_S, self._check)
@@ -93,7 +106,11 @@ class CallPool:
             number = self._numbers
             self._started[number] = 0.0
         name = f"agentlog-call-{number}" if not extra else f"agentlog-call-extra-{number}"
-        threading.Thread(target=self._work, args=(number, extra), name=name, daemon=True).start()
+        try:
+            threading.Thread(target=self._work, args=(number, extra), name=name, daemon=True).start()
+        except RuntimeError:
+            self._leave(number)  # not counted as a thread waiting for work
+            raise
 
     def _leave(self, number: int) -> None:
         with self._lock:
@@ -103,6 +120,8 @@ class CallPool:
         started = self._started
         while True:
             try:
+                # A core thread waits for work as long as the pool lives (no timeout: idle, it holds
+                # nothing but itself); close() wakes each with None.
                 job = self._jobs.get(timeout=IDLE_EXIT_S) if extra else self._jobs.get()
             except queue.Empty:
                 return self._leave(number)

@@ -67,6 +67,7 @@ from runtime.worker.batching import TurnBatcher
 from runtime.worker.budgets import binding_budget
 from runtime.worker.execution import Executor
 from runtime.worker.partition import OwnedPartition
+from runtime.worker.resources import lacking, out_of
 from runtime.worker.tracing import trace_id_for
 from runtime.workflow.activation import Cancel, Deliver, Wake
 from runtime.workflow.app import App
@@ -131,6 +132,12 @@ class CommandHandler:
             owned.next_command = offset  # not covered by a checkpoint: the restart handles it again
             raise WorkerError(f"stopping at command {delivery.partition}@{offset}: {error}") from error
         except Exception as error:  # the command's own failure: it ends visibly, the partition goes on
+            # A lack of the worker's, not the command's failure: the command is handled after a restart.
+            if (short_of := lacking(error)) is not None:
+                owned.next_command = offset
+                raise WorkerError(
+                    out_of(short_of, f"command {delivery.partition}@{offset}", error)
+                ) from error
             log.exception("command %s@%s of run %s", delivery.partition, offset, run_id)
             try:
                 self._reject(

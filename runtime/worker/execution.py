@@ -53,6 +53,7 @@ from runtime.worker.limits.local import LocalPermits
 from runtime.worker.limits.permits import Held, LimitUnsatisfiable, Need, Permits
 from runtime.worker.metrics import WorkerMetrics
 from runtime.worker.partition import OwnedPartition
+from runtime.worker.resources import lacking, out_of
 from runtime.worker.retrying import FINAL, RetryTrail, after_failure, wait_until
 from runtime.worker.tracing import RunSpans
 from runtime.workflow.activation import Completion, Deliver, Park, RunInstance, RunView, TimerDue
@@ -281,6 +282,14 @@ class Executor:
                     not await self._record_failure(owned, run, intent, ack, failure, elapsed, then.final)
                     or then.final
                 ):
+                    return
+                # Out of descriptors, threads or memory no call goes well: the worker stops, and
+                # its successor makes the call again (the failure recorded is not final).
+                short_of = lacking(error)
+                if short_of is not None:
+                    if self.failure is None:  # one line: the first call to lack it says why the worker stops
+                        where = f"{intent.kind} {intent.name!r} of run {run.view.run_id}"
+                        self._fail(out_of(short_of, where, error))
                     return
                 if not await self._waited(owned, run, then.wait(owned.stamp.clock)):
                     return

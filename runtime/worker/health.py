@@ -4,7 +4,9 @@ assignment, while it claims and rebuilds, once a newer epoch fenced it off a par
 group assigns afresh), and once it stops.
 
 Written by the worker's loop, read by the probe's thread: one attribute holding the reason (a
-string or None), replaced whole, so a reader never sees half an update.
+string or None), replaced whole, so a reader never sees half an update. ``short_of`` is the
+resource watch's (runtime.worker.resources), written by its thread the same way: a worker that
+holds its partitions but is short of descriptors, threads or memory is not ready either.
 """
 
 from __future__ import annotations
@@ -16,9 +18,13 @@ class Readiness:
     def __init__(self) -> None:
         self.reason: str | None = "starting: no partitions assigned by the workers' group yet"
         self._stopping = False
+        self.short_of: str | None = None  # e.g. "descriptors: 235 of 256 in use"
 
     def __call__(self) -> str | None:
-        return self.reason
+        reason, short_of = self.reason, self.short_of
+        if short_of is None:
+            return reason
+        return short_of if reason is None else f"{reason}; {short_of}"
 
     def assigning(self, partitions: list[int]) -> None:
         if not self._stopping:

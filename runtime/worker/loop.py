@@ -34,6 +34,7 @@ from runtime.worker.health import Readiness
 from runtime.worker.intake import CommandIntake
 from runtime.worker.limits.shared import SharedPermits
 from runtime.worker.partition import OwnedPartition
+from runtime.worker.resources import ResourceWatch, note_lacking
 from runtime.worker.takeover import Takeover
 from runtime.workflow.app import App
 
@@ -73,6 +74,7 @@ class Worker:
         self.owned: dict[int, OwnedPartition] = {}
         self._stopping = False
         self.readiness = Readiness()  # /readyz (runtime.worker.health)
+        self.resources = ResourceWatch(settings, self.readiness)  # short of descriptors, threads, memory
         self.ops: WorkerOps | None = None  # the metrics and probes port, while serving (metrics_port)
         self.batcher = TurnBatcher(settings, serde, log)
         self.executor = Executor(app, settings, log, self.batcher, self._lose)
@@ -128,7 +130,9 @@ class Worker:
         loop = asyncio.get_running_loop()
         if self.shared_permits is not None:
             await self.shared_permits.start()  # before any partition (and the coordinator's) arrives
-        self.executor.start(CallPool(loop), self.log.ownership(loop, self._is_claim))
+        pool = CallPool(loop, on_exhausted=self.resources.fatal)
+        self.executor.start(pool, self.log.ownership(loop, self._is_claim))
+        self.resources.start()
         self._open_ops()
         for sig in (signal.SIGTERM, signal.SIGINT):
             # not the main thread: asyncio raises RuntimeError there, uvloop ValueError
@@ -146,14 +150,16 @@ class Worker:
             while not self._stopping and not (stop is not None and stop.is_set()):
                 if intake.failure is not None:
                     self.readiness.failed(str(intake.failure))
+                    note_lacking("the commands intake", intake.failure)
                     raise intake.failure  # a feed error or an assignment that failed, as polled
                 self.checkpointer.maybe_checkpoint(list(self.owned.values()), intake)
-                failure = self.log.failure or self.executor.failure
+                failure = self.log.failure or self.executor.failure or self.resources.failure
                 if failure is not None:
                     # A record nobody watched was lost: what follows it cannot be trusted. Stop;
                     # a restarted worker rebuilds from what the log really holds.
                     self.readiness.failed(failure)
                     raise WorkerError(f"stopping: {failure}")
+                self.resources.loop_turned = time.monotonic()  # the watch sees a loop that stops turning
                 await asyncio.sleep(_TICK_S)
         finally:
             self.readiness.stopping()
@@ -161,6 +167,7 @@ class Worker:
                 await intake.stop()
                 await self._shutdown()
             finally:
+                self.resources.stop()
                 if self.ops is not None:
                     self.ops.stop()
                     self.ops = None
@@ -185,6 +192,7 @@ class Worker:
             lambda: list(self.owned.values()),
             self.readiness,
             port,
+            self.resources,
         ).start()
         log.info(json.dumps({"event": "metrics_listening", "worker": self.worker_id, "port": self.ops.port}))
 

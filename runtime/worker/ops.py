@@ -16,6 +16,8 @@ from runtime.worker.health import Readiness
 from runtime.worker.metric_families import WorkerCollector, commands_lag
 from runtime.worker.metrics import WorkerMetrics
 from runtime.worker.partition import OwnedPartition
+from runtime.worker.resource_metrics import ResourceCollector
+from runtime.worker.resources import ResourceWatch
 
 
 class WorkerOps:
@@ -30,6 +32,7 @@ class WorkerOps:
         owned: Callable[[], list[OwnedPartition]],
         readiness: Readiness,
         port: int,
+        resources: ResourceWatch | None = None,
     ) -> None:
         topic = settings.commands_topic
         self.lag = Sampler(
@@ -40,7 +43,14 @@ class WorkerOps:
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         self.registry.register(WorkerCollector(metrics, owned, serde, self.lag))
-        self.server = OpsServer(self.registry, readiness, port, settings.metrics_host)
+        exhausted = None
+        if resources is not None:
+            self.registry.register(ResourceCollector(resources))
+
+            def exhausted(error: OSError) -> None:  # the worker cannot go on: it stops
+                resources.fatal("accepting a connection to the operations port", error)
+
+        self.server = OpsServer(self.registry, readiness, port, settings.metrics_host, exhausted)
 
     @property
     def port(self) -> int:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from runtime.errors import RetryLater, TerminalError
+from runtime.worker.resources import lacking
 from runtime.workflow.app import RetryPolicy
 from runtime.workflow.intents import Intent
 
@@ -67,6 +68,13 @@ def after_failure(
     after it started; ``trail`` learns the first attempt's start and counts a rate limit retried."""
     if trail.first_attempt_at == 0:
         trail.first_attempt_at = now_ms - round(elapsed_s * 1000)
+    short_of = lacking(error)
+    if short_of is not None:  # the worker's lack, not the call's verdict: tried again, whatever the policy
+        return Then(
+            final=False,
+            wait_s=policy.backoff(max(1, attempt - trail.rate_limited)),
+            note=f"; the worker was out of {short_of}: tried again once it has them",
+        )
     if isinstance(error, (TerminalError, *policy.non_retryable)):
         return FINAL
     if isinstance(error, RetryLater):

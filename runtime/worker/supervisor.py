@@ -96,6 +96,8 @@ def supervise(run_child: Callable[[], int]) -> int:
 
 
 def _wait(pid: int) -> int:
+    """Until the child exits: no timeout, waiting for it is the supervisor's job, and a child out of
+    a resource exits on its own (runtime.worker.resources), so this wait ends with it."""
     while True:
         try:
             _, status = os.waitpid(pid, 0)

@@ -17,6 +17,7 @@ from runtime.worker.commands import now_ms
 from runtime.worker.execution import Executor
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.rebuild import RebuiltPartition, claim, rebuild_partitions
+from runtime.worker.resources import wake_failure
 from runtime.workflow.activation import Wake
 from runtime.workflow.app import App
 from runtime.workflow.instance import new_run
@@ -78,7 +79,11 @@ class Takeover:
             except AgentlogError as error:  # e.g. a workflow this code no longer has: parked, visibly
                 self._park(owned, started_event.workflow, events[-1], str(error))
                 continue
-            woken = run.activate(Wake(events))  # replayed, then live: calls in flight run again
+            try:
+                woken = run.activate(Wake(events))  # replayed, then live: calls in flight run again
+            except Exception as error:  # not waited on: parked with why (runtime.worker.resources)
+                self._park(owned, started_event.workflow, events[-1], wake_failure(run_id, error))
+                continue
             in_doubt += [{"run": run_id, **d.__dict__} for d in woken.view.in_doubt]
             for doubt in woken.view.in_doubt:
                 self.executor.metrics.call_in_doubt(doubt.kind, doubt.name)
