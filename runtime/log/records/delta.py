@@ -32,8 +32,6 @@ class DeltaError(AgentlogError):
 
 def diff(base: Any, value: Any) -> dict[str, Any]:
     """The edit that turns ``base`` into ``value`` (``{}`` when they are equal)."""
-    if type(base) is type(value) and base == value:  # type: 1 == 1.0 == True must stay apart
-        return {}
     if isinstance(base, dict) and isinstance(value, dict):
         keys = {k: e for k, v in value.items() if (e := diff(base[k], v) if k in base else {"=": v})}
         edit: dict[str, Any] = {}
@@ -45,8 +43,10 @@ def diff(base: Any, value: Any) -> dict[str, Any]:
         return edit
     if isinstance(base, list) and isinstance(value, list) and len(base) == len(value):
         items = {str(i): e for i, (b, v) in enumerate(zip(base, value, strict=True)) if (e := diff(b, v))}
-        return {"i": items}
-    return {"=": value}
+        return {"i": items} if items else {}
+    if isinstance(base, (dict, list)) or type(base) is not type(value) or base != value:
+        return {"=": value}  # by type too: 1 == 1.0 == True, but their JSON differs
+    return {}
 
 
 def apply(base: Any, edit: Any) -> Any:

@@ -305,10 +305,10 @@ class PromptBook:
         def store(data: bytes, _address: str) -> None:
             add(orjson.loads(data), data, hashlib.sha256(data).digest(), False)
 
+        first_new = self.size  # "plain" (no slots) means all of this record's entries, values too
         recorded_params = outline_params(params, store)
         if not isinstance(messages, list):
             return PromptFields(NOT_RECORDED, [], roles, bodies, blobs, recorded_params)
-        first_new = self.size
         slots: list[int] = []
         for message in messages:
             # The canonical JSON of a {"role", "content"} message is exactly what message_json
@@ -317,9 +317,9 @@ class PromptBook:
             slots.append(add(message, data, hashlib.sha256(data).digest(), True))
         self._results.clear()  # a response is sent back by the request that follows it, if at all
         plain = slots == list(range(first_new, self.size))
-        return PromptFields(
-            len(messages), [] if plain else _ranges(slots), roles, bodies, blobs, recorded_params
-        )
+        # No messages but new values: one empty range (no ranges at all would read as "all new").
+        ranges = [] if plain else _ranges(slots) or [first_new, 0]
+        return PromptFields(len(messages), ranges, roles, bodies, blobs, recorded_params)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -332,6 +332,7 @@ class RecordedInput:
     params: dict[str, Any]
     prompt_version: str | None
     args_hash: str
+    missing: str | None = None  # a params value referred to that the records read do not hold
 
 
 def rebuild_inputs(
@@ -372,9 +373,16 @@ def rebuild_inputs(
                     f"{_describe(slots)} of a sequence of {len(sequence)} in the run's records"
                 )
             messages = [orjson.loads(sequence[s]) for s in slots]
+        addresses.missing = None
         params = resolve_refs(orjson.loads(event.params), addresses.lookup) if event.params else {}
         found[event.position] = RecordedInput(
-            event.position, event.model, messages, params, event.prompt_version, event.args_hash
+            event.position,
+            event.model,
+            messages,
+            params,
+            event.prompt_version,
+            event.args_hash,
+            addresses.missing,
         )
     return found
 
@@ -386,6 +394,7 @@ class _Addresses:
         self.sequence = sequence
         self.known: dict[str, int] = {}  # edit entries, by the address they carry
         self.hashed = 0
+        self.missing: str | None = None  # the last address a params value named and the sequence lacks
 
     def lookup(self, wanted: str) -> str | None:
         while wanted not in self.known and self.hashed < len(self.sequence):
@@ -393,7 +402,10 @@ class _Addresses:
             self.known.setdefault(hashlib.sha256(text.encode()).hexdigest()[:32], self.hashed)
             self.hashed += 1
         slot = self.known.get(wanted)
-        return None if slot is None else self.sequence[slot]
+        if slot is None:
+            self.missing = wanted
+            return None
+        return self.sequence[slot]
 
 
 def _describe(slots: Sequence[int]) -> str:
@@ -415,7 +427,9 @@ def checked_args(recorded: RecordedInput) -> dict[str, Any]:
                 f"model call {recorded.position}: message {i} was too large to record "
                 f"({message[OMITTED].get('bytes')} bytes, sha256 {message[OMITTED].get('sha256')})"
             )
-    left = unresolved(recorded.messages, recorded.params)
+    left = unresolved(recorded.messages) or (
+        f"params value {recorded.missing}" if recorded.missing is not None else None
+    )
     if left is not None:
         raise PromptMissing(
             f"model call {recorded.position}: {left} is stored by reference and the run's records "

@@ -83,8 +83,7 @@ def _is_ref(value: Any) -> bool:
 
 def resolve_refs(value: Any, lookup: Callable[[str], str | None]) -> Any:
     """``value`` with each reference replaced by the entry it names (``lookup``: address -> the
-    entry's canonical JSON, None if the sequence lacks it: the reference is then kept, and
-    ``unresolved`` reports it)."""
+    entry's canonical JSON, None if the sequence lacks it: the reference is then kept)."""
     if _is_ref(value):
         text = lookup(value[REF])
         if text is None:
@@ -98,25 +97,12 @@ def resolve_refs(value: Any, lookup: Callable[[str], str | None]) -> Any:
     return value
 
 
-def unresolved(messages: Any, params: Any) -> str | None:
-    """What of a rebuilt input is still a reference or an edit (its base was not in the records
-    read), or None."""
+def unresolved(messages: Any) -> str | None:
+    """The first message still stored as an edit (its base was not in the records read), or None."""
     for i, message in enumerate(messages if isinstance(messages, list) else [], start=1):
         if isinstance(message, dict) and set(message) == {DELTA} and isinstance(message[DELTA], dict):
             return f"message {i}, stored as an edit of {orjson.dumps(message[DELTA].get('from')).decode()},"
-    return _unresolved_ref(params)
-
-
-def _unresolved_ref(value: Any) -> str | None:
-    if _is_ref(value):
-        return f"params value {value[REF]}"
-    if isinstance(value, dict):
-        found = (_unresolved_ref(v) for v in value.values())
-    elif isinstance(value, list):
-        found = (_unresolved_ref(v) for v in value)
-    else:
-        return None
-    return next((f for f in found if f is not None), None)
+    return None
 
 
 def delta_body(digest: str, edit: Any, base: dict[str, Any]) -> str:
