@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from analytics.explore import call_usage
+from analytics.store import connect
 from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.records.events import ModelCallScheduled
@@ -100,3 +102,10 @@ def test_a_pydantic_ai_runs_prompts_tokens_and_cost_are_in_the_audit_store(
     assert row["model"] == model and row["calls"] == 6 and row["unpriced_calls"] == 0
     assert row["input_tokens"] == result["input_tokens"] and row["output_tokens"] == result["output_tokens"]
     assert row["cost_usd"] == pytest.approx(row["input_tokens"] * 2e-6 + row["output_tokens"] * 8e-6)
+
+    # The UI's run page reads each call's prompt through the same rebuild.
+    with connect(dsn) as store:
+        shown = call_usage(store, run_id)
+    params = json.loads(str(shown[11]["params"]))
+    assert [t["name"] for t in params["parameters"]["function_tools"]][-1] == "create_ticket"
+    assert len(json.loads(str(shown[11]["messages"]))) == 11
