@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from runtime.errors import AgentlogError
 
 
@@ -32,6 +34,14 @@ class DeltaError(AgentlogError):
 
 def diff(base: Any, value: Any) -> dict[str, Any]:
     """The edit that turns ``base`` into ``value`` (``{}`` when they are equal)."""
+    if base == value and (
+        type(base) is type(value)
+        if not isinstance(base, (dict, list))
+        # Equal is not identical (1 == 1.0 == True): the JSON decides; one C call, not a walk.
+        else orjson.dumps(base, option=orjson.OPT_SORT_KEYS)
+        == orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    ):
+        return {}
     if isinstance(base, dict) and isinstance(value, dict):
         keys = {k: e for k, v in value.items() if (e := diff(base[k], v) if k in base else {"=": v})}
         edit: dict[str, Any] = {}

@@ -69,7 +69,7 @@ UNSTORED = -1  # a pointer's offset until its blob is acknowledged (runtime.work
 # Records written before large messages were stored out of line hold a placeholder instead.
 OMITTED = "agentlog_omitted"
 _ADDRESS = 16  # bytes of sha256 that address an entry (runtime.log.records.references)
-_RECENT_ENTRIES = 4  # entries a new message may be an edit of (the last request's, mostly)
+_RECENT_ENTRIES = 2  # entries a new message may be an edit of: the last request's
 _RECENT_RESULTS = 2  # results since the last request (a gather of model calls has more)
 _EDIT_MIN = 128  # a smaller message is stored whole: an edit would save little
 
@@ -203,13 +203,14 @@ def _expand(ranges: Sequence[int]) -> list[int]:
 class PromptBook:
     """One run's message sequence as the writer knows it: sha256 of each message -> its slot."""
 
-    __slots__ = ("_recent", "_results", "_slots", "size")
+    __slots__ = ("_last_params", "_recent", "_results", "_slots", "size")
 
     def __init__(self) -> None:
         self._slots: dict[bytes, int] = {}  # by address (runtime.log.records.references)
         self.size = 0
         self._recent: list[list[Any]] = []  # [slot, text, parsed]: entries a new message may edit
         self._results: list[list[Any]] = []  # [position, text, parsed]: model results since the last request
+        self._last_params: tuple[bytes, Any] = (b"", None)  # sha256 of the last params, as recorded
 
     def learn(self, event: ModelCallScheduled) -> None:
         """Append a recorded call's new messages (rebuilding the book from history, in log order)."""
@@ -303,10 +304,18 @@ class PromptBook:
             return slot
 
         def store(data: bytes, _address: str) -> None:
-            add(orjson.loads(data), data, hashlib.sha256(data).digest(), False)
+            full = hashlib.sha256(data).digest()
+            if full[:_ADDRESS] not in self._slots:
+                add(orjson.loads(data), data, full, False)
 
         first_new = self.size  # "plain" (no slots) means all of this record's entries, values too
-        recorded_params = outline_params(params, store)
+        # Most calls send the params of the call before: one serialization finds them.
+        whole = hashlib.sha256(canonical(params)).digest() if params else b""
+        if whole and whole == self._last_params[0]:
+            recorded_params = self._last_params[1]
+        else:
+            recorded_params = outline_params(params, store)
+            self._last_params = (whole, recorded_params)
         if not isinstance(messages, list):
             return PromptFields(NOT_RECORDED, [], roles, bodies, blobs, recorded_params)
         slots: list[int] = []

@@ -58,20 +58,24 @@ def outline_params(params: Any, store: Callable[[bytes, str], None]) -> Any:
 
 
 def _outlined(value: Any, store: Callable[[bytes, str], None]) -> Any:
-    if isinstance(value, dict):
-        if _is_ref(value):  # a value that looks like a reference is stored too, so it reads back as itself
-            data = canonical(value)
-            digest = address(data)
-            store(data, digest)
-            return {REF: digest}
-        value = {k: _outlined(v, store) for k, v in value.items()}
-    elif isinstance(value, list):
-        value = [_outlined(v, store) for v in value]
-    else:
+    if isinstance(value, dict) and _is_ref(value):  # stored too, so that it reads back as itself
+        data = canonical(value)
+        digest = address(data)
+        store(data, digest)
+        return {REF: digest}
+    if not isinstance(value, (dict, list)):
         return value
     data = canonical(value)
     if len(data) < PARAM_VALUE_MIN:
-        return value
+        return value  # small: nothing inside it is large either
+    if isinstance(value, dict):
+        reduced: Any = {k: _outlined(v, store) for k, v in value.items()}
+    else:
+        reduced = [_outlined(v, store) for v in value]
+    if reduced != value:
+        data = canonical(reduced)
+        if len(data) < PARAM_VALUE_MIN:
+            return reduced
     digest = address(data)
     store(data, digest)
     return {REF: digest}
