@@ -237,3 +237,40 @@ def test_the_pydantic_ai_refund_agent_records_its_tools_once_and_every_input_ver
         tools = [t["name"] for t in args["params"]["parameters"]["function_tools"]]
         assert tools == ["lookup", "send_email", "refund", "create_ticket"]
     assert len(checked_args(inputs[max(inputs)])["messages"]) == 2 * 12 + 1
+
+
+def test_output_items_sent_back_one_by_one_are_edits_of_the_result_they_came_in() -> None:
+    """The OpenAI Agents SDK's shape: a result holds a list of output items, and the next request
+    sends each back as an input item of its own."""
+    book = PromptBook()
+    items = [
+        {
+            "type": "function_call",
+            "call_id": "call_1",
+            "name": "lookup",
+            "arguments": '{"order": "1", "reason": "' + "r" * 80 + '"}',
+            "id": "fc_1",
+        },
+        {
+            "type": "message",
+            "role": "assistant",
+            "id": "msg_1",
+            "content": [{"type": "output_text", "text": "x" * 60}],
+        },
+    ]
+    first = _scheduled(book, 1, [{"role": "user", "content": "refund order 1"}], {})
+    result = canonical_json({"response": {"output": items, "usage": {}}, "usage": {}, "model": None})
+    book.saw_result(1, result)
+    completed = ModelCallCompleted(run_id="r1", position=1, result=result)
+    sent_back = [
+        {"role": "user", "content": "refund order 1"},
+        *items,
+        {"type": "function_call_output", "output": "ok"},
+    ]
+    second = _scheduled(book, 3, sent_back, {})
+    bases = [orjson.loads(m).get("agentlog_delta", {}).get("from") for m in second.new_messages]
+    assert bases[:2] == [
+        {"call": 1, "path": ["response", "output", 0]},
+        {"call": 1, "path": ["response", "output", 1]},
+    ]
+    assert checked_args(rebuild_inputs([first, completed, second])[3])["messages"] == sent_back

@@ -31,6 +31,11 @@ partition and acknowledged before the record, and the sequence holds a *blob poi
 which is also the digest that deduplicates it). Readers that need the text read it back and check
 the sha256 (``resolve``); the writer's book and replay need only the digest.
 
+What a framework resends (its tool definitions in the params, the last response as a message)
+is stored once too: a large params value is an entry of the sequence that the params refer to,
+and a message may be stored as an edit of an earlier entry or of a model call's recorded result
+(runtime.log.records.references). The book addresses every entry by 128 bits of its sha256.
+
 Integrity: the rebuilt input is checked against the call's ``args_hash`` (sha256 of the canonical
 kind, name and arguments, as replay compares it), so a missing or altered record of the sequence
 shows as a mismatch, never as someone else's prompt. The sequence is built from the records a
@@ -253,6 +258,12 @@ class PromptBook:
                 for key, value in result.items():
                     if isinstance(value, dict):
                         yield {"call": entry[0], "path": [key]}, value
+                        # The items of a response's output list (the OpenAI Agents SDK sends each back).
+                        for inner, items in value.items():
+                            if isinstance(items, list):
+                                for i, item in enumerate(items):
+                                    if isinstance(item, dict):
+                                        yield {"call": entry[0], "path": [key, inner, i]}, item
 
     def _as_edit(self, message: Any, data: bytes, digest: bytes) -> str | None:
         """``message`` stored as an edit of a base the records hold, when that is much smaller."""
