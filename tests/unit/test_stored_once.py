@@ -13,6 +13,7 @@ import pytest
 
 from runtime.client import Client
 from runtime.config import Settings
+from runtime.erasure import erase_run
 from runtime.log.port.memory import MemoryLog
 from runtime.log.records.delta import DeltaError, apply, diff
 from runtime.log.records.events import Event, ModelCallCompleted, ModelCallScheduled
@@ -200,12 +201,14 @@ def test_a_params_value_shaped_like_a_reference_reads_back_as_itself() -> None:
     assert checked_args(rebuild_inputs([event])[1])["params"] == params
 
 
-def test_the_pydantic_ai_refund_agent_records_its_tools_once_and_every_input_verifies() -> None:
-    """The 40-step PydanticAI refund agent on the in-memory log: the tool list in one record, and
-    every model call's input rebuilt from the records matches its args hash."""
+@pytest.mark.parametrize("sealed", [False, True], ids=["clear", "sealed"])
+def test_the_pydantic_ai_refund_agent_records_its_tools_once_and_every_input_verifies(sealed: bool) -> None:
+    """The PydanticAI refund agent on the in-memory log: the tool list in one record, and every
+    model call's input rebuilt from the records matches its args hash -- sealed too, where an
+    erased run's prompts read as missing, never as something else."""
     from examples import refund_pydantic_ai
 
-    settings = Settings(partitions=1)
+    settings = Settings(partitions=1, seal_contents=sealed)
     log = MemoryLog(settings)
     serde = Serde.offline(settings)
     worker = Worker(
@@ -223,20 +226,25 @@ def test_the_pydantic_ai_refund_agent_records_its_tools_once_and_every_input_ver
         with Client(settings, identity="t", log=log, serde=serde) as client:
             handle = client.submit("refund", {"order": "7", "steps": 12})
             handle.result(timeout=60)
+            inputs = handle.prompts()
+            scheduled = [e.event for e in handle.events() if isinstance(e.event, ModelCallScheduled)]
+            if sealed:
+                erase_run(client, handle.run_id)
+                erased = [e for e in handle.history(payloads=True) if e["type"] == "ModelCallScheduled"]
     finally:
         worker.stop()
         thread.join(timeout=10)
-    events = [serde.decode(r.value or b"", r.key) for r in log.records(settings.events_topic, 0)]
-    events = [e for e in events if e.run_id == handle.run_id]
-    scheduled = [e for e in events if isinstance(e, ModelCallScheduled)]
-    assert len(scheduled) == 13
+    assert len(scheduled) == len(inputs) == 13
     assert sum('"name":"create_ticket"' in m for e in scheduled for m in e.new_messages) == 1
-    inputs = rebuild_inputs(events)
+    raw = b"".join(r.value or b"" for r in log.records(settings.events_topic, 0))
+    assert (b"create_ticket" in raw) is not sealed
     for recorded in inputs.values():
         args = checked_args(recorded)
         tools = [t["name"] for t in args["params"]["parameters"]["function_tools"]]
         assert tools == ["lookup", "send_email", "refund", "create_ticket"]
     assert len(checked_args(inputs[max(inputs)])["messages"]) == 2 * 12 + 1
+    if sealed:
+        assert all(e["messages"] is None and e["prompt_error"] for e in erased)
 
 
 def test_output_items_sent_back_one_by_one_are_edits_of_the_result_they_came_in() -> None:
