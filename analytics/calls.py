@@ -16,6 +16,7 @@ from typing import Any
 from runtime.log.records.prompts import PromptMissing, RecordedInput, checked_args
 
 from .audit import AuditError, Rows, _ch_time
+from .prompt_inputs import resolved
 from .results import JsonValue
 from .store import QueryStore
 from .tables import DATABASE, EVENTS
@@ -94,12 +95,15 @@ def call(store: QueryStore, run_id: str, position: int) -> dict[str, JsonValue]:
     )
     if model_rows:
         row = model_rows[0]
-        messages, params = _json(row.pop("messages")), _json(row.pop("params")) or {}
+        # Params values and messages stored once per run and referred to are filled in here.
+        texts = resolved(store, run_id, position, row.pop("messages"), row.pop("params"))
+        messages, params = _json(texts[0]), _json(texts[1]) or {}
         return {
             "kind": "model",
             **row,
             "params": params,
             "messages": messages,
+            **({"prompt_error": texts[2]} if texts[2] else {}),
             **_verify(row, messages, params),
             **_result(store, run_id, position, "Model"),
         }

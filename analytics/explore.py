@@ -17,6 +17,7 @@ from runtime.config import Settings
 from runtime.log.records.status import RUN_STATES
 
 from .audit import AuditError, Rows
+from .prompt_inputs import resolve_rows
 from .results import JsonValue
 from .store import QueryStore
 from .tables import CLAIM_TYPE, DATABASE, EVENTS
@@ -206,7 +207,9 @@ def call_usage(store: QueryStore, run_id: str) -> dict[int, dict[str, JsonValue]
         f"SELECT position, {', '.join(wanted)} FROM {DATABASE}.model_calls WHERE run_id = {{run:String}}",
         {"run": run_id},
     )
-    return {int(row["position"]): {c: row[c] for c in wanted} for row in result.dicts()}
+    rows = {int(row["position"]): {c: row[c] for c in wanted} for row in result.dicts()}
+    resolve_rows(store, run_id, rows)  # what the run stored once and its calls refer to
+    return rows
 
 
 def claims(

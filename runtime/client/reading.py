@@ -20,6 +20,7 @@ from runtime.log.records.status import has_ended
 from runtime.log.schemas.datum import DecodeError, record_to_dict
 from runtime.log.schemas.serde import Serde
 from runtime.run_status import LoggedEvent, RunStatus, summarize
+from runtime.workflow.canonical import canonical_json
 
 logger = logging.getLogger("agentlog.client")
 
@@ -49,7 +50,9 @@ class RunReader:
         """Decode the run's submission in the commands topic, for the same reason (its key may be
         a moment behind it: the decoding waits for it)."""
         key = run_id.encode()
-        commands = self.log.read(self.settings.commands_topic, self.partition(run_id), keep=lambda k: k == key)
+        commands = self.log.read(
+            self.settings.commands_topic, self.partition(run_id), keep=lambda k: k == key
+        )
         for record in commands:
             if isinstance(self.serde.decode(record.value or b"", record.key), RunSubmitted):
                 break
@@ -120,7 +123,10 @@ class RunReader:
         fields: dict[int, dict[str, Any]] = {}
         for position, recorded in self.inputs(run_id, events).items():
             try:
-                fields[position] = {"messages": checked_args(recorded)["messages"]}
+                args = checked_args(recorded)
+                # The params whole: values the run stored once are filled in (runtime.log.records.references).
+                params = canonical_json(args["params"]) if args["params"] else None
+                fields[position] = {"messages": args["messages"], "params": params}
             except PromptMissing as error:
                 fields[position] = {"messages": None, "prompt_error": str(error)}
         return fields

@@ -355,6 +355,8 @@ class RunMachine:
         applied: Event = stamped
         if result_text is not None and isinstance(stamped, (ModelCallCompleted, ToolCallCompleted)):
             applied = dataclasses.replace(stamped, result=result_text, result_offset=None)
+        elif isinstance(stamped, ModelCallCompleted):  # inline in the log: the next request may edit it
+            self._prompts.saw_result(stamped.position, stamped.result)
         self.apply(applied)
         return stamped
 

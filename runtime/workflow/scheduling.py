@@ -142,11 +142,12 @@ def scheduled_record(
     line go into ``blobs``, for the worker to append before the record that points at them."""
     if command.kind == "model":
         # The whole input is recorded: the messages through the run's message sequence (each
-        # distinct one once per run), the params as JSON. ``args`` stays null (the input is
-        # in the fields below; the replay match needs only args_hash).
-        prompt = prompts.encode(command.recorded_args["messages"])
+        # distinct one once per run), the params as JSON whose large values are entries of that
+        # sequence too (runtime.log.records.references). ``args`` stays null (the input is in the
+        # fields below; the replay match needs only args_hash, over the whole input).
+        prompt = prompts.encode(command.recorded_args["messages"], command.recorded_args["params"])
         blobs.update(prompt.blobs)
-        params = command.recorded_args["params"]
+        params = prompt.params
         return ModelCallScheduled(
             run_id=run_id,
             position=command.position,

@@ -31,6 +31,11 @@ partition and acknowledged before the record, and the sequence holds a *blob poi
 which is also the digest that deduplicates it). Readers that need the text read it back and check
 the sha256 (``resolve``); the writer's book and replay need only the digest.
 
+What a framework resends (its tool definitions in the params, the last response as a message)
+is stored once too: a large params value is an entry of the sequence that the params refer to,
+and a message may be stored as an edit of an earlier entry or of a model call's recorded result
+(runtime.log.records.references). The book addresses every entry by 128 bits of its sha256.
+
 Integrity: the rebuilt input is checked against the call's ``args_hash`` (sha256 of the canonical
 kind, name and arguments, as replay compares it), so a missing or altered record of the sequence
 shows as a mismatch, never as someone else's prompt. The sequence is built from the records a
@@ -42,13 +47,23 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
 
 from runtime.errors import AgentlogError
-from runtime.log.records.events import Event, ModelCallScheduled
+from runtime.log.records.delta import apply, diff
+from runtime.log.records.events import Event, ModelCallCompleted, ModelCallScheduled
+from runtime.log.records.references import (
+    canonical,
+    delta_body,
+    delta_of,
+    outline_params,
+    resolve_delta,
+    resolve_refs,
+    unresolved,
+)
 
 NOT_RECORDED = -1
 # New message bytes one record may carry; a message past it is stored out of line (see above).
@@ -58,6 +73,10 @@ _BLOB_PREFIX = '{"agentlog_blob":'
 UNSTORED = -1  # a pointer's offset until its blob is acknowledged (runtime.worker.execution)
 # Records written before large messages were stored out of line hold a placeholder instead.
 OMITTED = "agentlog_omitted"
+_ADDRESS = 16  # bytes of sha256 that address an entry (runtime.log.records.references)
+_RECENT_ENTRIES = 2  # entries a new message may be an edit of: the last request's
+_RECENT_RESULTS = 2  # results since the last request (a gather of model calls has more)
+_EDIT_MIN = 128  # a smaller message is stored whole: an edit would save little
 
 
 class PromptMissing(AgentlogError):
@@ -165,6 +184,8 @@ class PromptFields:
     # Messages to store out of line before the record (sha256 -> canonical JSON): its pointers
     # carry offset UNSTORED until ``located`` fills them in.
     blobs: dict[str, bytes] = dataclasses.field(default_factory=dict)
+    # The call's params with their large values referred to (runtime.log.records.references).
+    params: Any = None
 
 
 def _ranges(slots: Sequence[int]) -> list[int]:
@@ -187,50 +208,138 @@ def _expand(ranges: Sequence[int]) -> list[int]:
 class PromptBook:
     """One run's message sequence as the writer knows it: sha256 of each message -> its slot."""
 
-    __slots__ = ("_slots", "size")
+    __slots__ = ("_last_params", "_recent", "_results", "_slots", "size")
 
     def __init__(self) -> None:
-        self._slots: dict[bytes, int] = {}
+        self._slots: dict[bytes, int] = {}  # by address (runtime.log.records.references)
         self.size = 0
+        self._recent: list[list[Any]] = []  # [slot, text, parsed]: entries a new message may edit
+        self._results: list[list[Any]] = []  # [position, text, parsed]: model results since the last request
+        self._last_params: tuple[bytes, Any] = (b"", None)  # sha256 of the last params, as recorded
 
     def learn(self, event: ModelCallScheduled) -> None:
         """Append a recorded call's new messages (rebuilding the book from history, in log order)."""
         for role, body in zip(event.new_roles, event.new_messages, strict=True):
             ref = blob_ref(role, body)
-            digest = _digest(message_json(role, body)) if ref is None else bytes.fromhex(ref.sha256)
+            delta = delta_of(role, body)
+            if ref is not None:
+                digest = bytes.fromhex(ref.sha256)[:_ADDRESS]
+            elif delta is not None:
+                digest = bytes.fromhex(delta["d"])
+            else:
+                text = message_json(role, body)
+                digest = _digest(text)[:_ADDRESS]
+                self._remember(self.size, text, None)
             self._slots.setdefault(digest, self.size)
             self.size += 1
 
-    def encode(self, messages: Any) -> PromptFields:
-        """The fields recording ``messages``; the new ones join the sequence."""
-        if not isinstance(messages, list):
-            return PromptFields(NOT_RECORDED, [], [], [])
-        first_new = self.size
-        slots: list[int] = []
+    def saw_result(self, position: int, result: str) -> None:
+        """A model call's result, recorded inline: the next request may send it back as a message,
+        stored then as an edit of it (runtime.log.records.references)."""
+        self._results.append([position, result, None])
+        del self._results[:-_RECENT_RESULTS]
+
+    def _remember(self, slot: int, text: str | None, value: Any) -> None:
+        self._recent.append([slot, text, value])
+        del self._recent[:-_RECENT_ENTRIES]
+
+    def _bases(self) -> Iterator[tuple[dict[str, Any], Any]]:
+        """What a new message may be stored as an edit of: recent entries, recent results' objects."""
+        for entry in self._recent:
+            if entry[2] is None:
+                entry[2] = orjson.loads(entry[1])
+            yield {"slot": entry[0]}, entry[2]
+        for entry in self._results:
+            if entry[2] is None:
+                entry[2] = orjson.loads(entry[1])
+            result = entry[2]
+            yield {"call": entry[0], "path": []}, result
+            if isinstance(result, dict):
+                for key, value in result.items():
+                    if isinstance(value, dict):
+                        yield {"call": entry[0], "path": [key]}, value
+                        # The items of a response's output list (the OpenAI Agents SDK sends each back).
+                        for inner, items in value.items():
+                            if isinstance(items, list):
+                                for i, item in enumerate(items):
+                                    if isinstance(item, dict):
+                                        yield {"call": entry[0], "path": [key, inner, i]}, item
+
+    def _as_edit(self, message: Any, data: bytes, digest: bytes) -> str | None:
+        """``message`` stored as an edit of a base the records hold, when that is much smaller."""
+        if not isinstance(message, dict) or len(data) < _EDIT_MIN:
+            return None
+        best: tuple[str, Any, Any] | None = None
+        keys = message.keys()
+        for base_ref, base in self._bases():
+            if not isinstance(base, dict) or len(keys ^ base.keys()) > len(keys) // 2:
+                continue
+            edit = diff(base, message)
+            body = delta_body(digest.hex(), edit, base_ref)
+            if best is None or len(body) < len(best[0]):
+                best = body, base, edit
+        if best is None or len(best[0]) * 4 > len(data) * 3:
+            return None
+        # Equal is not identical (1 == 1.0 == True): keep the edit only if it rebuilds the same bytes.
+        return best[0] if canonical(apply(best[1], best[2])) == data else None
+
+    def encode(self, messages: Any, params: Any = None) -> PromptFields:
+        """The fields recording ``messages`` and ``params``; the new ones join the sequence: the
+        large values of ``params`` first (``PromptFields.params`` refers to them), then the messages."""
         roles: list[str] = []
         bodies: list[str] = []
         blobs: dict[str, bytes] = {}
-        budget = RECORD_MESSAGE_BUDGET
+        budget = [RECORD_MESSAGE_BUDGET]
+
+        def add(value: Any, data: bytes, full: bytes, edit: bool) -> int:
+            digest = full[:_ADDRESS]
+            slot = self._slots.get(digest)
+            if slot is not None:
+                return slot
+            slot = self._slots[digest] = self.size
+            self.size += 1
+            body = self._as_edit(value, data, digest) if edit else None
+            if body is not None:
+                role = ""
+            elif len(data) > budget[0]:
+                blobs[full.hex()] = data
+                role, body = "", pointer_body(BlobRef(full.hex(), len(data), UNSTORED, UNSTORED))
+                edit = False  # out of line: not a base (a reader may lack the payload)
+            else:
+                budget[0] -= len(data)
+                role, body = _stored_form(value, data)
+            if edit and not role:
+                self._remember(slot, None, value)
+            roles.append(role)
+            bodies.append(body)
+            return slot
+
+        def store(data: bytes, _address: str) -> None:
+            full = hashlib.sha256(data).digest()
+            if full[:_ADDRESS] not in self._slots:
+                add(orjson.loads(data), data, full, False)
+
+        first_new = self.size  # "plain" (no slots) means all of this record's entries, values too
+        # Most calls send the params of the call before: one serialization finds them.
+        whole = hashlib.sha256(canonical(params)).digest() if params else b""
+        if whole and whole == self._last_params[0]:
+            recorded_params = self._last_params[1]
+        else:
+            recorded_params = outline_params(params, store)
+            self._last_params = (whole, recorded_params)
+        if not isinstance(messages, list):
+            return PromptFields(NOT_RECORDED, [], roles, bodies, blobs, recorded_params)
+        slots: list[int] = []
         for message in messages:
             # The canonical JSON of a {"role", "content"} message is exactly what message_json
             # rebuilds from its stored form, so one serialization serves the digest and the size.
             data = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
-            digest = hashlib.sha256(data).digest()
-            slot = self._slots.get(digest)
-            if slot is None:
-                slot = self._slots[digest] = self.size
-                self.size += 1
-                if len(data) > budget:
-                    blobs[digest.hex()] = data
-                    role, body = "", pointer_body(BlobRef(digest.hex(), len(data), UNSTORED, UNSTORED))
-                else:
-                    budget -= len(data)
-                    role, body = _stored_form(message, data)
-                roles.append(role)
-                bodies.append(body)
-            slots.append(slot)
+            slots.append(add(message, data, hashlib.sha256(data).digest(), True))
+        self._results.clear()  # a response is sent back by the request that follows it, if at all
         plain = slots == list(range(first_new, self.size))
-        return PromptFields(len(messages), [] if plain else _ranges(slots), roles, bodies, blobs)
+        # No messages but new values: one empty range (no ranges at all would read as "all new").
+        ranges = [] if plain else _ranges(slots) or [first_new, 0]
+        return PromptFields(len(messages), ranges, roles, bodies, blobs, recorded_params)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,6 +352,7 @@ class RecordedInput:
     params: dict[str, Any]
     prompt_version: str | None
     args_hash: str
+    missing: str | None = None  # a params value referred to that the records read do not hold
 
 
 def rebuild_inputs(
@@ -255,14 +365,23 @@ def rebuild_inputs(
     Raises PromptMissing when a prompt refers to messages the records do not hold."""
     blobs = blobs or {}
     sequence: list[str] = []
+    addresses = _Addresses(sequence)
+    results: dict[int, str] = {}  # model results recorded inline: what an edit entry may start from
     found: dict[int, RecordedInput] = {}
     for event in events:
+        if isinstance(event, ModelCallCompleted) and event.result_offset is None:
+            results[event.position] = event.result
         if not isinstance(event, ModelCallScheduled):
             continue
         first_new = len(sequence)
         for role, body in zip(event.new_roles, event.new_messages, strict=True):
             ref = blob_ref(role, body)
-            sequence.append(message_json(role, body) if ref is None else blobs.get(ref.sha256, body))
+            delta = delta_of(role, body) if ref is None else None
+            if delta is not None:
+                addresses.known[delta["d"]] = len(sequence)
+                sequence.append(resolve_delta(delta, sequence, results) or body)
+            else:
+                sequence.append(message_json(role, body) if ref is None else blobs.get(ref.sha256, body))
         messages: list[Any] | None = None
         if event.message_count != NOT_RECORDED:
             slots = (
@@ -274,11 +393,39 @@ def rebuild_inputs(
                     f"{_describe(slots)} of a sequence of {len(sequence)} in the run's records"
                 )
             messages = [orjson.loads(sequence[s]) for s in slots]
-        params = orjson.loads(event.params) if event.params else {}
+        addresses.missing = None
+        params = resolve_refs(orjson.loads(event.params), addresses.lookup) if event.params else {}
         found[event.position] = RecordedInput(
-            event.position, event.model, messages, params, event.prompt_version, event.args_hash
+            event.position,
+            event.model,
+            messages,
+            params,
+            event.prompt_version,
+            event.args_hash,
+            addresses.missing,
         )
     return found
+
+
+class _Addresses:
+    """The sequence's entries by address, hashed as far as a reference needs (most reads need none)."""
+
+    def __init__(self, sequence: list[str]) -> None:
+        self.sequence = sequence
+        self.known: dict[str, int] = {}  # edit entries, by the address they carry
+        self.hashed = 0
+        self.missing: str | None = None  # the last address a params value named and the sequence lacks
+
+    def lookup(self, wanted: str) -> str | None:
+        while wanted not in self.known and self.hashed < len(self.sequence):
+            text = self.sequence[self.hashed]
+            self.known.setdefault(hashlib.sha256(text.encode()).hexdigest()[:32], self.hashed)
+            self.hashed += 1
+        slot = self.known.get(wanted)
+        if slot is None:
+            self.missing = wanted
+            return None
+        return self.sequence[slot]
 
 
 def _describe(slots: Sequence[int]) -> str:
@@ -300,6 +447,14 @@ def checked_args(recorded: RecordedInput) -> dict[str, Any]:
                 f"model call {recorded.position}: message {i} was too large to record "
                 f"({message[OMITTED].get('bytes')} bytes, sha256 {message[OMITTED].get('sha256')})"
             )
+    left = unresolved(recorded.messages) or (
+        f"params value {recorded.missing}" if recorded.missing is not None else None
+    )
+    if left is not None:
+        raise PromptMissing(
+            f"model call {recorded.position}: {left} is stored by reference and the run's records "
+            "read here do not hold it"
+        )
     args = {
         "messages": recorded.messages,
         "params": recorded.params,
