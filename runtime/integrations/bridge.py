@@ -234,4 +234,5 @@ class AgentRun(Generic[T]):
             return message.value  # type: ignore[no-any-return]  # the agent coroutine's T
         finally:  # its end, an error, or GeneratorExit (the workflow closed): the task goes too
             self._close()
+            self._main, self._in_flight = None, []  # a run kept by its caller keeps no task
             release(loop)
