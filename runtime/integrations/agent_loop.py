@@ -86,7 +86,14 @@ class AgentLoop(asyncio.SelectorEventLoop):
         """Run callbacks (and the timers that fall due) until nothing is ready."""
         ready = self._ready  # type: ignore[attr-defined]  # BaseEventLoop's run queue
         while ready:
-            self._run_once()  # type: ignore[attr-defined]  # one round: ready callbacks, then due timers
+            if self._scheduled:  # type: ignore[attr-defined]  # timers: a round moves the due ones
+                self._run_once()  # type: ignore[attr-defined]
+                continue
+            # No timers: run the callback itself, without the round's selector poll (a system call
+            # per callback; only executor jobs write to the self-pipe, and their callbacks are queued).
+            handle = ready.popleft()
+            if not handle._cancelled:
+                handle._run()
 
     def can_wake_before(self, deadline: float) -> bool:
         """Whether anything may make a callback ready before ``deadline`` (loop time): an executor

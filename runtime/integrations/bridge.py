@@ -218,6 +218,8 @@ class AgentRun(Generic[T]):
             with loop.entered():
                 # A context of its own, as the agent's thread had: nothing of the worker's leaks in.
                 self._main = loop.create_task(self._main_coro(), context=contextvars.Context())
+                # A workflow dropped unclosed takes its waiting task with it: no leak to warn about.
+                self._main._log_destroy_pending = False  # type: ignore[attr-defined]  # asyncio.Task's
                 message = self._advance()
             while isinstance(message, _Await):
                 outcomes: list[tuple[Any, BaseException | None]] = []
