@@ -58,7 +58,7 @@ def test_two_agent_runs_interleave_on_one_loop_each_with_its_own_state() -> None
             assert run is not None and run.name == name
             loops[name] = asyncio.get_running_loop()
             got = []
-            for step in range(2):
+            for _ in range(2):
                 future = DurableFuture(len(futures[name]))
                 futures[name].append(future)
                 got.append(await run.wait_for(future))
