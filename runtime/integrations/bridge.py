@@ -46,7 +46,7 @@ from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from runtime.errors import AgentlogError
+from runtime.errors import AgentlogError, RunCannotGoOn
 from runtime.integrations.agent_loop import AgentLoop, acquire, release
 from runtime.workflow.context import Context
 from runtime.workflow.futures import DurableFuture
@@ -213,7 +213,12 @@ class AgentRun(Generic[T]):
             log.warning("agent run %r did not end when cancelled: its task is left behind", self.name)
 
     def __await__(self) -> Generator[Any, None, T]:
-        loop = self._loop = acquire()
+        try:
+            loop = self._loop = acquire()
+        except OSError as error:  # out of descriptors (EMFILE) for the thread's first agent loop
+            raise RunCannotGoOn(
+                f"agent run {self.name!r} cannot start: the worker could not open its agent loop ({error})"
+            ) from error
         try:
             with loop.entered():
                 # A context of its own, as the agent's thread had: nothing of the worker's leaks in.

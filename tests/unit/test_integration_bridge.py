@@ -5,11 +5,13 @@ concurrent calls in issue order, replay, failures, an agent loop that waits for 
 from __future__ import annotations
 
 import asyncio
+import errno
 import threading
 from typing import Any
 
 import pytest
 
+from runtime.integrations import bridge
 from runtime.integrations.agent_loop import AgentLoop
 from runtime.integrations.bridge import AgentRun, current_run
 from runtime.log.records.events import Event
@@ -132,3 +134,18 @@ def test_an_agent_loop_waiting_on_a_thread_too_long_fails_the_run_at_its_step_ti
     assert "agent run 'slow-thread' neither issued a call nor ended within 0.3 s" in getattr(
         events[-1], "error", ""
     )
+
+
+def test_an_agent_run_the_worker_has_no_descriptor_for_is_parked_naming_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_descriptors() -> AgentLoop:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(bridge, "acquire", no_descriptors)
+    events = serve(bridged_app([]), "agent")
+    assert events[-1].type == "RunParked", events[-1]  # not failed: the lack is the worker's
+    assert "agent run 'loop' cannot start: the worker could not open its agent loop" in getattr(
+        events[-1], "reason", ""
+    )
+    assert "Too many open files" in getattr(events[-1], "reason", "")
