@@ -165,7 +165,8 @@ class AgentRun(Generic[T]):
                 "awaits something that is not an agentlog call (I/O outside a model or tool call?)"
             )
         return AgentBridgeError(
-            f"agent run {self.name!r} neither issued a call nor ended, and nothing can wake it: it awaits "
+            f"agent run {self.name!r} neither issued a call nor ended, and nothing can wake it within "
+            f"{self.step_timeout_s} s: it awaits "
             "something that is not an agentlog call (an asyncio event or future, I/O, a thread outside the "
             "loop's executor); every wait of an agent must be a call of the run (a model or tool call, "
             "a durable sleep or signal wait)"
