@@ -70,3 +70,9 @@ class DecisionOutOfBounds(AgentlogError):
     def __init__(self, position: int, replacement: str) -> None:
         super().__init__(f"re-decided plan at position {position} leaves its bound: {replacement}")
         self.position, self.replacement = position, replacement
+
+
+class RunCannotGoOn(AgentlogError):
+    """The worker lacks what the run needs to go on (a descriptor for a framework agent's loop):
+    raised out of workflow code, the run is parked with the reason -- not failed for a lack of the
+    worker's, not waited on forever -- for an operator to reset or fork once the worker has it."""

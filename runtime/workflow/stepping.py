@@ -3,9 +3,9 @@
 The run machine resumes the coroutine whenever what it awaits is done. A step either stops at the
 next durable await (a ``ctx`` future) or ends the workflow; each way a workflow can end has its
 one terminal record: a value (``RunCompleted``, or ``RunFailed`` if it is not JSON),
-``ctx.continue_as_new`` (``RunContinuedAsNew``), a re-decided plan out of bounds (``RunParked``:
-an operator decides), any other exception (``RunFailed`` with its error), and an await of
-something that is not durable (``RunFailed``: it could not be replayed).
+``ctx.continue_as_new`` (``RunContinuedAsNew``), a re-decided plan out of bounds or a lack of the
+worker's (``RunParked``: an operator decides), any other exception (``RunFailed`` with its error),
+and an await of something that is not durable (``RunFailed``: it could not be replayed).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.errors import DecisionOutOfBounds
+from runtime.errors import DecisionOutOfBounds, RunCannotGoOn
 from runtime.log.records.events import Event, RunCompleted, RunContinuedAsNew, RunFailed, RunParked
 from runtime.workflow.canonical import canonical_json
 from runtime.workflow.compensation import Unwound
@@ -46,6 +46,8 @@ def step(coro: Coroutine[Any, Any, Any], run_id: str, seq: int) -> DurableFuture
         )
     except DecisionOutOfBounds as error:  # not a failure: an operator decides
         return Ended(RunParked(run_id=run_id, reason=str(error), position=error.position))
+    except RunCannotGoOn as error:  # the worker's lack, not the run's failure: an operator decides
+        return Ended(RunParked(run_id=run_id, reason=str(error)))
     except Unwound as unwound:  # the compensations ran: the run ends as it was going to
         return Ended(unwound.event)
     except Exception as error:  # the workflow raised: the run fails with its error

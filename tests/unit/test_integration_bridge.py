@@ -1,15 +1,18 @@
-"""The bridge between a hand-driven workflow and an asyncio agent loop on its own thread
-(runtime.integrations.bridge), with no framework: lock step, batches of concurrent calls in issue
-order, replay, failures, and an agent loop that goes silent."""
+"""The bridge between a hand-driven workflow and an asyncio agent loop driven inline on the
+workflow's thread (runtime.integrations.bridge), with no framework: lock step, batches of
+concurrent calls in issue order, replay, failures, an agent loop that waits for something else."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import threading
 from typing import Any
 
 import pytest
 
+from runtime.integrations import bridge
+from runtime.integrations.agent_loop import AgentLoop
 from runtime.integrations.bridge import AgentRun, current_run
 from runtime.log.records.events import Event
 from runtime.replay.replayer import Replayer
@@ -42,7 +45,9 @@ def bridged_app(ran: list[str]) -> App:
     async def workflow(ctx: Context, request: dict[str, Any]) -> Any:
         async def agent_loop() -> dict[str, Any]:
             run = current_run()
-            assert run is not None and threading.current_thread().name == "agent-loop"
+            # on the workflow's own thread, its running loop the shared agent loop for the moment
+            assert run is not None and threading.current_thread() is threading.main_thread()
+            assert isinstance(asyncio.get_running_loop(), AgentLoop)
             first = await run.wait_for(ctx.tool("quick", name="first"))
             together = await asyncio.gather(
                 run.wait_for(ctx.tool("slow", name="a")), run.wait_for(ctx.tool("quick", name="b"))
@@ -60,7 +65,18 @@ def bridged_app(ran: list[str]) -> App:
         async def agent_loop() -> None:
             await asyncio.Event().wait()  # waits for something that is not an agentlog call
 
-        return await AgentRun(ctx, agent_loop, name="silent", step_timeout_s=0.3)
+        return await AgentRun(ctx, agent_loop, name="silent", step_timeout_s=600)
+
+    @app.workflow("slow-thread")
+    async def slow_thread(ctx: Context, request: dict[str, Any]) -> Any:
+        async def agent_loop() -> None:
+            release = threading.Event()
+            try:  # a job of the loop's executor: waited for, but not past the step timeout
+                await asyncio.to_thread(release.wait, 30)
+            finally:
+                release.set()
+
+        return await AgentRun(ctx, agent_loop, name="slow-thread", step_timeout_s=0.3)
 
     return app
 
@@ -104,7 +120,32 @@ def test_replay_gives_the_agent_loop_the_recorded_outcomes_without_calling() -> 
     assert ran == []
 
 
-def test_an_agent_loop_waiting_on_something_else_fails_the_run_naming_it() -> None:
+def test_an_agent_loop_waiting_on_something_nothing_can_wake_fails_the_run_at_once() -> None:
+    # its step timeout is 600 s: the run fails because nothing can wake the agent, not by waiting
     events = serve(bridged_app([]), "silent")
     assert events[-1].type == "RunFailed"
-    assert "neither issued a call nor ended within 0.3 s" in getattr(events[-1], "error", "")
+    error = getattr(events[-1], "error", "")
+    assert "agent run 'silent' neither issued a call nor ended, and nothing can wake it" in error
+
+
+def test_an_agent_loop_waiting_on_a_thread_too_long_fails_the_run_at_its_step_timeout() -> None:
+    events = serve(bridged_app([]), "slow-thread")
+    assert events[-1].type == "RunFailed"
+    assert "agent run 'slow-thread' neither issued a call nor ended within 0.3 s" in getattr(
+        events[-1], "error", ""
+    )
+
+
+def test_an_agent_run_the_worker_has_no_descriptor_for_is_parked_naming_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_descriptors() -> AgentLoop:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(bridge, "acquire", no_descriptors)
+    events = serve(bridged_app([]), "agent")
+    assert events[-1].type == "RunParked", events[-1]  # not failed: the lack is the worker's
+    assert "agent run 'loop' cannot start: the worker could not open its agent loop" in getattr(
+        events[-1], "reason", ""
+    )
+    assert "Too many open files" in getattr(events[-1], "reason", "")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -274,6 +275,43 @@ def test_model_http_errors_are_retried_by_status(status: int, attempts: int) -> 
         (failure,) = [e for e in events if isinstance(e, ModelCallFailed)]
         assert failure.error_type == "ModelRateLimited" and failure.final and failure.retry_at == 0
         assert "past its retry policy's rate_limit_patience of 0 s" in failure.error, failure.error
+
+
+def test_sync_callbacks_run_inline_on_the_agent_loop_and_sync_tools_off_the_workers_loop() -> None:
+    # The agent loop is driven on the workflow's thread: a sync callback there runs inline (a
+    # thread of its own would only be waited for); a sync tool is a call and still runs in a thread.
+    app = App("pydantic-ai-sync")
+    agent = Agent(
+        scripted([ToolCallPart("where", {}, tool_call_id="c1")], [TextPart("done")]),
+        name="sync",
+        capabilities=[AgentlogDurability(app)],
+    )
+    threads: dict[str, str] = {}
+
+    @agent.instructions
+    def instructions() -> str:
+        threads["instructions"] = threading.current_thread().name
+        return "Be brief."
+
+    @agent.output_validator
+    def validate(output: str) -> str:
+        threads["validator"] = threading.current_thread().name
+        return output
+
+    @agent.tool_plain
+    def where() -> str:
+        threads["tool"] = threading.current_thread().name
+        return "here"
+
+    @app.workflow("sync")
+    async def workflow(ctx: Context, request: dict[str, Any]) -> Any:
+        return (await run_agent(ctx, agent, "hi")).output
+
+    events = serve(app, "sync", {})
+    assert _end(events).type == "RunCompleted", _end(events)
+    main = threading.main_thread().name
+    assert threads["instructions"] == threads["validator"] == main
+    assert threads["tool"] != main
 
 
 def test_outside_a_workflow_the_capability_is_transparent() -> None:

@@ -51,6 +51,7 @@ from pydantic_ai.durable_exec import (
     conversation_id_from_run_id,
     external_event_scope,
 )
+from pydantic_ai.durable_exec._utils import disable_threads
 from pydantic_ai.models import Model
 from pydantic_ai.tools import AgentDepsT, RunContext
 
@@ -179,7 +180,13 @@ class AgentlogDurability(BaseDurabilityCapability[AgentDepsT]):
         async def durable_sleep(seconds: float) -> None:
             await run.wait_for(run.ctx.sleep(max(seconds, 0.0)))
 
-        with external_event_scope(_SignalWaiter(self, run)), Agent.using_sleep(durable_sleep):
+        # Sync callbacks (instructions, validators) run inline, as in Temporal's workflows: the agent
+        # loop is driven on the workflow's thread, which would only wait for a thread of their own.
+        with (
+            external_event_scope(_SignalWaiter(self, run)),
+            Agent.using_sleep(durable_sleep),
+            disable_threads(),
+        ):
             return await super().wrap_run(ctx, handler=handler)
 
     def get_durable_operation_backend(self) -> DurableOperationBackend[Any]:
