@@ -41,8 +41,10 @@ def _order(messages: list[ModelMessage]) -> str:
     return str(prompt.content).rsplit(" ", 1)[-1]
 
 
-def plan(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    """First: reserve the budget and place the order (both need approval); then: done."""
+async def plan(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """First: reserve the budget and place the order (both need approval); then: done. Async, as
+    the native agent's model is (and as a real model's HTTP client is): a sync function would run
+    on PydanticAI's own thread pool (anyio, up to 40 threads), which is not what is measured."""
     if len(messages) == 1:
         order = _order(messages)
         return ModelResponse(
