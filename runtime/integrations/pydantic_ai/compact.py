@@ -42,10 +42,10 @@ _checked_lock = threading.Lock()  # agents of several runs record from their own
 
 
 def _is_default(key: str, value: Any) -> bool:
-    if value is None or value == {} or value == []:
+    if value is None or value in ({}, []):
         return True
     if type(value) in (int, float):
-        return value == 0
+        return bool(value == 0)
     return isinstance(value, str) and _STRING_DEFAULTS.get(key) == value
 
 
