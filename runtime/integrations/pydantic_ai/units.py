@@ -18,18 +18,23 @@ from runtime.errors import TerminalError
 from runtime.integrations.calls import UnrecordableValue, as_json
 from runtime.integrations.pydantic_ai.compact import compact_message, compact_response
 from runtime.models.errors import status_error
+from runtime.workflow.earlier_form import Messages
 
 # The argument (tool calls) or parameter (model calls) that carries the unit's body.
 UNIT_ARG = "pydantic_ai_unit"
 
 
-def recorded_messages(messages: Any) -> list[dict[str, Any]]:
+def recorded_messages(messages: Any) -> Messages:
     """The model request's messages as recorded: PydanticAI's JSON shape, compact
     (runtime.integrations.pydantic_ai.compact), without the timestamps that requests take from the
     clock when the agent builds them (a replayed agent builds them again at another time; the
-    responses' timestamps come from the log and are kept)."""
+    responses' timestamps come from the log and are kept). Runs recorded before messages were
+    compact recorded the full form: replay accepts its hash too (runtime.workflow.earlier_form)."""
     dumped = as_json(messages, "model request messages")
-    return [_without_request_timestamps(compact_message(message)) for message in dumped]
+    return Messages(
+        [_without_request_timestamps(compact_message(message)) for message in dumped],
+        earlier=lambda: [_without_request_timestamps(message) for message in dumped],
+    )
 
 
 def recorded_parameters(parameters: Any, what: str) -> Any:
