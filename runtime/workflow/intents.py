@@ -53,11 +53,17 @@ class Intent:
     # A model call: the size of its canonical recorded arguments, measured where they were hashed
     # (what runtime.workflow.tokens estimates its prompt's tokens from); 0 when not measured.
     size: int = 0
+    # A model call whose messages an earlier release recorded in another form
+    # (runtime.workflow.earlier_form): that form's hash, computed (then kept as a str) on the first
+    # mismatch, so a run recorded by the current code never computes it.
+    earlier_hash: Callable[[], str] | str | None = None
 
     def matches(self, recorded_hash: str) -> bool:
-        return recorded_hash == self.hash or (
-            self.legacy_hash is not None and recorded_hash == self.legacy_hash
-        )
+        if recorded_hash == self.hash or (self.legacy_hash is not None and recorded_hash == self.legacy_hash):
+            return True
+        if callable(self.earlier_hash):
+            self.earlier_hash = self.earlier_hash()
+        return self.earlier_hash is not None and recorded_hash == self.earlier_hash
 
     def signature(self) -> tuple[str, str, str]:
         return (self.kind, self.name, self.hash)

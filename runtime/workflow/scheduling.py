@@ -32,6 +32,7 @@ from runtime.workflow.canonical import (
     idempotency_key,
     sha256_hex,
 )
+from runtime.workflow.earlier_form import Messages
 from runtime.workflow.futures import DurableFuture
 from runtime.workflow.intents import Drift, Intent, timer_hash
 from runtime.workflow.redact import redact
@@ -64,6 +65,9 @@ def model_intent(
     command = Intent(position, "model", name, args, digest, DurableFuture(position))
     command.prompt_version = prompt_version
     command.size = size
+    if isinstance(messages, Messages):
+        earlier = messages.earlier
+        command.earlier_hash = lambda: args_hash("model", name, {**recorded, "messages": earlier()})
     return _note_redaction(command, recorded)
 
 

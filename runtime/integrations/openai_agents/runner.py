@@ -54,6 +54,7 @@ from pydantic import TypeAdapter
 
 from runtime.integrations.bridge import AgentRun, current_run
 from runtime.integrations.calls import UnitRef, as_json, register_model, register_tool, tool_args
+from runtime.integrations.openai_agents.compact import compact_item, compact_usage
 from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.context import Context
 
@@ -71,8 +72,9 @@ def unit_args(ref: UnitRef) -> dict[str, Any]:
 def _recorded_response(response: ModelResponse) -> dict[str, Any]:
     usage = response.usage
     return {
-        "output": [item.model_dump(mode="json") for item in response.output],
-        "usage": _usage.dump_python(usage, mode="json"),
+        # Compact (runtime.integrations.openai_agents.compact): the items as the SDK sends them back.
+        "output": [compact_item(item) for item in response.output],
+        "usage": compact_usage(usage),
         "response_id": response.response_id,
     }
 
@@ -84,9 +86,10 @@ def _recorded_call(payload: Any) -> dict[str, Any]:
     return {
         "response": payload,
         "usage": {
-            "input_tokens": usage.get("input_tokens"),
-            "output_tokens": usage.get("output_tokens"),
-            "cached_tokens": details.get("cached_tokens"),
+            # A compact usage leaves its zero counters out.
+            "input_tokens": usage.get("input_tokens", 0),
+            "output_tokens": usage.get("output_tokens", 0),
+            "cached_tokens": details.get("cached_tokens", 0),
         },
         "model": None,
     }

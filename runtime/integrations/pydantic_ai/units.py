@@ -16,18 +16,25 @@ from pydantic_core import PydanticSerializationError
 
 from runtime.errors import TerminalError
 from runtime.integrations.calls import UnrecordableValue, as_json
+from runtime.integrations.pydantic_ai.compact import compact_message, compact_response
 from runtime.models.errors import status_error
+from runtime.workflow.earlier_form import Messages
 
 # The argument (tool calls) or parameter (model calls) that carries the unit's body.
 UNIT_ARG = "pydantic_ai_unit"
 
 
-def recorded_messages(messages: Any) -> list[dict[str, Any]]:
-    """The model request's messages as recorded: PydanticAI's JSON shape without the timestamps
-    that requests take from the clock when the agent builds them (a replayed agent builds them
-    again at another time; the responses' timestamps come from the log and are kept)."""
+def recorded_messages(messages: Any) -> Messages:
+    """The model request's messages as recorded: PydanticAI's JSON shape, compact
+    (runtime.integrations.pydantic_ai.compact), without the timestamps that requests take from the
+    clock when the agent builds them (a replayed agent builds them again at another time; the
+    responses' timestamps come from the log and are kept). Runs recorded before messages were
+    compact recorded the full form: replay accepts its hash too (runtime.workflow.earlier_form)."""
     dumped = as_json(messages, "model request messages")
-    return [_without_request_timestamps(message) for message in dumped]
+    return Messages(
+        [_without_request_timestamps(compact_message(message)) for message in dumped],
+        earlier=lambda: [_without_request_timestamps(message) for message in dumped],
+    )
 
 
 def recorded_parameters(parameters: Any, what: str) -> Any:
@@ -69,7 +76,8 @@ def mapped_errors(kind: str, name: str) -> Iterator[None]:
 
 
 def recorded_response(response: Any) -> dict[str, Any]:
-    """A ``ModelResponse`` (as JSON) with its usage and model name in the keys agentlog reads."""
+    """A ``ModelResponse`` (as JSON, recorded compact: runtime.integrations.pydantic_ai.compact)
+    with its usage and model name in the keys agentlog reads."""
     if not isinstance(response, dict):
         return {"response": response, "usage": {}, "model": None}
     usage = response.get("usage") or {}
@@ -80,7 +88,7 @@ def recorded_response(response: Any) -> dict[str, Any]:
     }
     model = response.get("model_name")
     return {
-        "response": response,
+        "response": compact_response(response),
         "usage": {k: v for k, v in shown.items() if isinstance(v, int)},
         "model": model if isinstance(model, str) else None,
     }

@@ -1,0 +1,27 @@
+"""Model messages that also know how an earlier release recorded them.
+
+An integration that changes the recorded form of the same input (runtime.integrations.pydantic_ai
+records its messages compact since the change that added this module) would otherwise make every
+model call of a run recorded before it read as a changed prompt on replay (``PromptDrifted``),
+although the agent asks exactly what it asked. ``ctx.model(messages=Messages(compact, earlier=...))``
+records ``compact`` and hashes it; replay also accepts the hash of ``earlier()`` -- computed only
+when the recorded hash is not the new one, so runs recorded by the new code pay nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class Messages(list[dict[str, Any]]):
+    """A model call's messages (recorded as the list they are) and ``earlier``: the same messages
+    in the form an earlier release recorded."""
+
+    __slots__ = ("earlier",)
+
+    def __init__(
+        self, messages: list[dict[str, Any]], *, earlier: Callable[[], list[dict[str, Any]]]
+    ) -> None:
+        super().__init__(messages)
+        self.earlier = earlier
