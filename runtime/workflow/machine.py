@@ -277,9 +277,7 @@ class RunMachine:
         first), every command it issues is matched against the record at its position."""
         if history:
             self._history_records = {e.position: e for e in history if isinstance(e, SCHEDULED_TYPES)}
-            for event in history:
-                if isinstance(event, ModelCallScheduled):
-                    self._prompts.learn(event)
+            self._prompts.learn_history(history)
             self._redecided_in_history = {e.position for e in history if isinstance(e, Redecided)}
             self._drift_in_history = {
                 (e.position, e.issued_args_hash) for e in history if isinstance(e, PromptDrifted)

@@ -8,7 +8,6 @@ import asyncio
 import threading
 from typing import Any
 
-import orjson
 import pytest
 
 from runtime.client import Client
@@ -18,7 +17,7 @@ from runtime.log.port.memory import MemoryLog
 from runtime.log.records.delta import DeltaError, apply, diff
 from runtime.log.records.events import Event, ModelCallCompleted, ModelCallScheduled
 from runtime.log.records.prompts import PromptBook, PromptMissing, checked_args, rebuild_inputs
-from runtime.log.records.references import REF
+from runtime.log.records.references import REF, edit_of
 from runtime.log.schemas.serde import Serde
 from runtime.worker.loop import Worker
 from runtime.workflow.canonical import args_hash, canonical_json
@@ -128,6 +127,12 @@ def _agent_run(book: PromptBook, steps: int, params: Any = PARAMS) -> list[Event
     return events
 
 
+def _bases_of(body: str) -> list[Any] | None:
+    """What a stored message is an edit of (runtime.log.records.references), None if stored whole."""
+    edit = edit_of("", body)
+    return None if edit is None else edit[0]
+
+
 def test_large_params_values_are_stored_once_and_every_call_reads_back_whole() -> None:
     events = _agent_run(PromptBook(), 5)
     scheduled = [e for e in events if isinstance(e, ModelCallScheduled)]
@@ -145,11 +150,11 @@ def test_a_response_sent_back_is_an_edit_of_its_recorded_result_not_a_second_cop
     later = [e for e in events if isinstance(e, ModelCallScheduled) and e.position > 1]
     for event in later:
         assert all('"tool_name":"lookup"' not in m for m in event.new_messages)  # no response stored again
-    bases = [[orjson.loads(m).get("agentlog_delta", {}).get("from") for m in e.new_messages] for e in later]
+    bases = [[_bases_of(m) for m in e.new_messages] for e in later]
     # The first response sent back: an edit of the result recorded; the later ones, an edit of that
     # result or of the response sent back before (whichever edit is smaller). The tool returns here
     # are too small for an edit to pay (``_EDIT_MIN``, and an edit must save a quarter).
-    assert bases[0][0] == {"call": 1, "path": ["response"]}
+    assert bases[0][0] == [[1, "response"]]
     assert all(entry[0] is not None for entry in bases[1:])
     inputs = rebuild_inputs(events)
     assert len(inputs) == 4
@@ -276,9 +281,6 @@ def test_output_items_sent_back_one_by_one_are_edits_of_the_result_they_came_in(
         {"type": "function_call_output", "output": "ok"},
     ]
     second = _scheduled(book, 3, sent_back, {})
-    bases = [orjson.loads(m).get("agentlog_delta", {}).get("from") for m in second.new_messages]
-    assert bases[:2] == [
-        {"call": 1, "path": ["response", "output", 0]},
-        {"call": 1, "path": ["response", "output", 1]},
-    ]
+    bases = [_bases_of(m) for m in second.new_messages]
+    assert bases[:2] == [[[1, "response", "output", 0]], [[1, "response", "output", 1]]]
     assert checked_args(rebuild_inputs([first, completed, second])[3])["messages"] == sent_back

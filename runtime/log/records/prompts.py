@@ -56,13 +56,18 @@ from runtime.errors import AgentlogError
 from runtime.log.records.delta import apply, diff
 from runtime.log.records.events import Event, ModelCallCompleted, ModelCallScheduled
 from runtime.log.records.references import (
+    REF,
     canonical,
-    delta_body,
     delta_of,
+    edit_body,
+    edit_of,
+    merged,
     outline_params,
     resolve_delta,
+    resolve_edit,
     resolve_refs,
     unresolved,
+    unresolved_edit,
 )
 
 NOT_RECORDED = -1
@@ -77,6 +82,9 @@ _ADDRESS = 16  # bytes of sha256 that address an entry (runtime.log.records.refe
 _RECENT_ENTRIES = 2  # entries a new message may be an edit of: the last request's
 _RECENT_RESULTS = 2  # results since the last request (a gather of model calls has more)
 _EDIT_MIN = 128  # a smaller message is stored whole: an edit would save little
+# Params at least this long (once their large values are outlined) are an entry of their own, so
+# a call that sends the params of an earlier one records a reference to them.
+_PARAMS_ENTRY_MIN = 48
 
 
 class PromptMissing(AgentlogError):
@@ -217,21 +225,58 @@ class PromptBook:
         self._results: list[list[Any]] = []  # [position, text, parsed]: model results since the last request
         self._last_params: tuple[bytes, Any] = (b"", None)  # sha256 of the last params, as recorded
 
+    def learn_history(self, history: Iterable[Event]) -> None:
+        """Rebuild the book from a run's records, in log order: the calls' new messages, and the
+        inline results a short-form edit entry may start from."""
+        for event in history:
+            if isinstance(event, ModelCallScheduled):
+                self.learn(event)
+            elif isinstance(event, ModelCallCompleted) and event.result_offset is None:
+                self.saw_result(event.position, event.result)
+
     def learn(self, event: ModelCallScheduled) -> None:
         """Append a recorded call's new messages (rebuilding the book from history, in log order)."""
         for role, body in zip(event.new_roles, event.new_messages, strict=True):
             ref = blob_ref(role, body)
             delta = delta_of(role, body)
+            edit = edit_of(role, body) if ref is None and delta is None else None
+            digest: bytes | None
             if ref is not None:
                 digest = bytes.fromhex(ref.sha256)[:_ADDRESS]
             elif delta is not None:
                 digest = bytes.fromhex(delta["d"])
+            elif edit is not None:
+                # No address in the entry: the message's, if its bases are still at hand (else
+                # the entry is not deduplicated against; a later copy is stored again, still right).
+                data = resolve_edit(edit[0], edit[1], self._recent_value, self._result_value)
+                digest = None if data is None else hashlib.sha256(data).digest()[:_ADDRESS]
+                if data is not None:
+                    self._remember(self.size, data.decode(), None)
             else:
                 text = message_json(role, body)
                 digest = _digest(text)[:_ADDRESS]
                 self._remember(self.size, text, None)
-            self._slots.setdefault(digest, self.size)
+            if digest is not None:
+                self._slots.setdefault(digest, self.size)
             self.size += 1
+        if event.message_count != NOT_RECORDED:
+            self._results.clear()  # as encode does: the next request resends only later results
+
+    def _recent_value(self, slot: int) -> Any:
+        for entry in self._recent:
+            if entry[0] == slot:
+                if entry[2] is None:
+                    entry[2] = orjson.loads(entry[1])
+                return entry[2]
+        return None
+
+    def _result_value(self, position: int) -> Any:
+        for entry in self._results:
+            if entry[0] == position:
+                if entry[2] is None:
+                    entry[2] = orjson.loads(entry[1])
+                return entry[2]
+        return None
 
     def saw_result(self, position: int, result: str) -> None:
         """A model call's result, recorded inline: the next request may send it back as a message,
@@ -243,29 +288,35 @@ class PromptBook:
         self._recent.append([slot, text, value])
         del self._recent[:-_RECENT_ENTRIES]
 
-    def _bases(self) -> Iterator[tuple[dict[str, Any], Any]]:
-        """What a new message may be stored as an edit of: recent entries, recent results' objects."""
-        for entry in self._recent:
-            if entry[2] is None:
-                entry[2] = orjson.loads(entry[1])
-            yield {"slot": entry[0]}, entry[2]
+    def _bases(self) -> Iterator[tuple[list[Any], Any]]:
+        """What a new message may be stored as an edit of: recent entries, recent results' objects,
+        and each result's object filled in with a recent entry's other keys (a resent response)."""
+        recent = [([entry[0]], self._recent_value(entry[0])) for entry in self._recent]
+        yield from recent
         for entry in self._results:
-            if entry[2] is None:
-                entry[2] = orjson.loads(entry[1])
-            result = entry[2]
-            yield {"call": entry[0], "path": []}, result
-            if isinstance(result, dict):
-                for key, value in result.items():
-                    if isinstance(value, dict):
-                        yield {"call": entry[0], "path": [key]}, value
-                        # The items of a response's output list (the OpenAI Agents SDK sends each back).
-                        for inner, items in value.items():
-                            if isinstance(items, list):
-                                for i, item in enumerate(items):
-                                    if isinstance(item, dict):
-                                        yield {"call": entry[0], "path": [key, inner, i]}, item
+            result = self._result_value(entry[0])
+            for ref, value in self._result_objects(entry[0], result):
+                yield [ref], value
+                if isinstance(value, dict):
+                    for slot_ref, other in recent:
+                        if isinstance(other, dict) and other.keys() - value.keys():
+                            yield [ref, *slot_ref], merged([value, other])
 
-    def _as_edit(self, message: Any, data: bytes, digest: bytes) -> str | None:
+    @staticmethod
+    def _result_objects(position: int, result: Any) -> Iterator[tuple[list[Any], Any]]:
+        yield [position], result
+        if isinstance(result, dict):
+            for key, value in result.items():
+                if isinstance(value, dict):
+                    yield [position, key], value
+                    # The items of a response's output list (the OpenAI Agents SDK sends each back).
+                    for inner, items in value.items():
+                        if isinstance(items, list):
+                            for i, item in enumerate(items):
+                                if isinstance(item, dict):
+                                    yield [position, key, inner, i], item
+
+    def _as_edit(self, message: Any, data: bytes) -> str | None:
         """``message`` stored as an edit of a base the records hold, when that is much smaller."""
         if not isinstance(message, dict) or len(data) < _EDIT_MIN:
             return None
@@ -275,7 +326,7 @@ class PromptBook:
             if not isinstance(base, dict) or len(keys ^ base.keys()) > len(keys) // 2:
                 continue
             edit = diff(base, message)
-            body = delta_body(digest.hex(), edit, base_ref)
+            body = edit_body(base_ref, edit)
             if best is None or len(body) < len(best[0]):
                 best = body, base, edit
         if best is None or len(best[0]) * 4 > len(data) * 3:
@@ -298,7 +349,7 @@ class PromptBook:
                 return slot
             slot = self._slots[digest] = self.size
             self.size += 1
-            body = self._as_edit(value, data, digest) if edit else None
+            body = self._as_edit(value, data) if edit else None
             if body is not None:
                 role = ""
             elif len(data) > budget[0]:
@@ -314,10 +365,9 @@ class PromptBook:
             bodies.append(body)
             return slot
 
-        def store(data: bytes, _address: str) -> None:
+        def store(data: bytes, _address: str) -> int:
             full = hashlib.sha256(data).digest()
-            if full[:_ADDRESS] not in self._slots:
-                add(orjson.loads(data), data, full, False)
+            return add(orjson.loads(data), data, full, False)
 
         first_new = self.size  # "plain" (no slots) means all of this record's entries, values too
         # Most calls send the params of the call before: one serialization finds them.
@@ -326,6 +376,10 @@ class PromptBook:
             recorded_params = self._last_params[1]
         else:
             recorded_params = outline_params(params, store)
+            if isinstance(recorded_params, dict) and recorded_params:
+                data = canonical(recorded_params)
+                if len(data) >= _PARAMS_ENTRY_MIN:
+                    recorded_params = {REF: store(data, "")}
             self._last_params = (whole, recorded_params)
         if not isinstance(messages, list):
             return PromptFields(NOT_RECORDED, [], roles, bodies, blobs, recorded_params)
@@ -377,9 +431,15 @@ def rebuild_inputs(
         for role, body in zip(event.new_roles, event.new_messages, strict=True):
             ref = blob_ref(role, body)
             delta = delta_of(role, body) if ref is None else None
+            edit = edit_of(role, body) if ref is None and delta is None else None
             if delta is not None:
                 addresses.known[delta["d"]] = len(sequence)
                 sequence.append(resolve_delta(delta, sequence, results) or body)
+            elif edit is not None:
+                data = resolve_edit(edit[0], edit[1], addresses.value, lambda p: _parsed(results.get(p)))
+                if data is None:
+                    addresses.unresolved.add(len(sequence))
+                sequence.append(unresolved_edit(*edit) if data is None else data.decode())
             else:
                 sequence.append(message_json(role, body) if ref is None else blobs.get(ref.sha256, body))
         messages: list[Any] | None = None
@@ -415,8 +475,23 @@ class _Addresses:
         self.known: dict[str, int] = {}  # edit entries, by the address they carry
         self.hashed = 0
         self.missing: str | None = None  # the last address a params value named and the sequence lacks
+        self.unresolved: set[int] = set()  # short-form edit entries whose base the records lack
 
-    def lookup(self, wanted: str) -> str | None:
+    def value(self, slot: int) -> Any:
+        """Entry ``slot``'s JSON, None when it is not there (or is an edit left unresolved)."""
+        if not 0 <= slot < len(self.sequence) or slot in self.unresolved:
+            return None
+        text = self.sequence[slot]
+        if text.startswith(_BLOB_PREFIX) or text.startswith('{"agentlog_delta":'):
+            return None
+        return orjson.loads(text)
+
+    def lookup(self, wanted: str | int) -> str | None:
+        if isinstance(wanted, int):
+            if self.value(wanted) is None:
+                self.missing = str(wanted)
+                return None
+            return self.sequence[wanted]
         while wanted not in self.known and self.hashed < len(self.sequence):
             text = self.sequence[self.hashed]
             self.known.setdefault(hashlib.sha256(text.encode()).hexdigest()[:32], self.hashed)
@@ -426,6 +501,10 @@ class _Addresses:
             self.missing = wanted
             return None
         return self.sequence[slot]
+
+
+def _parsed(text: str | None) -> Any:
+    return None if text is None else orjson.loads(text)
 
 
 def _describe(slots: Sequence[int]) -> str:

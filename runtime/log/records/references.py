@@ -16,6 +16,20 @@ for (hex; the same address the writer's book deduplicates by):
   next request's copy of it is the few fields the framework filled in. The entry is
   ``{"agentlog_delta": {"d": "<address>", "e": <edit>, "from": <base>}}``.
 
+Since records3 both are written shorter (the forms above are still read):
+
+- **A reference by slot.** ``{"agentlog_ref": n}`` names entry ``n`` of the run's sequence (which
+  is per run and ordered, as ``message_slots`` already name entries), not a 32-hex address; and a
+  call's params as a whole, once outlined, are an entry too, so a call that sends the params of an
+  earlier one records ``{"agentlog_ref": n}`` (~18 bytes) instead of ~120.
+- **An edit entry** is ``+`` followed by the canonical JSON ``[bases, edit]`` (no JSON value starts
+  with ``+``, so no earlier entry reads as one). Each base is an entry's slot (an int) or a model
+  call's inline result at a path (``[position, key, ...]``); with several, the base is their
+  objects merged, the first's keys winning: a resent response is its recorded result plus the keys
+  the framework sets on every message (PydanticAI's ``run_id``, ``conversation_id``,
+  ``model_id``), taken from the last resent response, so the edit is usually ``{}``. It carries no
+  address: a reader hashes the message it rebuilds when something needs its address.
+
 What is hashed and compared is unchanged: the call's ``args_hash`` is over the whole input
 (messages and params resolved), so a changed tool definition is a changed prompt, and a reader
 checks the input it rebuilt against it. Pure functions: no I/O.
@@ -34,6 +48,7 @@ from runtime.log.records.delta import DeltaError, apply
 REF = "agentlog_ref"
 DELTA = "agentlog_delta"
 DELTA_PREFIX = '{"agentlog_delta":'
+EDIT_PREFIX = "+"  # an edit entry of the short form (see above)
 # Below this a reference (~50 bytes) and its entry cost about what the value does inline.
 PARAM_VALUE_MIN = 256
 
@@ -48,21 +63,19 @@ def address(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:32]
 
 
-def outline_params(params: Any, store: Callable[[bytes, str], None]) -> Any:
+def outline_params(params: Any, store: Callable[[bytes, str], int]) -> Any:
     """``params`` with each value of at least PARAM_VALUE_MIN bytes replaced by its reference,
     inner values first; ``store(canonical JSON, address)`` is called for each value referred to
-    (the book appends it to the sequence unless it holds it already)."""
+    and returns its slot (the book appends it to the sequence unless it holds it already)."""
     if isinstance(params, dict):
         return {k: _outlined(v, store) for k, v in params.items()}
     return params
 
 
-def _outlined(value: Any, store: Callable[[bytes, str], None]) -> Any:
+def _outlined(value: Any, store: Callable[[bytes, str], int]) -> Any:
     if isinstance(value, dict) and _is_ref(value):  # stored too, so that it reads back as itself
         data = canonical(value)
-        digest = address(data)
-        store(data, digest)
-        return {REF: digest}
+        return {REF: store(data, address(data))}
     if not isinstance(value, (dict, list)):
         return value
     data = canonical(value)
@@ -76,18 +89,19 @@ def _outlined(value: Any, store: Callable[[bytes, str], None]) -> Any:
         data = canonical(reduced)
         if len(data) < PARAM_VALUE_MIN:
             return reduced
-    digest = address(data)
-    store(data, digest)
-    return {REF: digest}
+    return {REF: store(data, address(data))}
 
 
 def _is_ref(value: Any) -> bool:
-    return isinstance(value, dict) and len(value) == 1 and isinstance(value.get(REF), str)
+    if not isinstance(value, dict) or len(value) != 1:
+        return False
+    target = value.get(REF)
+    return isinstance(target, str) or (isinstance(target, int) and not isinstance(target, bool))
 
 
-def resolve_refs(value: Any, lookup: Callable[[str], str | None]) -> Any:
-    """``value`` with each reference replaced by the entry it names (``lookup``: address -> the
-    entry's canonical JSON, None if the sequence lacks it: the reference is then kept)."""
+def resolve_refs(value: Any, lookup: Callable[[str | int], str | None]) -> Any:
+    """``value`` with each reference replaced by the entry it names (``lookup``: address or slot ->
+    the entry's canonical JSON, None if the sequence lacks it: the reference is then kept)."""
     if _is_ref(value):
         text = lookup(value[REF])
         if text is None:
@@ -99,6 +113,64 @@ def resolve_refs(value: Any, lookup: Callable[[str], str | None]) -> Any:
     if isinstance(value, list):
         return [resolve_refs(v, lookup) for v in value]
     return value
+
+
+def edit_body(bases: list[Any], edit: Any) -> str:
+    return EDIT_PREFIX + canonical([bases, edit]).decode()
+
+
+def edit_of(role: str, body: str) -> tuple[list[Any], Any] | None:
+    """The bases and edit of a short-form edit entry, or None (any other stored message)."""
+    if role or not body.startswith(EDIT_PREFIX):
+        return None
+    try:
+        entry = orjson.loads(body[1:])
+    except orjson.JSONDecodeError:
+        return None
+    if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list) and entry[0]):
+        return None
+    return entry[0], entry[1]
+
+
+def unresolved_edit(bases: list[Any], edit: Any) -> str:
+    """What a reader keeps for a short-form edit it cannot resolve: JSON that ``unresolved`` names."""
+    return canonical({DELTA: {"e": edit, "from": bases}}).decode()
+
+
+def resolve_edit(
+    bases: list[Any], edit: Any, slot: Callable[[int], Any], result: Callable[[int], Any]
+) -> bytes | None:
+    """The canonical JSON of the message a short-form edit entry stands for; ``slot(n)`` and
+    ``result(position)`` give an entry's and a model call's inline result's parsed JSON (None when
+    the reader lacks it). None when a base is missing or the edit does not fit it."""
+    try:
+        found: list[Any] = []
+        for ref in bases:
+            if isinstance(ref, int) and not isinstance(ref, bool):
+                value = slot(ref)
+            elif isinstance(ref, list) and ref and isinstance(ref[0], int):
+                value = result(ref[0])
+                for step in ref[1:]:
+                    value = None if value is None else value[step]
+            else:
+                return None
+            if value is None:
+                return None
+            found.append(value)
+        base = found[0] if len(found) == 1 else merged(found)
+        return canonical(apply(base, edit))
+    except (DeltaError, KeyError, IndexError, TypeError):
+        return None
+
+
+def merged(objects: list[Any]) -> dict[str, Any]:
+    """Several bases as one: their objects' keys, the first object's winning."""
+    out: dict[str, Any] = {}
+    for value in reversed(objects):
+        if not isinstance(value, dict):
+            raise TypeError("only objects merge")
+        out.update(value)
+    return out
 
 
 def unresolved(messages: Any) -> str | None:
