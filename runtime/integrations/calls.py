@@ -46,6 +46,20 @@ class UnitRef(str):
         return ref
 
 
+class ModelResult(dict[str, Any]):
+    """What a framework model call records, ``{"response": ...}``, with the usage and answering
+    model beside it (``agentlog_usage``: ``{"usage": {...}, "model": ...}``, the keys the worker
+    reads, runtime.worker.usage) rather than in it: the worker copies them into
+    ``ModelCallCompleted``'s own fields, and the response in the JSON already holds them, so the
+    recorded result does not carry them a second and third time."""
+
+    __slots__ = ("agentlog_usage",)
+
+    def __init__(self, response: Any, usage: dict[str, Any], model: str | None) -> None:
+        super().__init__(response=response)
+        self.agentlog_usage = {"usage": usage, "model": model}
+
+
 def idempotency_key() -> str:
     """The idempotency key of the effecting tool call running now (derived from the run and the
     call's ``key_args``, recorded before the call): pass it to the service the tool changes."""
@@ -86,12 +100,12 @@ def register_model(
     *,
     unit_arg: str,
     retry: RetryPolicy | None,
-    recorded: Callable[[Any], dict[str, Any]],
+    recorded: Callable[[Any], ModelResult],
     errors: ErrorMapping = _no_mapping,
 ) -> None:
     """The agentlog model ``name`` that runs a framework's model requests (once per app).
-    ``recorded`` turns the body's result into what the call records: ``{"response": ...,
-    "usage": {...}, "model": ...}``, the keys the worker reads usage from."""
+    ``recorded`` turns the body's result into what the call records: a ``ModelResult``.
+    (Results recorded before it also hold ``"usage"`` and ``"model"``; readers read ``"response"``.)"""
     if name in app.models:
         return
 

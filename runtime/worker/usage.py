@@ -41,6 +41,11 @@ def usage_of(result: Any) -> Usage:
     """The usage a model result reports (NO_USAGE when it reports none)."""
     if not isinstance(result, dict):
         return NO_USAGE
+    # A framework integration's result carries its usage beside the recorded JSON
+    # (runtime.integrations.calls.ModelResult), not in it.
+    beside = getattr(result, "agentlog_usage", None)
+    if isinstance(beside, dict):
+        result = beside
     model = result.get("model")
     usage = result.get("usage")
     if not isinstance(usage, dict):

@@ -53,7 +53,7 @@ from agents.run import DEFAULT_MAX_TURNS
 from pydantic import TypeAdapter
 
 from runtime.integrations.bridge import AgentRun, current_run
-from runtime.integrations.calls import UnitRef, as_json, register_model, register_tool, tool_args
+from runtime.integrations.calls import ModelResult, UnitRef, as_json, register_model, register_tool, tool_args
 from runtime.integrations.openai_agents.compact import compact_item, compact_usage
 from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.context import Context
@@ -79,20 +79,17 @@ def _recorded_response(response: ModelResponse) -> dict[str, Any]:
     }
 
 
-def _recorded_call(payload: Any) -> dict[str, Any]:
-    """What a model call records: the response, and its usage in the keys the worker reads."""
+def _recorded_call(payload: Any) -> ModelResult:
+    """What a model call records: the response, and its usage beside it where the worker reads it."""
     usage = payload.get("usage") or {}
     details = usage.get("input_tokens_details") or {}
-    return {
-        "response": payload,
-        "usage": {
-            # A compact usage leaves its zero counters out.
-            "input_tokens": usage.get("input_tokens", 0),
-            "output_tokens": usage.get("output_tokens", 0),
-            "cached_tokens": details.get("cached_tokens", 0),
-        },
-        "model": None,
+    # A compact usage leaves its zero counters out.
+    counts = {
+        "input_tokens": usage.get("input_tokens", 0),
+        "output_tokens": usage.get("output_tokens", 0),
+        "cached_tokens": details.get("cached_tokens", 0),
     }
+    return ModelResult(payload, counts, None)
 
 
 def _response(recorded: dict[str, Any]) -> ModelResponse:

@@ -15,7 +15,7 @@ from pydantic_ai import exceptions as pai_errors
 from pydantic_core import PydanticSerializationError
 
 from runtime.errors import TerminalError
-from runtime.integrations.calls import UnrecordableValue, as_json
+from runtime.integrations.calls import ModelResult, UnrecordableValue, as_json
 from runtime.integrations.pydantic_ai.compact import compact_message, compact_response
 from runtime.models.errors import status_error
 from runtime.workflow.earlier_form import Messages
@@ -75,11 +75,11 @@ def mapped_errors(kind: str, name: str) -> Iterator[None]:
         raise TerminalError(f"{kind} {name!r}: {type(error).__name__}: {error}") from error
 
 
-def recorded_response(response: Any) -> dict[str, Any]:
+def recorded_response(response: Any) -> ModelResult:
     """A ``ModelResponse`` (as JSON, recorded compact: runtime.integrations.pydantic_ai.compact)
-    with its usage and model name in the keys agentlog reads."""
+    with its usage and model name beside it, where the worker reads them."""
     if not isinstance(response, dict):
-        return {"response": response, "usage": {}, "model": None}
+        return ModelResult(response, {}, None)
     usage = response.get("usage") or {}
     shown = {
         "input_tokens": usage.get("input_tokens"),
@@ -87,8 +87,8 @@ def recorded_response(response: Any) -> dict[str, Any]:
         "cached_tokens": usage.get("cache_read_tokens"),
     }
     model = response.get("model_name")
-    return {
-        "response": compact_response(response),
-        "usage": {k: v for k, v in shown.items() if isinstance(v, int)},
-        "model": model if isinstance(model, str) else None,
-    }
+    return ModelResult(
+        compact_response(response),
+        {k: v for k, v in shown.items() if isinstance(v, int)},
+        model if isinstance(model, str) else None,
+    )
