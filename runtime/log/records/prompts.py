@@ -82,8 +82,8 @@ _ADDRESS = 16  # bytes of sha256 that address an entry (runtime.log.records.refe
 _RECENT_ENTRIES = 2  # entries a new message may be an edit of: the last request's
 _RECENT_RESULTS = 2  # results since the last request (a gather of model calls has more)
 _EDIT_MIN = 128  # a smaller message is stored whole: an edit would save little
-# Params at least this long (once their large values are outlined) are an entry of their own, so
-# a call that sends the params of an earlier one records a reference to them.
+# Params that held a large value and are at least this long once it is outlined are an entry of
+# their own, so a call that sends the params of an earlier one records a reference to them.
 _PARAMS_ENTRY_MIN = 48
 
 
@@ -376,7 +376,9 @@ class PromptBook:
             recorded_params = self._last_params[1]
         else:
             recorded_params = outline_params(params, store)
-            if isinstance(recorded_params, dict) and recorded_params:
+            # Params that held a large value (a framework's, sent with every request) are an entry
+            # as a whole too; small params (a native call's) stay inline, where they cost least.
+            if isinstance(recorded_params, dict) and recorded_params != params:
                 data = canonical(recorded_params)
                 if len(data) >= _PARAMS_ENTRY_MIN:
                     recorded_params = {REF: store(data, "")}
