@@ -237,6 +237,24 @@ class RunMachine:
         kinds = [commands[f.position].kind for f in futures if not f.done and f.position in commands]
         return bool(kinds) and all(kind in ("timer", "signal") for kind in kinds)
 
+    def timers(self) -> tuple[tuple[int, int], ...]:
+        """(position, fire_at) of each recorded timer or signal timeout the run still waits for."""
+        return tuple(
+            (position, command.fire_at)
+            for position, command in self.commands.items()
+            if command.kind in ("timer", "signal") and command.recorded and not command.future.done
+        )
+
+    def close(self) -> None:
+        """Let the run go from memory (a run cache evicts it): GeneratorExit into the workflow
+        coroutine, so whatever it holds (a framework's agent loop) is freed now. Its history stays
+        the truth: a wake is a new run replayed from it (``new_run``)."""
+        try:
+            self._coro.close()
+        except RuntimeError:  # code that awaits in a ``finally``: nothing left to free but the frame
+            pass
+        self._blocked_on = None
+
     def _wake(self, wake: Wake) -> None:
         if self._woken:  # a run evicted and woken again is a new one (new_run), replayed from its history
             raise AgentlogError(f"run {self.run_id} is in memory already: a run is woken once")
