@@ -99,7 +99,9 @@ class Executor:
         self.permits: Permits | None = LocalPermits(self.limits) if self.limits else None
         self.gate: PermitGate | None = None  # set by start(): the calls' waits for permits
         # The runs in memory, at most Settings.run_cache_size; evicted ones woken from their records.
-        self.runs = RunCache(app, settings, batcher.serde, log, self.metrics, self.flush, batcher.append, self._fail)
+        self.runs = RunCache(
+            app, settings, batcher.serde, log, self.metrics, self.flush, batcher.append, self._fail
+        )
 
     def _fail(self, why: str) -> None:
         self.failure = self.failure or why

@@ -28,7 +28,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from itertools import islice
 
 from runtime.config import Settings
@@ -49,6 +49,9 @@ log = logging.getLogger("agentlog.worker")
 # Runs looked at per eviction round beyond those to evict: bounds a step's cost when the oldest
 # runs are busy (a call in flight) and cannot be evicted.
 SCAN_LIMIT = 64
+
+# The workflow of a run a takeover indexed without decoding it (runtime.worker.rebuild): known once woken.
+UNREPLAYED = ""
 
 Flush = Callable[[OwnedPartition, RunInstance, Completion], None]
 
@@ -80,8 +83,6 @@ class RunCache:
         # lost partition, or of a run that ended, are dropped when met).
         self._order: OrderedDict[str, OwnedPartition] = OrderedDict()
         self._workflows: dict[str, str] = {}  # one string per workflow name for every evicted run
-        self.evictions = 0
-        self.wakes = 0
 
     # ------------------------------------------------------------------ in memory
     def touch(self, owned: OwnedPartition, run_id: str) -> None:
@@ -129,7 +130,7 @@ class RunCache:
         workflow = self._workflows.setdefault(workflow, workflow)
         owned.evicted[run_id] = Evicted(workflow, run.timers())
         run.close()
-        self.evictions += 1
+        self.metrics.run_evictions += 1
 
     def in_memory(self) -> int:
         return len(self._order)
@@ -153,7 +154,8 @@ class RunCache:
         try:
             events = [self.serde.decode(value, key) for value in records]
             history = [e for e in events if isinstance(e, Event)]
-            if not history or not isinstance(history[0], RunStarted):
+            started = history[0] if history else None
+            if not isinstance(started, RunStarted):
                 raise AgentlogError(f"its {len(records)} records kept in memory do not start with RunStarted")
             if any(is_outlined(e) for e in history):  # replay hands the workflow the stored results
                 stored = read_back(
@@ -161,14 +163,14 @@ class RunCache:
                 )
                 history = inlined(history, stored)
             run = new_run(
-                self.app, history[0], owned.stamp, history_warn_events=self.settings.history_warn_events
+                self.app, started, owned.stamp, history_warn_events=self.settings.history_warn_events
             )
         except (DecodeError, PayloadMissing, AgentlogError) as error:
             self._park(owned, run_id, evicted.workflow, len(records), str(error))
             return None
         del owned.evicted[run_id]
         owned.runs[run_id] = run
-        self.wakes += 1
+        self.metrics.run_wakes += 1
         woken = run.activate(Wake(history))
         self.flush(owned, run, woken)  # touches it (most recently active), re-arms its timers
         return run if owned.runs.get(run_id) is run else None
@@ -223,3 +225,25 @@ class RunCache:
         except Exception as error:  # a callback's error would only be logged: the worker stops on it
             log.exception("timer %s of run %s", position, run_id)
             self.fail(f"run {run_id}: its timer at position {position} could not be fired: {error}")
+
+
+def waiting_runs(owned: OwnedPartition, counts: Mapping[str, int]) -> dict[str, list[int]]:
+    """The runs of ``owned`` waiting only on signals or timers, for a checkpoint taken now (its step
+    1): run id -> [its record count, then (position, fire_at) of each timer it waits for], as
+    ``PartitionCheckpoint.waiting_runs`` holds them. Evicted runs wait by construction."""
+    found: dict[str, list[int]] = {}
+    for run_id, evicted in owned.evicted.items():
+        found[run_id] = _listed(counts.get(run_id, 0), evicted.timers)
+    for run_id, run in owned.runs.items():
+        if run.view.active and run.waiting():
+            found[run_id] = _listed(counts.get(run_id, 0), run.timers())
+    return found
+
+
+def _listed(count: int, timers: tuple[tuple[int, int], ...]) -> list[int]:
+    return [count, *(value for timer in timers for value in timer)]
+
+
+def listed_timers(listed: list[int]) -> tuple[tuple[int, int], ...]:
+    """The (position, fire_at) pairs of a ``waiting_runs`` entry."""
+    return tuple(zip(listed[1::2], listed[2::2], strict=True))

@@ -25,6 +25,7 @@ saga (:mod:`runtime.workflow.compensation`) only as its ``Compensator``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections import Counter, deque
@@ -249,10 +250,9 @@ class RunMachine:
         """Let the run go from memory (a run cache evicts it): GeneratorExit into the workflow
         coroutine, so whatever it holds (a framework's agent loop) is freed now. Its history stays
         the truth: a wake is a new run replayed from it (``new_run``)."""
-        try:
+        # RuntimeError: code that awaits in a ``finally``; nothing is left to free but the frame.
+        with contextlib.suppress(RuntimeError):
             self._coro.close()
-        except RuntimeError:  # code that awaits in a ``finally``: nothing left to free but the frame
-            pass
         self._blocked_on = None
 
     def _wake(self, wake: Wake) -> None:
