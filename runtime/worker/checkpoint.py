@@ -35,7 +35,7 @@ from runtime.log.schemas.serde import Serde
 from runtime.worker.batching import send_partition
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.rebuild import checkpoint_key
-from runtime.worker.run_cache import waiting_runs
+from runtime.worker.run_cache import timer_key, waiting_runs
 from runtime.worker.snapshots import SnapshotWriter, live_record_counts
 
 # A partition is checkpointed before its interval is up once every run its last checkpoint listed
@@ -121,7 +121,13 @@ class Checkpointer:
                 covered_offset=last + 1,
                 commands_offset=next_command,
                 active_runs=active,
-                waiting_runs={run: listed for run, listed in waiting.items() if run in active},
+                waiting_runs={run: count for run, (count, _) in waiting.items() if run in active},
+                waiting_timers={
+                    timer_key(run, position): fire_at
+                    for run, (_, timers) in waiting.items()
+                    if run in active
+                    for position, fire_at in timers
+                },
             )
             self.log.append(
                 self.settings.checkpoints_topic,

@@ -243,7 +243,8 @@ class _PartitionRebuild:
         self.forged: dict[str, str] = {}  # run id -> the first record that broke its chain
         # Runs the checkpoint lists as waiting: their records below it are held undecoded (step 5).
         listed_waiting = checkpoint.waiting_runs if checkpoint else {}
-        self.waiting = {run: entry for run, entry in listed_waiting.items() if run in listed and entry}
+        self.waiting = {run: count for run, count in listed_waiting.items() if run in listed and count}
+        self.timers = listed_timers(checkpoint.waiting_timers) if checkpoint else {}
         self.deferred_keys = {run.encode(): run for run in self.waiting}
         # run -> (offset, the fence's watermark there, framed value) of each record held
         self.deferred: dict[str, list[tuple[int, int, bytes]]] = {run: [] for run in self.waiting}
@@ -402,10 +403,9 @@ class _PartitionRebuild:
         """A listed waiting run with no record after the checkpoint: indexed without replay if it
         has the records the checkpoint counted (and they extend its chain); else replayed."""
         held = self.deferred[run_id]
-        entry = self.waiting[run_id]
         from_snapshot = self.records_by_run.get(run_id, [])
         records = [*from_snapshot, *(value for _, _, value in held)]
-        if not records or len(records) != entry[0]:
+        if not records or len(records) != self.waiting[run_id]:
             self._undefer(run_id)
             return
         if self.chain_key is not None:
@@ -424,6 +424,6 @@ class _PartitionRebuild:
         size[0] += len(held)
         size[1] += sum(len(value) for _, _, value in held)
         result.records[run_id] = records
-        result.waiting[run_id] = listed_timers(entry)
+        result.waiting[run_id] = self.timers.get(run_id, ())
         if run_id in self.chains:
             result.chain_tips[run_id] = self.chains[run_id].tip

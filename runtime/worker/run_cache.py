@@ -227,23 +227,30 @@ class RunCache:
             self.fail(f"run {run_id}: its timer at position {position} could not be fired: {error}")
 
 
-def waiting_runs(owned: OwnedPartition, counts: Mapping[str, int]) -> dict[str, list[int]]:
+def waiting_runs(
+    owned: OwnedPartition, counts: Mapping[str, int]
+) -> dict[str, tuple[int, tuple[tuple[int, int], ...]]]:
     """The runs of ``owned`` waiting only on signals or timers, for a checkpoint taken now (its step
-    1): run id -> [its record count, then (position, fire_at) of each timer it waits for], as
-    ``PartitionCheckpoint.waiting_runs`` holds them. Evicted runs wait by construction."""
-    found: dict[str, list[int]] = {}
+    1): run id -> (its record count, (position, fire_at) of each timer it waits for). Evicted runs
+    wait by construction."""
+    found: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {}
     for run_id, evicted in owned.evicted.items():
-        found[run_id] = _listed(counts.get(run_id, 0), evicted.timers)
+        found[run_id] = (counts.get(run_id, 0), evicted.timers)
     for run_id, run in owned.runs.items():
         if run.view.active and run.waiting():
-            found[run_id] = _listed(counts.get(run_id, 0), run.timers())
+            found[run_id] = (counts.get(run_id, 0), run.timers())
     return found
 
 
-def _listed(count: int, timers: tuple[tuple[int, int], ...]) -> list[int]:
-    return [count, *(value for timer in timers for value in timer)]
+def timer_key(run_id: str, position: int) -> str:
+    """A timer's key in ``PartitionCheckpoint.waiting_timers``: "<run id>@<position>"."""
+    return f"{run_id}@{position}"
 
 
-def listed_timers(listed: list[int]) -> tuple[tuple[int, int], ...]:
-    """The (position, fire_at) pairs of a ``waiting_runs`` entry."""
-    return tuple(zip(listed[1::2], listed[2::2], strict=True))
+def listed_timers(waiting_timers: Mapping[str, int]) -> dict[str, tuple[tuple[int, int], ...]]:
+    """Run id -> (position, fire_at) of its timers, from ``PartitionCheckpoint.waiting_timers``."""
+    found: dict[str, list[tuple[int, int]]] = {}
+    for key, fire_at in waiting_timers.items():
+        run_id, _, position = key.rpartition("@")
+        found.setdefault(run_id, []).append((int(position), fire_at))
+    return {run_id: tuple(sorted(timers)) for run_id, timers in found.items()}
