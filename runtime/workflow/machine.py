@@ -254,6 +254,9 @@ class RunMachine:
         with contextlib.suppress(RuntimeError):
             self._coro.close()
         self._blocked_on = None
+        # The context points back at the machine: without this cycle, the run is freed when the
+        # cache drops it, not at the next full collection (which a worker runs rarely: loop.py).
+        del self._ctx
 
     def _wake(self, wake: Wake) -> None:
         if self._woken:  # a run evicted and woken again is a new one (new_run), replayed from its history
