@@ -275,4 +275,5 @@ class Worker:
         for task in owned.tasks:
             task.cancel()
         owned.stop_timers()
+        self.executor.runs.drop_partition(owned)
         log.warning(json.dumps({"event": "partition_lost", "partition": partition, "why": why}))

@@ -95,6 +95,12 @@ class RunCache:
         if len(order) > self.capacity:
             self.evict_over(keep=run_id)
 
+    def drop_partition(self, owned: OwnedPartition) -> None:
+        """``owned`` was lost: its runs leave the cache now, not when an eviction round meets them."""
+        for run_id in owned.runs:
+            if self._order.get(run_id) is owned:
+                del self._order[run_id]
+
     def drop(self, run_id: str) -> None:
         """``run_id`` ended (or left memory otherwise): no longer counted."""
         self._order.pop(run_id, None)

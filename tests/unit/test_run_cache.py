@@ -8,13 +8,14 @@ waiting without replaying them."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
 
 from runtime.config import Settings
 from runtime.worker.partition import OwnedPartition
-from runtime.worker.rebuild import rebuild
+from runtime.worker.rebuild import checkpoint_key, rebuild
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
 from support.memory_harness import Harness, until
@@ -44,6 +45,13 @@ def cache_app(effects: list[str], gate: asyncio.Event) -> App:
         await ctx.tool("note", n=n)
         answer = await ctx.wait_signal("go")
         return await ctx.tool("apply", n=n, approval=str(answer))
+
+    @app.workflow("twice")
+    async def twice(ctx: Context, n: int) -> Any:
+        await ctx.tool("note", n=n)
+        first = await ctx.wait_signal("a")
+        second = await ctx.wait_signal("b")
+        return await ctx.tool("apply", n=n, approval=f"{first} {second}")
 
     @app.workflow("busy")
     async def busy(ctx: Context, n: int) -> Any:
@@ -197,3 +205,50 @@ async def test_a_takeover_indexes_the_runs_a_checkpoint_lists_as_waiting_without
     assert sorted(effects) == [*(f"{n} later" for n in range(5)), "9 slept"]
     assert second.executor.metrics.run_wakes == 6
     await h.stop("w2")
+
+
+async def test_a_listed_waiting_run_with_records_after_the_checkpoint_or_another_count_is_replayed() -> None:
+    effects: list[str] = []
+    h = Harness(cache_app(effects, asyncio.Event()), settings=settings(10))
+    worker = h.start(checkpoint_interval_s=0)
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    moved, still = [await waiting(h, "twice", n) for n in range(2)]
+    listed = await until(
+        lambda: (c := h.checkpoints()) and set(c[-1].waiting_runs) == {moved, still} and c[-1],
+        what="a checkpoint listing both runs as waiting",
+    )
+    await h.stop()
+    # A successor that writes no checkpoint: ``moved`` gets its first signal after the listing.
+    second = h.start("w2")
+    await until(lambda: second.owned, what="the successor to own the partition")
+    h.client.run(moved).signal("a", "one")
+    await until(lambda: "SignalReceived" in h.types(moved), what="the first signal recorded")
+    await h.stop("w2")
+    assert h.checkpoints()[-1] == listed
+
+    end = h.log.watermarks(h.settings.events_topic, 0)[1]
+    rebuilt = rebuild(h.settings, h.serde, h.log, 0, end)
+    assert list(rebuilt.active) == [moved] and list(rebuilt.waiting) == [still]
+    assert rebuilt.active[moved] == h.events(moved)  # its records before the checkpoint decoded too
+
+    # A listing whose record count differs (as a fenced zombie record in the run's range would
+    # make it) is not trusted: the run is decoded and replayed.
+    miscounted = dataclasses.replace(
+        listed, covered_offset=end, waiting_runs={moved: listed.waiting_runs[moved], still: 99}
+    )
+    h.log.append(h.settings.checkpoints_topic, 0, checkpoint_key(0), h.serde.encode(miscounted)).result(
+        timeout=5
+    )
+    rebuilt = rebuild(h.settings, h.serde, h.log, 0, end)
+    assert sorted(rebuilt.active) == sorted([moved, still]) and not rebuilt.waiting
+    assert rebuilt.active[still] == h.events(still)
+
+    third = h.start("w3")
+    await until(lambda: third.owned, what="the third worker to own the partition")
+    h.client.run(moved).signal("b", "two")
+    h.client.run(still).signal("a", "x")
+    h.client.run(still).signal("b", "y")
+    assert (await h.ended(moved)).result == "applied 0"
+    assert (await h.ended(still)).result == "applied 1"
+    assert sorted(effects) == ["0 one two", "1 x y"]
+    await h.stop("w3")
