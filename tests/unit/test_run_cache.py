@@ -53,6 +53,16 @@ def cache_app(effects: list[str], gate: asyncio.Event) -> App:
         second = await ctx.wait_signal("b")
         return await ctx.tool("apply", n=n, approval=f"{first} {second}")
 
+    @app.tool("report")
+    def report(n: int) -> str:
+        return f"report {n} " + "x" * 500
+
+    @app.workflow("reported")
+    async def reported(ctx: Context, n: int) -> Any:
+        text = await ctx.tool("report", n=n)
+        answer = await ctx.wait_signal("go")
+        return await ctx.tool("apply", n=n, approval=f"{answer} {len(text)} {text[:8]}")
+
     @app.workflow("busy")
     async def busy(ctx: Context, n: int) -> Any:
         return await ctx.tool("slow", n=n)
@@ -252,3 +262,22 @@ async def test_a_listed_waiting_run_with_records_after_the_checkpoint_or_another
     assert (await h.ended(still)).result == "applied 1"
     assert sorted(effects) == ["0 one two", "1 x y"]
     await h.stop("w3")
+
+
+async def test_a_wake_reads_back_a_result_stored_out_of_line() -> None:
+    effects: list[str] = []
+    h = Harness(
+        cache_app(effects, asyncio.Event()),
+        settings=Settings(partitions=1, run_cache_size=1, payload_inline_limit=100),
+    )
+    worker = h.start()
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    first = await waiting(h, "reported", 1)
+    await waiting(h, "approval", 2)
+    assert first in owned_of(h).evicted
+    completed = next(e for e in h.events(first) if e.type == "ToolCallCompleted")
+    assert getattr(completed, "result_offset", None) is not None  # the 500-byte result is out of line
+    h.client.run(first).signal("go", "ok")
+    assert (await h.ended(first)).status == "completed"
+    assert effects == ["1 ok 509 report 1"]  # the workflow was handed the stored result on its wake
+    await h.stop()
