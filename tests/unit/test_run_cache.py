@@ -12,6 +12,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from runtime.config import Settings
 from runtime.worker.partition import OwnedPartition
@@ -182,9 +183,15 @@ async def test_a_cancel_reaches_an_evicted_run() -> None:
     await h.stop()
 
 
-async def test_a_takeover_indexes_the_runs_a_checkpoint_lists_as_waiting_without_replaying_them() -> None:
+@pytest.mark.parametrize("chain_key", ["", "workers-only"], ids=["unchained", "chained"])
+async def test_a_takeover_indexes_the_runs_a_checkpoint_lists_as_waiting_without_replaying_them(
+    chain_key: str,
+) -> None:
     effects: list[str] = []
-    h = Harness(cache_app(effects, asyncio.Event()), settings=settings(2))
+    h = Harness(
+        cache_app(effects, asyncio.Event()),
+        settings=Settings(partitions=1, run_cache_size=2, chain_key=SecretStr(chain_key)),
+    )
     worker = h.start(checkpoint_interval_s=0)
     await until(lambda: worker.owned, what="the worker to own the partition")
     runs = [await waiting(h, "approval", n) for n in range(5)]
@@ -199,7 +206,9 @@ async def test_a_takeover_indexes_the_runs_a_checkpoint_lists_as_waiting_without
 
     end = h.log.watermarks(h.settings.events_topic, 0)[1]
     rebuilt = rebuild(h.settings, h.serde, h.log, 0, end)
-    assert set(rebuilt.waiting) == {*runs, sleeper} and not rebuilt.active
+    assert set(rebuilt.waiting) == {*runs, sleeper} and not rebuilt.active and not rebuilt.unloadable
+    # With a chain key the records were still checked link by link, and the chain goes on from them.
+    assert set(rebuilt.chain_tips) == (set() if not chain_key else {*runs, sleeper})
     assert rebuilt.records_decoded == 0  # nothing after the checkpoint, and the waiting runs unread
     assert [h.serde.decode(r, runs[0].encode()) for r in rebuilt.records[runs[0]]] == h.events(runs[0])
 
