@@ -7,14 +7,21 @@ coroutine gets GeneratorExit) and dropped, and the partition keeps only what it 
 its framed records in ``OwnedPartition.records`` (what snapshots and checkpoints hold anyway),
 its sizes, first offset and chain tip, and an :class:`~runtime.worker.partition.Evicted` entry
 (its workflow, its timers' positions and due times). A run with a call in flight, a permit or
-retry wait, or anything else to do is never evicted: ``waiting()`` is False for it.
+retry wait, or anything else to do is never evicted: ``waiting()`` is False for it. Nor does an
+eviction lose a record the run produced: every activation's records are handed to the batcher,
+and so to ``OwnedPartition.records``, before the flush that may evict (a write that then fails
+stops the worker, whose successor rebuilds from the log).
 
 Anything that reaches an evicted run -- a signal, a cancel, a timer due -- asks :meth:`RunCache.run`
 for it, which wakes it through the one door: its records decoded (payloads stored out of line read
 back, as a rebuild does), ``new_run`` + ``activate(Wake(events))``, the wake's completion flushed
 (it re-arms the run's timers, which are not armed twice); then the caller applies what arrived.
 Timers hold the run id, not the run (:meth:`RunCache.arm`): an evicted run's timers still fire,
-and waking it is the first thing a firing does.
+and waking it is the first thing a firing does. A run whose results were stored out of line reads
+them back on its wake (one range read of the payloads topic, on the loop, as a rebuild does).
+
+A takeover indexes the runs its checkpoint lists as waiting as evicted ones, without decoding
+them (runtime.worker.rebuild, ``waiting_runs``): :meth:`RunCache.arm_evicted` arms their timers.
 
 Eviction runs after each flush of a run's activation (``Executor.flush`` calls :meth:`touch`) and
 scans at most ``SCAN_LIMIT`` runs from the least recently active end, so a step never pays for the
