@@ -45,6 +45,7 @@ from runtime.log.records.events import Event, RunParked, RunStarted
 from runtime.log.records.payloads import PayloadMissing, inlined, is_outlined, read_back
 from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.serde import Serde
+from runtime.worker.heap import release_free_heap
 from runtime.worker.metrics import WorkerMetrics
 from runtime.worker.partition import Evicted, OwnedPartition
 from runtime.workflow.activation import Completion, RunInstance, TimerDue, Wake
@@ -56,6 +57,9 @@ log = logging.getLogger("agentlog.worker")
 # Runs looked at per eviction round beyond those to evict: bounds a step's cost when the oldest
 # runs are busy (a call in flight) and cannot be evicted.
 SCAN_LIMIT = 64
+# Evictions between two returns of the C heap's free memory to the system (runtime.worker.heap):
+# the evicted runs' larger allocations (dict tables) are freed to it, not to the system.
+TRIM_EVERY = 10_000
 
 # The workflow of a run a takeover indexed without decoding it (runtime.worker.rebuild): known once woken.
 UNREPLAYED = ""
@@ -90,6 +94,7 @@ class RunCache:
         # lost partition, or of a run that ended, are dropped when met).
         self._order: OrderedDict[str, OwnedPartition] = OrderedDict()
         self._workflows: dict[str, str] = {}  # one string per workflow name for every evicted run
+        self._evicted_since_trim = 0
 
     # ------------------------------------------------------------------ in memory
     def touch(self, owned: OwnedPartition, run_id: str) -> None:
@@ -134,6 +139,10 @@ class RunCache:
                 order.move_to_end(run_id)  # busy: as good as active
             if over <= 0:
                 break
+        self._evicted_since_trim += evicted
+        if self._evicted_since_trim >= TRIM_EVERY:
+            self._evicted_since_trim = 0
+            release_free_heap()
         return evicted
 
     def _evict(self, owned: OwnedPartition, run_id: str, run: RunInstance) -> None:

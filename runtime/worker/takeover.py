@@ -15,6 +15,7 @@ from runtime.log.records.events import Event, RunParked, RunStarted
 from runtime.log.schemas.serde import Serde
 from runtime.worker.commands import now_ms
 from runtime.worker.execution import Executor
+from runtime.worker.heap import release_free_heap
 from runtime.worker.partition import Evicted, OwnedPartition
 from runtime.worker.rebuild import RebuiltPartition, claim, rebuild_partitions
 from runtime.worker.run_cache import UNREPLAYED
@@ -51,7 +52,10 @@ class Takeover:
         rebuilt = rebuild_partitions(self.settings, self.serde, self.log, epochs)
         read_ms = (time.perf_counter() - started) * 1000
         stagemarks.start("partitions read")
-        return {partition: self._resume(rebuilt[partition], read_ms) for partition in epochs}
+        taken = {partition: self._resume(rebuilt[partition], read_ms) for partition in epochs}
+        del rebuilt
+        release_free_heap()  # what the read and the replays freed, out of the worker's RSS
+        return taken
 
     def _resume(self, rebuilt: RebuiltPartition, read_ms: float) -> OwnedPartition:
         started = time.perf_counter()
