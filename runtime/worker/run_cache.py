@@ -58,8 +58,10 @@ log = logging.getLogger("agentlog.worker")
 # runs are busy (a call in flight) and cannot be evicted.
 SCAN_LIMIT = 64
 # Evictions between two returns of the C heap's free memory to the system (runtime.worker.heap):
-# the evicted runs' larger allocations (dict tables) are freed to it, not to the system.
-TRIM_EVERY = 10_000
+# the evicted runs' larger allocations (dict tables) are freed to it, not to the system. Measured
+# (20,000 runs waiting past a cache of 2,000, one worker): 136 MB of RSS trimming every 10,000
+# evictions, 120 MB every 2,000; a trim takes a few milliseconds.
+TRIM_EVERY = 2_000
 
 # The workflow of a run a takeover indexed without decoding it (runtime.worker.rebuild): known once woken.
 UNREPLAYED = ""
