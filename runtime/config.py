@@ -193,6 +193,16 @@ class Settings(BaseModel):
     )
     # A run whose records start this many offsets behind a checkpoint gets a HistorySnapshot, so a
     # rebuild reads from the checkpoint rather than from the run's start (runtime.worker.snapshots).
+    # 2,000 runs in memory is ~32 MB at ~16 KB a run, while a wake (decode + replay of a waiting
+    # run's few records) costs ~0.1-0.3 ms: a worker serving far more waiting runs than that pays a
+    # wake per signal or timer instead of memory it cannot bound (runtime.worker.run_cache).
+    run_cache_size: int = Field(
+        default=2_000,
+        ge=1,
+        description="Runs a worker keeps in memory across its partitions; past it, the least recently "
+        "active runs that wait only on signals or timers are evicted and replayed when something "
+        "reaches them.",
+    )
     run_snapshot_lag: int = Field(
         default=10_000,
         ge=1,

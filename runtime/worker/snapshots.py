@@ -74,7 +74,7 @@ def records_digest(records: Iterable[bytes]) -> str:
 
 def live_record_counts(owned: OwnedPartition) -> dict[str, int]:
     """Run -> how many records it has appended so far, for each live run of ``owned``."""
-    return {run: len(owned.records.get(run, ())) for run in owned.runs}
+    return {run: len(owned.records.get(run, ())) for run in owned.live_runs()}
 
 
 class SnapshotWriter:
@@ -166,12 +166,12 @@ class SnapshotWriter:
     def retire(self, owned: OwnedPartition, counts: Mapping[str, int]) -> None:
         """Tombstone the snapshots of runs that had ended before the round began (the checkpoint
         just appended no longer lists them), and drop the records kept for runs no longer live."""
-        for run_id in [r for r in owned.snapshots if r not in owned.runs and r not in counts]:
+        for run_id in [r for r in owned.snapshots if not owned.is_live(r) and r not in counts]:
             del owned.snapshots[run_id]
             self.log.append_unwatched(
                 self.settings.checkpoints_topic, owned.partition, snapshot_key(run_id), None
             )
-        for run_id in [r for r in owned.records if r not in owned.runs and r not in owned.sizes]:
+        for run_id in [r for r in owned.records if not owned.is_live(r) and r not in owned.sizes]:
             del owned.records[run_id]  # e.g. a run that continued as new
 
     def _report_too_large(self, run_id: str, records: list[bytes]) -> None:
