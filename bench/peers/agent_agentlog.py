@@ -34,7 +34,12 @@ WORKFLOW = "agent"
 
 def _worker(settings: Settings, workdir: Path, db: Path, victim: str) -> subprocess.Popen[bytes]:
     return start_worker(
-        settings, "agents-0", workdir / "agentlog-worker.log", app=APP, E2E_DB=str(db), E2E_CRASH_VICTIM=victim
+        settings,
+        "agents-0",
+        workdir / "agentlog-worker.log",
+        app=APP,
+        E2E_DB=str(db),
+        E2E_CRASH_VICTIM=victim,
     )
 
 
