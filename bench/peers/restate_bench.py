@@ -27,6 +27,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -59,6 +60,8 @@ class Restate:
         its environment (bench/peers/agent_restate.py runs its agent service so)."""
         self.workdir, self.db, self.handler = workdir, db, handler
         self.module, self.service_name, self.service_env = module, service, service_env or {}
+        for port in (port_base, port_base + 1, port_base + 2, port_base + 10):
+            _port_free(port)
         self.ingress = f"http://127.0.0.1:{port_base}"
         self.admin = f"http://127.0.0.1:{port_base + 1}"
         self.service_port = port_base + 10
@@ -155,6 +158,14 @@ class Restate:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def _port_free(port: int) -> None:
+    """A server left listening on a port of ours (a killed benchmark's) would answer for the one
+    started here -- its figures measured on the wrong process: stop instead, naming the port."""
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", port)) == 0:
+            raise SystemExit(f"port {port} is in use: stop what listens there or pass another --port-base")
 
 
 def new_run() -> str:
