@@ -152,7 +152,7 @@ class Executor:
         if not view.active:
             self.runs.drop(view.run_id)
         elif owned.runs.get(view.run_id) is run:
-            self.runs.touch(owned, view.run_id)  # the most recently active; may evict others
+            self.runs.touch(owned, view.run_id, run)  # the most recently active; may evict others
 
     def _over_history_limit(self, owned: OwnedPartition, view: RunView) -> bool:
         """Warn once past the warn threshold; True at the limit (Temporal's defaults): the run parks."""

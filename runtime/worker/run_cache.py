@@ -23,9 +23,10 @@ them back on its wake (one range read of the payloads topic, on the loop, as a r
 A takeover indexes the runs its checkpoint lists as waiting as evicted ones, without decoding
 them (runtime.worker.rebuild, ``waiting_runs``): :meth:`RunCache.arm_evicted` arms their timers.
 
-Eviction runs after each flush of a run's activation (``Executor.flush`` calls :meth:`touch`) and
-scans at most ``SCAN_LIMIT`` runs from the least recently active end, so a step never pays for the
-whole cache; a run found busy (not waiting) counts as active and moves to the recent end.
+Eviction runs after each flush of a run's activation (``Executor.flush`` calls :meth:`touch`),
+which also notes whether the run now waits: the runs that may be evicted are kept in their own
+least-recently-active order, so an eviction takes the oldest of them at once, and thousands of busy
+runs (calls in flight, a burst of signals) cost a step nothing.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from itertools import islice
 
 from runtime.config import Settings
 from runtime.errors import AgentlogError
@@ -54,9 +54,6 @@ from runtime.workflow.instance import new_run
 
 log = logging.getLogger("agentlog.worker")
 
-# Runs looked at per eviction round beyond those to evict: bounds a step's cost when the oldest
-# runs are busy (a call in flight) and cannot be evicted.
-SCAN_LIMIT = 64
 # Evictions between two returns of the C heap's free memory to the system (runtime.worker.heap):
 # the evicted runs' larger allocations (dict tables) are freed to it, not to the system. Measured
 # (20,000 runs waiting past a cache of 2,000, one worker): 136 MB of RSS trimming every 10,000
@@ -95,17 +92,26 @@ class RunCache:
         # Run id -> its partition, least recently active first: the runs in memory (entries of a
         # lost partition, or of a run that ended, are dropped when met).
         self._order: OrderedDict[str, OwnedPartition] = OrderedDict()
+        # Those of them that wait only on signals or timers (may be evicted), least recently active first.
+        self._idle: OrderedDict[str, OwnedPartition] = OrderedDict()
         self._workflows: dict[str, str] = {}  # one string per workflow name for every evicted run
         self._evicted_since_trim = 0
 
     # ------------------------------------------------------------------ in memory
-    def touch(self, owned: OwnedPartition, run_id: str) -> None:
-        """``run_id`` just stepped: it is the most recently active; evict past the capacity."""
+    def touch(self, owned: OwnedPartition, run_id: str, run: RunInstance) -> None:
+        """``run`` just stepped: it is the most recently active; evict past the capacity."""
         order = self._order
         if order.get(run_id) is owned:
             order.move_to_end(run_id)
         else:
             order[run_id] = owned
+        # A run's waiting() changes only in an activation, and every activation is flushed here:
+        # asked once now, it orders the runs that may be evicted without asking again later.
+        if run.view.active and run.waiting():
+            self._idle[run_id] = owned
+            self._idle.move_to_end(run_id)
+        else:
+            self._idle.pop(run_id, None)
         if len(order) > self.capacity:
             self.evict_over(keep=run_id)
 
@@ -114,33 +120,34 @@ class RunCache:
         for run_id in owned.runs:
             if self._order.get(run_id) is owned:
                 del self._order[run_id]
+            if self._idle.get(run_id) is owned:
+                del self._idle[run_id]
 
     def drop(self, run_id: str) -> None:
         """``run_id`` ended (or left memory otherwise): no longer counted."""
         self._order.pop(run_id, None)
+        self._idle.pop(run_id, None)
 
     def evict_over(self, keep: str | None = None) -> int:
         """Evict waiting runs, least recently active first, until at most ``capacity`` are in
-        memory (or ``SCAN_LIMIT`` runs were looked at); never ``keep``. How many were evicted."""
-        order = self._order
-        over = len(order) - self.capacity
-        if over <= 0:
-            return 0
+        memory or none is left that waits; never ``keep``. How many were evicted. A run that is
+        busy (a call in flight) is not in ``_idle``: many busy runs cost an eviction round nothing."""
+        order, idle = self._order, self._idle
         evicted = 0
-        for run_id in list(islice(order, min(over, SCAN_LIMIT) + SCAN_LIMIT)):
-            owned = order[run_id]
+        kept: tuple[str, OwnedPartition] | None = None
+        while len(order) > self.capacity and idle:
+            run_id, owned = idle.popitem(last=False)
             run = None if owned.lost else owned.runs.get(run_id)
             if run is None:  # ended, or its partition was lost: not in memory any more
-                del order[run_id]
-                over -= 1
-            elif run_id != keep and run.view.active and run.waiting():
+                if order.get(run_id) is owned:
+                    del order[run_id]
+            elif run_id == keep:
+                kept = (run_id, owned)
+            elif run.view.active and run.waiting():  # asked again: cheap, and only when evicting
                 self._evict(owned, run_id, run)
                 evicted += 1
-                over -= 1
-            else:
-                order.move_to_end(run_id)  # busy: as good as active
-            if over <= 0:
-                break
+        if kept is not None:
+            idle[kept[0]] = kept[1]
         self._evicted_since_trim += evicted
         if self._evicted_since_trim >= TRIM_EVERY:
             self._evicted_since_trim = 0
