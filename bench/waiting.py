@@ -15,7 +15,7 @@ async function / PydanticAI's ``FunctionModel``): no model server, no network. S
    (``agentlog_runs{state="waiting"}`` is printed too: a worker that evicts waiting runs from
    memory may not count them there); then the worker's RSS (/proc/PID/status VmRSS), threads
    (/proc/PID/task), descriptors (/proc/PID/fd) and CPU (utime + stime of /proc/PID/stat);
-4. the worker is killed (SIGKILL) and a fresh one started with the same worker id; one run (the
+4. after ``--settle`` seconds (5: two checkpoints of the worker) the worker is killed (SIGKILL) and a fresh one started with the same worker id; one run (the
    probe) is approved at once; ready is timed from the spawn as in 1, and the fresh worker's
    ``partition_taken`` figures are summed; the probe's completion is timed from the spawn to its
    RunCompleted record's time;
@@ -231,6 +231,7 @@ class Bench:
     batch: int
     nofile: int | None
     env: dict[str, str]
+    settle: float = 5.0
     figures: dict[str, Any] = field(default_factory=dict)
 
     def start(self, log_name: str) -> Worker:
@@ -345,7 +346,11 @@ class Bench:
                 f"{waiting.threads} threads, {waiting.fds} fds, CPU {f['cpu_wait_ms']:.3f} ms/run"
             )
 
-            # 4. kill -9, a fresh worker; the probe approved at once
+            # 4. kill -9, a fresh worker; the probe approved at once. The runs have waited a few
+            # checkpoint intervals first (--settle), as runs waiting for an approval have: a takeover
+            # indexes the runs its checkpoint lists as waiting, and replays the ones that began
+            # waiting after it (a kill the instant the last run began waiting measures those).
+            time.sleep(self.settle)
             first.proc.kill()
             first.proc.wait()
             second = self.start("worker-2.log")
@@ -439,6 +444,12 @@ def main() -> None:
         "--nofile", type=int, default=None, help="the workers' RLIMIT_NOFILE (default: inherited)"
     )
     parser.add_argument("--batch", type=int, default=5000, help="submits and signals per flush")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=5.0,
+        help="seconds the runs wait before the kill (the worker checkpoints every 2 s); 0: kill at once",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the workers' logs and the effects file")
     args = parser.parse_args()
     if args.runs < 1 or args.batch < 1:
@@ -458,7 +469,7 @@ def main() -> None:
     say(
         f"{args.variant}, {args.runs} runs, run cache {cache}; deployment {settings.commands_topic}; logs in {workdir}"
     )
-    bench = Bench(settings, workdir, args.variant, args.runs, args.batch, args.nofile, env)
+    bench = Bench(settings, workdir, args.variant, args.runs, args.batch, args.nofile, env, args.settle)
     try:
         f = bench.run()
     except BaseException:

@@ -197,7 +197,9 @@ class Settings(BaseModel):
     # run's few records) costs ~0.1-0.3 ms: a worker serving far more waiting runs than that pays a
     # wake per signal or timer instead of memory it cannot bound (runtime.worker.run_cache).
     run_cache_size: int = Field(
-        default=2_000,
+        # A waiting PydanticAI run holds ~150 KB (its agent task and state), a native one ~12 KB:
+        # 500 keeps either kind within tens of MB, and waking one costs a replay (0.1-5 ms).
+        default=500,
         ge=1,
         description="Runs a worker keeps in memory across its partitions; past it, the least recently "
         "active runs that wait only on signals or timers are evicted and replayed when something "
