@@ -232,6 +232,7 @@ class Bench:
     nofile: int | None
     env: dict[str, str]
     settle: float = 5.0
+    wave: int = 0
     figures: dict[str, Any] = field(default_factory=dict)
 
     def start(self, log_name: str) -> Worker:
@@ -305,31 +306,38 @@ class Bench:
                 f"threads, {idle.fds} fds, CPU {idle.cpu_s:.2f} s; RLIMIT_NOFILE {first.limits_nofile()}"
             )
 
-            # 2. submit N
+            # 2. submit N (in waves of --wave, each waited for: runs arriving over time, not all at
+            # once -- a burst has every run in flight at once before any waits, and CPython's
+            # allocator keeps that peak's memory)
             t0 = time.monotonic()
             tag = secrets.token_hex(3)
-            run_ids = []
-            for i in range(n):
-                run_id = f"{tag}{i:07d}"
-                client.submit("procure", {"order": run_id}, run_id=run_id)
-                run_ids.append(run_id)
-                if (i + 1) % self.batch == 0:
-                    client.flush()
-            client.flush()
-            f["submit_s"] = time.monotonic() - t0
-            say(f"submitted {n} runs in {f['submit_s']:.2f} s ({n / f['submit_s']:.0f}/s)")
+            run_ids: list[str] = []
+            wave = self.wave or n
+            submit_s = 0.0
+            metrics: dict[Any, float] = {}
+            while len(run_ids) < n:
+                started = time.monotonic()
+                for i in range(len(run_ids), min(n, len(run_ids) + wave)):
+                    run_id = f"{tag}{i:07d}"
+                    client.submit("procure", {"order": run_id}, run_id=run_id)
+                    run_ids.append(run_id)
+                    if (i + 1) % self.batch == 0:
+                        client.flush()
+                client.flush()
+                submit_s += time.monotonic() - started
+                so_far = len(run_ids)
+                # 3. until all submitted so far wait
 
-            # 3. until all N wait
-            metrics = self.poll_until(
-                first,
-                lambda m: (
-                    total(m, "agentlog_calls_total", kind="model", outcome="completed") >= n
-                    and total(m, "agentlog_runs", state="active") == 0
-                ),
-                timeout,
-                every,
-                f"{n} runs wait",
-            )
+                def all_wait(m: dict[Any, float], so_far: int = so_far) -> bool:
+                    return (
+                        total(m, "agentlog_calls_total", kind="model", outcome="completed") >= so_far
+                        and total(m, "agentlog_runs", state="active") == 0
+                    )
+
+                metrics = self.poll_until(first, all_wait, timeout, every, f"{so_far} runs wait")
+            f["submit_s"] = submit_s
+            f["wave"] = wave
+            say(f"submitted {n} runs in waves of {wave}, {submit_s:.2f} s of submits")
             f["to_wait_s"] = time.monotonic() - t0
             waiting = Sample.of(first.pid)
             f["waiting_gauge"] = total(metrics, "agentlog_runs", state="waiting")
@@ -445,6 +453,12 @@ def main() -> None:
     )
     parser.add_argument("--batch", type=int, default=5000, help="submits and signals per flush")
     parser.add_argument(
+        "--wave",
+        type=int,
+        default=0,
+        help="submit in waves of this many runs, each waited for before the next (0: all at once)",
+    )
+    parser.add_argument(
         "--settle",
         type=float,
         default=5.0,
@@ -469,7 +483,9 @@ def main() -> None:
     say(
         f"{args.variant}, {args.runs} runs, run cache {cache}; deployment {settings.commands_topic}; logs in {workdir}"
     )
-    bench = Bench(settings, workdir, args.variant, args.runs, args.batch, args.nofile, env, args.settle)
+    bench = Bench(
+        settings, workdir, args.variant, args.runs, args.batch, args.nofile, env, args.settle, args.wave
+    )
     try:
         f = bench.run()
     except BaseException:
@@ -486,12 +502,12 @@ def main() -> None:
     first = "-" if f["first_s"] is None else f"{f['first_s']:.2f}"
     print()
     print(
-        "| N | variant | cache | RSS MB | KB/run | threads | fds | CPU ms/run: to wait / replay / completing "
+        "| N | variant | wave | cache | RSS MB | KB/run | threads | fds | CPU ms/run: to wait / replay / completing "
         "| ready s | first done s | complete s | effects ok |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     print(
-        f"| {args.runs:,} | {args.variant} | {cache} | {f['rss_mb']:.0f} | {f['kb_per_run']:.1f} | {f['threads']} "
+        f"| {args.runs:,} | {args.variant} | {f['wave']:,} | {cache} | {f['rss_mb']:.0f} | {f['kb_per_run']:.1f} | {f['threads']} "
         f"| {f['fds']} | {f['cpu_wait_ms']:.2f} / {f['cpu_replay_ms']:.2f} / {f['cpu_complete_ms']:.2f} "
         f"| {f['ready_s']:.2f} | {first} | {f['complete_s']:.2f} "
         f"| {'yes' if f['effects_ok'] else 'NO'} ({f['effect_rows']} rows) |"
