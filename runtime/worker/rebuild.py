@@ -53,6 +53,8 @@ from runtime.log.schemas.serde import Serde
 from runtime.worker.run_cache import listed_timers
 from runtime.worker.snapshots import (
     SNAPSHOT_KEY_PREFIX,
+    SnapshotUnusable,
+    decoded_events,
     newer,
     reading_starts,
     usable,
@@ -217,7 +219,11 @@ class _PartitionRebuild:
         checkpoint = read.checkpoint
         listed = dict(checkpoint.active_runs) if checkpoint else {}
         self.covered = checkpoint.covered_offset if checkpoint else 0
-        loaded = usable(read.snapshots, listed, serde)
+        # Runs the checkpoint lists as waiting: their records below it are held undecoded (step 5),
+        # their snapshots' too.
+        listed_waiting = checkpoint.waiting_runs if checkpoint else {}
+        self.waiting = {run: count for run, count in listed_waiting.items() if run in listed and count}
+        loaded = usable(read.snapshots, listed, serde, undecoded=self.waiting)
         starts = reading_starts(listed, read.vouched(), self.covered, loaded)
         self.start = min([self.covered, *starts.values()]) if checkpoint else None
         self.start_of_key = {run.encode(): offset for run, offset in starts.items()}
@@ -241,19 +247,21 @@ class _PartitionRebuild:
         self.chain_key = chain_key_of(settings.chain_key.get_secret_value())
         self.chains: dict[str, Chain] = {}
         self.forged: dict[str, str] = {}  # run id -> the first record that broke its chain
-        # Runs the checkpoint lists as waiting: their records below it are held undecoded (step 5).
-        listed_waiting = checkpoint.waiting_runs if checkpoint else {}
-        self.waiting = {run: count for run, count in listed_waiting.items() if run in listed and count}
         self.timers = listed_timers(checkpoint.waiting_timers) if checkpoint else {}
         self.deferred_keys = {run.encode(): run for run in self.waiting}
         # run -> (offset, the fence's watermark there, framed value) of each record held
         self.deferred: dict[str, list[tuple[int, int, bytes]]] = {run: [] for run in self.waiting}
+        # Snapshots of listed waiting runs, not decoded: decoded only if the run is replayed after all.
+        self.undecoded_snapshots: dict[str, HistorySnapshot] = {}
         for run_id, snapshot in loaded.items():
-            self.events_by_run[run_id] = list(snapshot.events)
+            if snapshot.events is None:
+                self.undecoded_snapshots[run_id] = snapshot.snapshot
+            self.events_by_run[run_id] = list(snapshot.events or ())
             self.records_by_run[run_id] = list(snapshot.snapshot.records)
             result.first_offsets[run_id] = snapshot.snapshot.first_offset
-            result.sizes[run_id] = [len(snapshot.events), sum(len(r) for r in snapshot.snapshot.records)]
-            result.snapshots[run_id] = (snapshot.snapshot.through_offset, len(snapshot.events))
+            count = len(snapshot.snapshot.records)
+            result.sizes[run_id] = [count, sum(len(r) for r in snapshot.snapshot.records)]
+            result.snapshots[run_id] = (snapshot.snapshot.through_offset, count)
             result.known_runs.add(run_id)
             self.through[run_id] = snapshot.snapshot.through_offset
             if self.chain_key is not None:
@@ -297,6 +305,13 @@ class _PartitionRebuild:
         """Decode the records held for a listed waiting run, in their order, fenced by the
         watermark each was read under (and the run's own epochs before it)."""
         del self.deferred_keys[run_id.encode()]
+        snapshot = self.undecoded_snapshots.pop(run_id, None)
+        if snapshot is not None:
+            try:
+                self.events_by_run[run_id] = decoded_events(run_id, snapshot, self.serde)
+            except SnapshotUnusable as why:  # its digest held, a record does not decode: not replayable
+                logger.error("run %s: its HistorySnapshot is unusable (%s)", run_id, why)
+                self.undecodable_runs.setdefault(run_id, f"its HistorySnapshot is unusable: {why}")
         floor = -1
         for offset, watermark, value in self.deferred.pop(run_id):
             floor = max(floor, watermark)
@@ -414,6 +429,7 @@ class _PartitionRebuild:
                 self._undefer(run_id, follow=False)  # forged: decoded, then parked with the reason
                 return
         del self.deferred[run_id], self.deferred_keys[run_id.encode()]
+        self.undecoded_snapshots.pop(run_id, None)
         self.events_by_run.pop(run_id, None)  # a snapshot's events: not replayed
         self.records_by_run.pop(run_id, None)
         result = self.result

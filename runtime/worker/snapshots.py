@@ -35,7 +35,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from runtime.config import Settings
@@ -192,10 +192,10 @@ class SnapshotWriter:
 
 @dataclass(frozen=True)
 class LoadedSnapshot:
-    """A verified snapshot and its records decoded."""
+    """A verified snapshot and its records decoded (None: not decoded, its run indexed as waiting)."""
 
     snapshot: HistorySnapshot
-    events: list[Event]
+    events: list[Event] | None
 
 
 def newer(found: dict[str, HistorySnapshot], key: bytes, value: bytes | None, serde: Serde) -> None:
@@ -227,16 +227,26 @@ class SnapshotUnusable(AgentlogError):
 
 
 def usable(
-    found: Mapping[str, HistorySnapshot], listed: Mapping[str, int], serde: Serde
+    found: Mapping[str, HistorySnapshot],
+    listed: Mapping[str, int],
+    serde: Serde,
+    undecoded: Collection[str] = (),
 ) -> dict[str, LoadedSnapshot]:
     """The snapshots a rebuild may start from: of a run the checkpoint lists (same first offset),
-    whose sha256 matches and whose every record decodes. The others are reported and ignored."""
+    whose sha256 matches and whose every record decodes. The others are reported and ignored.
+    The records of ``undecoded`` runs (listed as waiting: indexed, not replayed) are checked
+    against the sha256 only; their events are decoded if the run turns out to need a replay
+    (:func:`decoded_events`)."""
     loaded: dict[str, LoadedSnapshot] = {}
     for run_id, snapshot in found.items():
         if listed.get(run_id) != snapshot.first_offset:
             continue  # a run that ended, or a snapshot of a run the checkpoint does not know
         try:
-            loaded[run_id] = LoadedSnapshot(snapshot, _decoded(run_id, snapshot, serde))
+            if run_id in undecoded:
+                _check_digest(snapshot)
+                loaded[run_id] = LoadedSnapshot(snapshot, None)
+            else:
+                loaded[run_id] = LoadedSnapshot(snapshot, decoded_events(run_id, snapshot, serde))
         except SnapshotUnusable as why:
             logger.error(
                 "the snapshot of run %s through offset %s is not used (%s): the run is read from its first offset",
@@ -247,9 +257,14 @@ def usable(
     return loaded
 
 
-def _decoded(run_id: str, snapshot: HistorySnapshot, serde: Serde) -> list[Event]:
+def _check_digest(snapshot: HistorySnapshot) -> None:
     if records_digest(snapshot.records) != snapshot.sha256:
         raise SnapshotUnusable("its records do not match its sha256")
+
+
+def decoded_events(run_id: str, snapshot: HistorySnapshot, serde: Serde) -> list[Event]:
+    """The snapshot's records decoded (SnapshotUnusable if its digest or a record is wrong)."""
+    _check_digest(snapshot)
     key = run_id.encode()
     events: list[Event] = []
     for index, data in enumerate(snapshot.records):

@@ -8,6 +8,7 @@ waiting without replaying them."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 from typing import Any
 
@@ -16,7 +17,7 @@ from pydantic import SecretStr
 
 from runtime.config import Settings
 from runtime.worker.partition import OwnedPartition
-from runtime.worker.rebuild import checkpoint_key, rebuild
+from runtime.worker.rebuild import checkpoint_key, latest_checkpoint, rebuild
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
 from support.memory_harness import Harness, until
@@ -290,3 +291,54 @@ async def test_a_wake_reads_back_a_result_stored_out_of_line() -> None:
     assert (await h.ended(first)).status == "completed"
     assert effects == ["1 ok 509 report 1"]  # the workflow was handed the stored result on its wake
     await h.stop()
+
+
+async def test_a_takeover_leaves_the_snapshots_of_listed_waiting_runs_undecoded() -> None:
+    """A waiting run's HistorySnapshot is checked against its digest and kept as bytes, not decoded:
+    a takeover's cost does not grow with the snapshots of runs that only wait."""
+    effects: list[str] = []
+    h = Harness(cache_app(effects, asyncio.Event()), settings=Settings(partitions=1, run_snapshot_lag=1))
+    worker = h.start(checkpoint_interval_s=0)
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    runs = [await waiting(h, "approval", n) for n in range(3)]
+    last = await waiting(h, "approval", 3)  # puts records behind the first three: snapshots due
+    everyone = {*runs, last}
+    for n in range(10, 13):  # traffic: checkpoints that find the waiting runs unchanged take snapshots
+        assert (await h.ended(h.client.submit("timeout", n).run_id)).status == "completed"
+    await until(
+        lambda: set(latest_checkpoint(h.settings, h.serde, h.log, 0).snapshots) >= set(runs),
+        what="a snapshot of the first three waiting runs",
+    )
+    await until(  # a checkpoint after the snapshots: the runs are read from them, not from their starts
+        lambda: (c := h.checkpoints()) and set(c[-1].waiting_runs) == everyone and len(h.checkpoints()) > 2,
+        what="a checkpoint after the snapshots",
+    )
+    await h.stop()
+
+    decoded: list[tuple[bytes | None, str]] = []  # (key, type) of each record a rebuild decodes
+    serde = h.serde
+    counting = dataclasses.replace(serde) if dataclasses.is_dataclass(serde) else copy.copy(serde)
+
+    def decode(value: bytes, key: bytes | None = None) -> Any:
+        record = serde.decode(value, key)
+        decoded.append((key, record.type))
+        return record
+
+    counting.decode = decode  # type: ignore[method-assign]  # counts what a rebuild decodes
+    end = h.log.watermarks(h.settings.events_topic, 0)[1]
+    rebuilt = rebuild(h.settings, counting, h.log, 0, end)
+    assert set(rebuilt.waiting) == everyone and not rebuilt.active
+    assert set(rebuilt.snapshots) >= set(runs)  # read from their snapshots ...
+    of_runs = [kind for key, kind in decoded if key is not None and key.decode() in runs]
+    assert of_runs == ["HistorySnapshot"] * len(runs)  # ... read, and their records left undecoded
+
+    second = h.start("w2")
+    await until(lambda: second.owned, what="the successor to own the partition")
+    for run in everyone:
+        h.client.run(run).signal("go", "later")
+    for run in everyone:
+        assert (await h.ended(run)).status == "completed"  # woken from the snapshot's records
+    assert sorted(effects) == sorted(
+        [*(f"{n} later" for n in range(4)), *["10 timed out", "11 timed out", "12 timed out"]]
+    )
+    await h.stop("w2")
