@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 AGENTLOG := $(VENV)/bin/agentlog
 
-.PHONY: setup system-packages up down demo demo-pydantic-ai test lint unit docs bench bench-stages bench-sink bench-rebuild chaos fuzz compare clean
+.PHONY: setup system-packages up down demo demo-pydantic-ai test lint unit docs bench bench-stages bench-sink bench-rebuild chaos fuzz compare compare-agents clean
 
 $(VENV)/.installed: pyproject.toml
 	@echo "agentlog setup: creating the virtualenv $(VENV) and installing agentlog with its dev tools (uv; seconds from its cache, a minute or two cold)"
@@ -77,6 +77,14 @@ chaos: up
 compare: up
 	bench/peers/install.sh
 	$(PY) bench/compare.py
+	$(MAKE) compare-agents
+
+# The same 40-step PydanticAI agent on agentlog, DBOS's and Restate's PydanticAI integrations and
+# plain PydanticAI: L, T, R, bytes and CPU a step, ratios to agentlog, issue 37's framework targets
+# (bench/compare_agents.py). COMPARE_AGENTS_ARGS="--rounds 1 --t-runs 40" for a shorter sitting.
+compare-agents: up
+	bench/peers/install.sh
+	$(PY) bench/compare_agents.py $(COMPARE_AGENTS_ARGS)
 
 # 100,000 fuzzed commands, submissions and workflow inputs against a worker on the in-memory log.
 fuzz: setup

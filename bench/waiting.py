@@ -15,7 +15,7 @@ async function / PydanticAI's ``FunctionModel``): no model server, no network. S
    (``agentlog_runs{state="waiting"}`` is printed too: a worker that evicts waiting runs from
    memory may not count them there); then the worker's RSS (/proc/PID/status VmRSS), threads
    (/proc/PID/task), descriptors (/proc/PID/fd) and CPU (utime + stime of /proc/PID/stat);
-4. the worker is killed (SIGKILL) and a fresh one started with the same worker id; one run (the
+4. after ``--settle`` seconds (5: two checkpoints of the worker) the worker is killed (SIGKILL) and a fresh one started with the same worker id; one run (the
    probe) is approved at once; ready is timed from the spawn as in 1, and the fresh worker's
    ``partition_taken`` figures are summed; the probe's completion is timed from the spawn to its
    RunCompleted record's time;
@@ -231,6 +231,8 @@ class Bench:
     batch: int
     nofile: int | None
     env: dict[str, str]
+    settle: float = 5.0
+    wave: int = 0
     figures: dict[str, Any] = field(default_factory=dict)
 
     def start(self, log_name: str) -> Worker:
@@ -304,31 +306,38 @@ class Bench:
                 f"threads, {idle.fds} fds, CPU {idle.cpu_s:.2f} s; RLIMIT_NOFILE {first.limits_nofile()}"
             )
 
-            # 2. submit N
+            # 2. submit N (in waves of --wave, each waited for: runs arriving over time, not all at
+            # once -- a burst has every run in flight at once before any waits, and CPython's
+            # allocator keeps that peak's memory)
             t0 = time.monotonic()
             tag = secrets.token_hex(3)
-            run_ids = []
-            for i in range(n):
-                run_id = f"{tag}{i:07d}"
-                client.submit("procure", {"order": run_id}, run_id=run_id)
-                run_ids.append(run_id)
-                if (i + 1) % self.batch == 0:
-                    client.flush()
-            client.flush()
-            f["submit_s"] = time.monotonic() - t0
-            say(f"submitted {n} runs in {f['submit_s']:.2f} s ({n / f['submit_s']:.0f}/s)")
+            run_ids: list[str] = []
+            wave = self.wave or n
+            submit_s = 0.0
+            metrics: dict[Any, float] = {}
+            while len(run_ids) < n:
+                started = time.monotonic()
+                for i in range(len(run_ids), min(n, len(run_ids) + wave)):
+                    run_id = f"{tag}{i:07d}"
+                    client.submit("procure", {"order": run_id}, run_id=run_id)
+                    run_ids.append(run_id)
+                    if (i + 1) % self.batch == 0:
+                        client.flush()
+                client.flush()
+                submit_s += time.monotonic() - started
+                so_far = len(run_ids)
+                # 3. until all submitted so far wait
 
-            # 3. until all N wait
-            metrics = self.poll_until(
-                first,
-                lambda m: (
-                    total(m, "agentlog_calls_total", kind="model", outcome="completed") >= n
-                    and total(m, "agentlog_runs", state="active") == 0
-                ),
-                timeout,
-                every,
-                f"{n} runs wait",
-            )
+                def all_wait(m: dict[Any, float], so_far: int = so_far) -> bool:
+                    return (
+                        total(m, "agentlog_calls_total", kind="model", outcome="completed") >= so_far
+                        and total(m, "agentlog_runs", state="active") == 0
+                    )
+
+                metrics = self.poll_until(first, all_wait, timeout, every, f"{so_far} runs wait")
+            f["submit_s"] = submit_s
+            f["wave"] = wave
+            say(f"submitted {n} runs in waves of {wave}, {submit_s:.2f} s of submits")
             f["to_wait_s"] = time.monotonic() - t0
             waiting = Sample.of(first.pid)
             f["waiting_gauge"] = total(metrics, "agentlog_runs", state="waiting")
@@ -345,7 +354,11 @@ class Bench:
                 f"{waiting.threads} threads, {waiting.fds} fds, CPU {f['cpu_wait_ms']:.3f} ms/run"
             )
 
-            # 4. kill -9, a fresh worker; the probe approved at once
+            # 4. kill -9, a fresh worker; the probe approved at once. The runs have waited a few
+            # checkpoint intervals first (--settle), as runs waiting for an approval have: a takeover
+            # indexes the runs its checkpoint lists as waiting, and replays the ones that began
+            # waiting after it (a kill the instant the last run began waiting measures those).
+            time.sleep(self.settle)
             first.proc.kill()
             first.proc.wait()
             second = self.start("worker-2.log")
@@ -439,6 +452,18 @@ def main() -> None:
         "--nofile", type=int, default=None, help="the workers' RLIMIT_NOFILE (default: inherited)"
     )
     parser.add_argument("--batch", type=int, default=5000, help="submits and signals per flush")
+    parser.add_argument(
+        "--wave",
+        type=int,
+        default=0,
+        help="submit in waves of this many runs, each waited for before the next (0: all at once)",
+    )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=5.0,
+        help="seconds the runs wait before the kill (the worker checkpoints every 2 s); 0: kill at once",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the workers' logs and the effects file")
     args = parser.parse_args()
     if args.runs < 1 or args.batch < 1:
@@ -458,7 +483,9 @@ def main() -> None:
     say(
         f"{args.variant}, {args.runs} runs, run cache {cache}; deployment {settings.commands_topic}; logs in {workdir}"
     )
-    bench = Bench(settings, workdir, args.variant, args.runs, args.batch, args.nofile, env)
+    bench = Bench(
+        settings, workdir, args.variant, args.runs, args.batch, args.nofile, env, args.settle, args.wave
+    )
     try:
         f = bench.run()
     except BaseException:
@@ -475,12 +502,12 @@ def main() -> None:
     first = "-" if f["first_s"] is None else f"{f['first_s']:.2f}"
     print()
     print(
-        "| N | variant | cache | RSS MB | KB/run | threads | fds | CPU ms/run: to wait / replay / completing "
+        "| N | variant | wave | cache | RSS MB | KB/run | threads | fds | CPU ms/run: to wait / replay / completing "
         "| ready s | first done s | complete s | effects ok |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     print(
-        f"| {args.runs:,} | {args.variant} | {cache} | {f['rss_mb']:.0f} | {f['kb_per_run']:.1f} | {f['threads']} "
+        f"| {args.runs:,} | {args.variant} | {f['wave']:,} | {cache} | {f['rss_mb']:.0f} | {f['kb_per_run']:.1f} | {f['threads']} "
         f"| {f['fds']} | {f['cpu_wait_ms']:.2f} / {f['cpu_replay_ms']:.2f} / {f['cpu_complete_ms']:.2f} "
         f"| {f['ready_s']:.2f} | {first} | {f['complete_s']:.2f} "
         f"| {'yes' if f['effects_ok'] else 'NO'} ({f['effect_rows']} rows) |"

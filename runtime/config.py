@@ -193,6 +193,18 @@ class Settings(BaseModel):
     )
     # A run whose records start this many offsets behind a checkpoint gets a HistorySnapshot, so a
     # rebuild reads from the checkpoint rather than from the run's start (runtime.worker.snapshots).
+    # 2,000 runs in memory is ~32 MB at ~16 KB a run, while a wake (decode + replay of a waiting
+    # run's few records) costs ~0.1-0.3 ms: a worker serving far more waiting runs than that pays a
+    # wake per signal or timer instead of memory it cannot bound (runtime.worker.run_cache).
+    run_cache_size: int = Field(
+        # A waiting PydanticAI run holds ~150 KB (its agent task and state), a native one ~12 KB:
+        # 500 keeps either kind within tens of MB, and waking one costs a replay (0.1-5 ms).
+        default=500,
+        ge=1,
+        description="Runs a worker keeps in memory across its partitions; past it, the least recently "
+        "active runs that wait only on signals or timers are evicted and replayed when something "
+        "reaches them.",
+    )
     run_snapshot_lag: int = Field(
         default=10_000,
         ge=1,

@@ -83,4 +83,7 @@ RELEASED: tuple[Migration, ...] = (
     # ModelCallFailed/ToolCallFailed.retry_at: when a rate-limited call's next attempt may start
     # (the wait the provider asked for), so `audit` can say why a step took minutes.
     load(17, "retry_at: when a rate-limited call's next attempt may start", "V0017__retry_at_column.sql"),
+    # PartitionCheckpoint.waiting_runs: the runs waiting at a checkpoint, which a takeover indexes
+    # without replaying them (runtime.worker.run_cache).
+    load(18, "waiting_runs: the runs a checkpoint lists as waiting", "V0018__checkpoint_waiting_runs.sql"),
 )

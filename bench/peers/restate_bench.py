@@ -27,6 +27,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -44,8 +45,23 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Restate:
-    def __init__(self, binary: Path, workdir: Path, port_base: int, db: Path, handler: str = "run") -> None:
+    def __init__(
+        self,
+        binary: Path,
+        workdir: Path,
+        port_base: int,
+        db: Path,
+        handler: str = "run",
+        module: str = "bench.peers.restate_app",
+        service: str = "E2E",
+        service_env: dict[str, str] | None = None,
+    ) -> None:
+        """``module`` serves ``service`` (``python -m module PORT``), with ``service_env`` added to
+        its environment (bench/peers/agent_restate.py runs its agent service so)."""
         self.workdir, self.db, self.handler = workdir, db, handler
+        self.module, self.service_name, self.service_env = module, service, service_env or {}
+        for port in (port_base, port_base + 1, port_base + 2, port_base + 10):
+            _port_free(port)
         self.ingress = f"http://127.0.0.1:{port_base}"
         self.admin = f"http://127.0.0.1:{port_base + 1}"
         self.service_port = port_base + 10
@@ -73,7 +89,7 @@ class Restate:
             [
                 sys.executable,
                 "-m",
-                "bench.peers.restate_app",
+                self.module,
                 str(self.service_port),
             ],
             cwd=ROOT,
@@ -82,6 +98,7 @@ class Restate:
                 "PYTHONPATH": str(ROOT),
                 "E2E_DB": str(self.db),
                 "E2E_CRASH_VICTIM": "1" if victim else "0",
+                **self.service_env,
             },
             stdout=(self.workdir / "restate-service.log").open("ab"),
             stderr=subprocess.STDOUT,
@@ -112,7 +129,7 @@ class Restate:
             time.sleep(0.2)
 
     def send(self, run: str) -> str:
-        answer = self.http.post(f"{self.ingress}/E2E/{self.handler}/send", json={"run": run})
+        answer = self.http.post(f"{self.ingress}/{self.service_name}/{self.handler}/send", json={"run": run})
         answer.raise_for_status()
         return str(answer.json()["invocationId"])
 
@@ -141,6 +158,14 @@ class Restate:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def _port_free(port: int) -> None:
+    """A server left listening on a port of ours (a killed benchmark's) would answer for the one
+    started here -- its figures measured on the wrong process: stop instead, naming the port."""
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", port)) == 0:
+            raise SystemExit(f"port {port} is in use: stop what listens there or pass another --port-base")
 
 
 def new_run() -> str:

@@ -13,7 +13,8 @@ tests/unit/test_history_snapshots.py:
    counted in step 1, all below that offset + 1; then the ``CheckpointSnapshots`` naming the
    snapshots of runs that appended nothing after them, which the checkpoint vouches for;
 5. append the checkpoint, whose ``covered_offset`` is that last acked offset + 1 and whose run
-   offsets are acknowledged RunStarted records only;
+   offsets are acknowledged RunStarted records only; the runs it lists as waiting were waiting in
+   step 1, so each of their records lies below it and any later one at or after it;
 6. commit the commands offset of step 1;
 7. tombstone the snapshots of runs that ended before step 1.
 A checkpoint therefore never covers a record that was not acknowledged, a snapshot never holds
@@ -34,6 +35,7 @@ from runtime.log.schemas.serde import Serde
 from runtime.worker.batching import send_partition
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.rebuild import checkpoint_key
+from runtime.worker.run_cache import timer_key, waiting_runs
 from runtime.worker.snapshots import SnapshotWriter, live_record_counts
 
 # A partition is checkpointed before its interval is up once every run its last checkpoint listed
@@ -96,8 +98,9 @@ class Checkpointer:
                 return
             send_partition(self.settings, self.log, asyncio.get_running_loop(), owned)
             assert owned.last_write is not None
-            runs = [*owned.runs, *owned.continuing]
+            runs = [*owned.live_runs(), *owned.continuing]
             counts = live_record_counts(owned)
+            waiting = waiting_runs(owned, counts)
             next_command = owned.next_command
             owned.writes_since_checkpoint = 0
             owned.listed_at_checkpoint = set(runs)
@@ -118,6 +121,13 @@ class Checkpointer:
                 covered_offset=last + 1,
                 commands_offset=next_command,
                 active_runs=active,
+                waiting_runs={run: count for run, (count, _) in waiting.items() if run in active},
+                waiting_timers={
+                    timer_key(run, position): fire_at
+                    for run, (_, timers) in waiting.items()
+                    if run in active
+                    for position, fire_at in timers
+                },
             )
             self.log.append(
                 self.settings.checkpoints_topic,

@@ -261,7 +261,7 @@ class CommandHandler:
         if isinstance(command, RunSubmitted):
             self._submit(owned, command, offset)
         elif isinstance(command, SignalSent):
-            run = owned.runs.get(command.run_id)
+            run = self.executor.runs.run(owned, command.run_id)  # woken if it was evicted
             if run is None:
                 log.info("signal %r for run %s that is not running: ignored", command.name, command.run_id)
                 return
@@ -279,7 +279,7 @@ class CommandHandler:
             self.executor.metrics.step(completion.view.workflow)
             self.executor.flush(owned, run, completion)
         elif isinstance(command, CancelRequested):
-            run = owned.runs.get(command.run_id)
+            run = self.executor.runs.run(owned, command.run_id)  # woken if it was evicted
             if run is None:
                 log.info("cancel for run %s that is not running: ignored", command.run_id)
                 return

@@ -55,8 +55,9 @@ from runtime.worker.metrics import WorkerMetrics
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.resources import lacking, out_of
 from runtime.worker.retrying import FINAL, RetryTrail, after_failure, wait_until
+from runtime.worker.run_cache import RunCache
 from runtime.worker.tracing import RunSpans
-from runtime.workflow.activation import Completion, Deliver, Park, RunInstance, RunView, TimerDue
+from runtime.workflow.activation import Completion, Deliver, Park, RunInstance, RunView
 from runtime.workflow.app import App
 from runtime.workflow.declared_limits import resolve_limits
 from runtime.workflow.intents import Intent
@@ -98,6 +99,10 @@ class Executor:
         self.limits = resolve_limits(app.limits, app.models, app.tools, settings.limits)
         self.permits: Permits | None = LocalPermits(self.limits) if self.limits else None
         self.gate: PermitGate | None = None  # set by start(): the calls' waits for permits
+        # The runs in memory, at most Settings.run_cache_size; evicted ones woken from their records.
+        self.runs = RunCache(
+            app, settings, batcher.serde, log, self.metrics, self.flush, batcher.append, self._fail
+        )
 
     def _fail(self, why: str) -> None:
         self.failure = self.failure or why
@@ -144,6 +149,10 @@ class Executor:
                 self.batcher.serde.sealer.forget_run(view.run_id)
         for intent in ready:
             owned.spawn(self._carry_out(owned, run, intent, durable))
+        if not view.active:
+            self.runs.drop(view.run_id)
+        elif owned.runs.get(view.run_id) is run:
+            self.runs.touch(owned, view.run_id, run)  # the most recently active; may evict others
 
     def _over_history_limit(self, owned: OwnedPartition, view: RunView) -> bool:
         """Warn once past the warn threshold; True at the limit (Temporal's defaults): the run parks."""
@@ -475,15 +484,10 @@ class Executor:
             return None
 
     async def _wait_timer(self, owned: OwnedPartition, run: RunInstance, intent: Intent) -> None:
-        # An asyncio sleep: a run waiting days for a timer or a signal holds no thread.
-        await asyncio.sleep(max(0.0, intent.fire_at / 1000 - time.time()))
-        if owned.lost:
-            return
-        fired = run.activate(TimerDue(intent.position))
-        if not fired.records:  # the run no longer waits for it (ended, or the signal came)
-            return
-        self.metrics.step(fired.view.workflow)
-        self.flush(owned, run, fired)
+        # A loop timer holding the run id, not the run (runtime.worker.run_cache): a run waiting days
+        # holds no thread, and may be evicted meanwhile. One fired already (a wake's re-issue) is not armed.
+        if not intent.future.done:
+            self.runs.arm(owned, run.view.run_id, intent.position, intent.fire_at)
 
 
 class _SchedulingAck:

@@ -224,6 +224,8 @@ class Worker:
         tasks = [t for owned in self.owned.values() for t in owned.tasks]
         for task in tasks:
             task.cancel()
+        for owned in self.owned.values():
+            owned.stop_timers()
         await asyncio.gather(*tasks, return_exceptions=True)
         if self.shared_permits is not None:
             await self.shared_permits.close()  # what it held goes back to the others at once
@@ -280,4 +282,6 @@ class Worker:
             self.executor.ownership.unwatch(partition)
         for task in owned.tasks:
             task.cancel()
+        owned.stop_timers()
+        self.executor.runs.drop_partition(owned)
         log.warning(json.dumps({"event": "partition_lost", "partition": partition, "why": why}))

@@ -137,17 +137,43 @@ class WorkerCollector(Collector):
                 lag.add_metric([str(partition)], behind)
             yield lag
 
-    def _runs(self) -> Iterator[GaugeMetricFamily]:
+    def _runs(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         owned = self.owned()
         partitions = GaugeMetricFamily("agentlog_partitions_owned", "Commands partitions this worker owns")
         partitions.add_metric([], len(owned))
         yield partitions
         counts: dict[tuple[str, str], int] = {}
+        in_memory = evicted = 0
         for partition in owned:
             for run in list(partition.runs.values()):
                 state = "waiting" if run.waiting() else "active"
                 key = (run.view.workflow, state)
                 counts[key] = counts.get(key, 0) + 1
+            # Evicted runs wait by construction; one a takeover indexed unread has no workflow name yet.
+            for entry in list(partition.evicted.values()):
+                key = (entry.workflow or "(not read yet)", "waiting")
+                counts[key] = counts.get(key, 0) + 1
+            in_memory += len(partition.runs)
+            evicted += len(partition.evicted)
+        cache = GaugeMetricFamily(
+            "agentlog_runs_cached",
+            "Live runs on this worker by where they are: in memory, or evicted by the run cache (replayed "
+            "from their records when a signal, timer or command reaches them; Settings.run_cache_size)",
+            labels=["where"],
+        )
+        cache.add_metric(["memory"], in_memory)
+        cache.add_metric(["evicted"], evicted)
+        yield cache
+        yield _plain_counter(
+            "agentlog_run_cache_evictions",
+            "Waiting runs evicted from memory by the run cache",
+            self.metrics.run_evictions,
+        )
+        yield _plain_counter(
+            "agentlog_run_cache_wakes",
+            "Evicted runs woken (replayed from their records) because something reached them",
+            self.metrics.run_wakes,
+        )
         runs = GaugeMetricFamily(
             "agentlog_runs",
             "Live runs on this worker: waiting (only on timers or signals) or active (a call in flight or due)",
@@ -185,4 +211,10 @@ def _counter(
     family = CounterMetricFamily(name, documentation, labels=labels)
     for key, value in list(values.items()):
         family.add_metric(list(key) if isinstance(key, tuple) else [str(key)], value)
+    return family
+
+
+def _plain_counter(name: str, documentation: str, value: int) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, documentation)
+    family.add_metric([], value)
     return family

@@ -83,6 +83,9 @@ class WorkerMetrics:
         self.history_warnings: dict[str, int] = {}
         self.rebuilds = Histogram(REBUILD_BUCKETS)
         self.partitions_taken = 0
+        # The run cache (runtime.worker.run_cache): runs evicted from memory, and evicted runs woken.
+        self.run_evictions = 0
+        self.run_wakes = 0
         # Limits (runtime.worker.limits.gate), by limit name and dimension: only calls that waited.
         self.permits_waiting: dict[tuple[str, str], int] = {}  # calls waiting now
         self.permit_waits: dict[tuple[str, str], Histogram] = {}  # how long each wait lasted

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from runtime.log.port.protocol import Delivery
 from runtime.log.records.run_index import RunLocation
@@ -23,6 +23,13 @@ def _settled(first: int | asyncio.Future[int]) -> int | None:
     return None
 
 
+class Evicted(NamedTuple):
+    """What a worker keeps of a live run it evicted from memory (runtime.worker.run_cache)."""
+
+    workflow: str
+    timers: tuple[tuple[int, int], ...]  # (position, fire_at ms) of the timers it waits for
+
+
 @dataclass
 class OwnedPartition:
     """One owned partition: its epoch, its live runs and what is queued for it this loop turn."""
@@ -33,6 +40,12 @@ class OwnedPartition:
     next_command: int
     known_runs: set[str]  # every run id the partition has seen: a resubmission starts nothing
     runs: dict[str, RunInstance] = field(default_factory=dict)  # driven only by activate
+    # Live runs not in memory (runtime.worker.run_cache): run id -> what they wait for; their
+    # records stay in ``records``, and a wake replays them from there.
+    evicted: dict[str, Evicted] = field(default_factory=dict)
+    # Armed timers (runtime.worker.run_cache): (run id, position) -> its handle; they hold the run
+    # id, not the run, so an evicted run's timers still fire.
+    timers: dict[tuple[str, int], asyncio.TimerHandle] = field(default_factory=dict)
     first_offsets: dict[str, int] = field(default_factory=dict)  # where a rebuild reads a run from
     sizes: dict[str, list[int]] = field(default_factory=dict)  # run id -> [events, bytes]
     last_write: asyncio.Future[int] | None = None
@@ -86,6 +99,7 @@ class OwnedPartition:
         """Drop an ended run's state."""
         self.listed_at_checkpoint.discard(run_id)
         self.runs.pop(run_id, None)
+        self.evicted.pop(run_id, None)
         self.first_offsets.pop(run_id, None)
         self.started_acks.pop(run_id, None)
         self.sizes.pop(run_id, None)
@@ -93,6 +107,20 @@ class OwnedPartition:
         self.records.pop(run_id, None)
         self.effect_outcomes.pop(run_id, None)
         self.located.discard(run_id)
+
+    def is_live(self, run_id: str) -> bool:
+        """Whether ``run_id`` has not ended: in memory, or evicted from it."""
+        return run_id in self.runs or run_id in self.evicted
+
+    def live_runs(self) -> list[str]:
+        """Every run that has not ended, in memory or evicted."""
+        return [*self.runs, *self.evicted]
+
+    def stop_timers(self) -> None:
+        """Cancel every armed timer (the partition is lost, or the worker stops)."""
+        for handle in self.timers.values():
+            handle.cancel()
+        self.timers.clear()
 
     def first_offset_of(self, run_id: str) -> FirstOffset:
         """The run's first offset, or the ack that will tell it, or None if neither is known."""
@@ -136,7 +164,7 @@ class OwnedPartition:
         if (
             not ack.cancelled()
             and ack.exception() is None
-            and (run_id in self.runs or run_id in self.continuing)
+            and (self.is_live(run_id) or run_id in self.continuing)
         ):
             self.first_offsets.setdefault(run_id, ack.result())
 

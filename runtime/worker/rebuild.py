@@ -14,7 +14,13 @@ Order (tested in tests/unit/test_worker_recovery.py):
    unread); from covered_offset on, everything is. Cost: the active runs' history plus what was
    written since the checkpoint -- not everything the partition ever held, even when a run has
    waited for days (its snapshot stands in for its records).
-5. Group the admitted events by run; runs without a terminal event are replayed.
+5. Group the admitted events by run; runs without a terminal event are replayed -- except the
+   runs the checkpoint lists as waiting (``waiting_runs``: only on signals or timers, at its
+   covered offset) that have no record at or after it and exactly the records it counted: their
+   records are kept as read (framed, the chain followed) but neither decoded nor replayed, and
+   they are indexed as evicted (runtime.worker.run_cache), woken when something reaches them. Any
+   other outcome (a record after the checkpoint, a count that differs, as a fenced record would
+   make it) decodes them, fenced as in the log's order, and replays them as any run.
 """
 
 from __future__ import annotations
@@ -44,8 +50,11 @@ from runtime.log.records.payloads import PayloadMissing, inlined, is_outlined, r
 from runtime.log.records.run_index import RUN_KEY_PREFIX
 from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.serde import Serde
+from runtime.worker.run_cache import listed_timers
 from runtime.worker.snapshots import (
     SNAPSHOT_KEY_PREFIX,
+    SnapshotUnusable,
+    decoded_events,
     newer,
     reading_starts,
     usable,
@@ -81,6 +90,9 @@ class RebuiltPartition:
     records: dict[str, list[bytes]] = field(default_factory=dict)  # active run -> its framed records
     snapshots: dict[str, tuple[int, int]] = field(default_factory=dict)  # run -> (through, count) used
     chain_tips: dict[str, bytes] = field(default_factory=dict)  # active run -> its last record's link
+    # Runs indexed without replay (step 5): run -> (position, fire_at) of the timers it waits for;
+    # their framed records are in ``records``, their first offsets and sizes beside the others'.
+    waiting: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
 
 def claim(settings: Settings, serde: Serde, log: EventLog, partition: int, worker: str) -> Future[int]:
@@ -207,7 +219,11 @@ class _PartitionRebuild:
         checkpoint = read.checkpoint
         listed = dict(checkpoint.active_runs) if checkpoint else {}
         self.covered = checkpoint.covered_offset if checkpoint else 0
-        loaded = usable(read.snapshots, listed, serde)
+        # Runs the checkpoint lists as waiting: their records below it are held undecoded (step 5),
+        # their snapshots' too.
+        listed_waiting = checkpoint.waiting_runs if checkpoint else {}
+        self.waiting = {run: count for run, count in listed_waiting.items() if run in listed and count}
+        loaded = usable(read.snapshots, listed, serde, undecoded=self.waiting)
         starts = reading_starts(listed, read.vouched(), self.covered, loaded)
         self.start = min([self.covered, *starts.values()]) if checkpoint else None
         self.start_of_key = {run.encode(): offset for run, offset in starts.items()}
@@ -231,12 +247,21 @@ class _PartitionRebuild:
         self.chain_key = chain_key_of(settings.chain_key.get_secret_value())
         self.chains: dict[str, Chain] = {}
         self.forged: dict[str, str] = {}  # run id -> the first record that broke its chain
+        self.timers = listed_timers(checkpoint.waiting_timers) if checkpoint else {}
+        self.deferred_keys = {run.encode(): run for run in self.waiting}
+        # run -> (offset, the fence's watermark there, framed value) of each record held
+        self.deferred: dict[str, list[tuple[int, int, bytes]]] = {run: [] for run in self.waiting}
+        # Snapshots of listed waiting runs, not decoded: decoded only if the run is replayed after all.
+        self.undecoded_snapshots: dict[str, HistorySnapshot] = {}
         for run_id, snapshot in loaded.items():
-            self.events_by_run[run_id] = list(snapshot.events)
+            if snapshot.events is None:
+                self.undecoded_snapshots[run_id] = snapshot.snapshot
+            self.events_by_run[run_id] = list(snapshot.events or ())
             self.records_by_run[run_id] = list(snapshot.snapshot.records)
             result.first_offsets[run_id] = snapshot.snapshot.first_offset
-            result.sizes[run_id] = [len(snapshot.events), sum(len(r) for r in snapshot.snapshot.records)]
-            result.snapshots[run_id] = (snapshot.snapshot.through_offset, len(snapshot.events))
+            count = len(snapshot.snapshot.records)
+            result.sizes[run_id] = [count, sum(len(r) for r in snapshot.snapshot.records)]
+            result.snapshots[run_id] = (snapshot.snapshot.through_offset, count)
             result.known_runs.add(run_id)
             self.through[run_id] = snapshot.snapshot.through_offset
             if self.chain_key is not None:
@@ -266,49 +291,90 @@ class _PartitionRebuild:
             and record.offset < self.start_of_key.get(record.key, self.covered)
         ):
             return  # a run that had ended by the checkpoint, or records its snapshot holds: not decoded
+        key = record.key
+        if key is not None and key in self.deferred_keys:
+            run_id = self.deferred_keys[key]
+            if record.offset < self.covered:
+                if record.offset >= self.through.get(run_id, -1):  # else its snapshot holds it
+                    self.deferred[run_id].append((record.offset, self.fence.watermark, record.value))
+                return
+            self._undefer(run_id)  # it has work after the checkpoint: replayed as any run
+        self._take(key, record.offset, record.value)
+
+    def _undefer(self, run_id: str, follow: bool = True) -> None:
+        """Decode the records held for a listed waiting run, in their order, fenced by the
+        watermark each was read under (and the run's own epochs before it)."""
+        del self.deferred_keys[run_id.encode()]
+        snapshot = self.undecoded_snapshots.pop(run_id, None)
+        if snapshot is not None:
+            try:
+                self.events_by_run[run_id] = decoded_events(run_id, snapshot, self.serde)
+            except SnapshotUnusable as why:  # its digest held, a record does not decode: not replayable
+                logger.error("run %s: its HistorySnapshot is unusable (%s)", run_id, why)
+                self.undecodable_runs.setdefault(run_id, f"its HistorySnapshot is unusable: {why}")
+        floor = -1
+        for offset, watermark, value in self.deferred.pop(run_id):
+            floor = max(floor, watermark)
+            epoch = self._take(run_id.encode(), offset, value, floor, follow)
+            if epoch is not None:
+                floor = max(floor, epoch)
+
+    def _take(
+        self, key: bytes | None, offset: int, value: bytes, floor: int | None = None, follow: bool = True
+    ) -> int | None:
+        """Decode and admit one record (``floor``: a held record's fence watermark; None: the
+        partition's fence, in read order); the epoch of an admitted event, else None."""
+        result = self.result
         try:
-            event = self.serde.decode(record.value, record.key)
+            event = self.serde.decode(value, key)
         except DecodeError as error:
             # A run missing one of its events cannot be replayed faithfully: it is parked with the
             # reason (below) rather than resumed without it.
-            logger.error("partition %s offset %s: %s", result.partition, record.offset, error)
-            result.undecodable.append(record.offset)
-            if record.key is not None:
-                where = f"{self.settings.events_topic}[{result.partition}]@{record.offset}"
+            logger.error("partition %s offset %s: %s", result.partition, offset, error)
+            result.undecodable.append(offset)
+            if key is not None:
+                where = f"{self.settings.events_topic}[{result.partition}]@{offset}"
                 self.undecodable_runs.setdefault(
-                    record.key.decode("utf-8", "replace"), f"its event at {where} cannot be decoded: {error}"
+                    key.decode("utf-8", "replace"), f"its event at {where} cannot be decoded: {error}"
                 )
-            return
+            return None
         result.records_decoded += 1
-        if not isinstance(event, Event) or not self.fence.admit(event, record.offset):
-            return
+        if not isinstance(event, Event):
+            return None
+        if floor is None:
+            if not self.fence.admit(event, offset):
+                return None
+        elif event.epoch < floor:  # a held record a zombie wrote (runtime.log.records.fencing)
+            self.fence.fenced_count += 1
+            return None
         if isinstance(event, (EpochClaimed, PartitionCheckpoint)):
-            return
+            return None
         run_id = event.run_id
         result.known_runs.add(run_id)
         if (
             self.chain_key is not None
-            and record.offset >= self.through.get(run_id, -1)
+            and follow
+            and offset >= self.through.get(run_id, -1)
             and not self._follow(
-                run_id, record.value, f"{self.settings.events_topic}[{result.partition}]@{record.offset} ({event.type})"
+                run_id, value, f"{self.settings.events_topic}[{result.partition}]@{offset} ({event.type})"
             )
         ):
-            return  # a forged record neither ends the run nor joins its history
+            return None  # a forged record neither ends the run nor joins its history
         offset_of_command = getattr(event, "command_offset", None)
         if isinstance(offset_of_command, int):
             result.commands_offset = max(result.commands_offset, offset_of_command + 1)
         if isinstance(event, RunRejected):
             self.terminal.add(run_id)
-            return
-        if record.offset < self.through.get(run_id, -1):
-            return  # held by the run's snapshot (one newer than the checkpoint)
+            return None
+        if offset < self.through.get(run_id, -1):
+            return None  # held by the run's snapshot (one newer than the checkpoint)
         if run_id not in result.first_offsets:
-            result.first_offsets[run_id] = record.offset
+            result.first_offsets[run_id] = offset
         size = result.sizes.setdefault(run_id, [0, 0])
         size[0] += 1
-        size[1] += len(record.value)
+        size[1] += len(value)
         self.events_by_run[run_id].append(event)
-        self.records_by_run[run_id].append(record.value)
+        self.records_by_run[run_id].append(value)
         if isinstance(event, TERMINAL_TYPES):
             self.terminal.add(run_id)
         if isinstance(event, RunContinuedAsNew):
@@ -320,9 +386,12 @@ class _PartitionRebuild:
         if run_id in self.terminal:  # an ended run is not replayed: its records need not be kept
             del self.events_by_run[run_id], self.records_by_run[run_id]
             self.chains.pop(run_id, None)
+        return event.epoch
 
     def finish(self) -> RebuiltPartition:
         result = self.result
+        for run_id in list(self.deferred):
+            self._index_waiting(run_id)
         result.fenced = self.fence.fenced_count
         for run_id, logged in self.events_by_run.items():
             if run_id in self.terminal or not logged or not isinstance(logged[0], RunStarted):
@@ -344,3 +413,33 @@ class _PartitionRebuild:
                 except PayloadMissing as error:
                     result.unloadable[run_id] = str(error)
         return result
+
+    def _index_waiting(self, run_id: str) -> None:
+        """A listed waiting run with no record after the checkpoint: indexed without replay if it
+        has the records the checkpoint counted (and they extend its chain); else replayed."""
+        held = self.deferred[run_id]
+        from_snapshot = self.records_by_run.get(run_id, [])
+        records = [*from_snapshot, *(value for _, _, value in held)]
+        if not records or len(records) != self.waiting[run_id]:
+            self._undefer(run_id)
+            return
+        if self.chain_key is not None:
+            where = f"{self.settings.events_topic}[{self.result.partition}]"
+            if not all(self._follow(run_id, value, f"{where}@{offset}") for offset, _, value in held):
+                self._undefer(run_id, follow=False)  # forged: decoded, then parked with the reason
+                return
+        del self.deferred[run_id], self.deferred_keys[run_id.encode()]
+        self.undecoded_snapshots.pop(run_id, None)
+        self.events_by_run.pop(run_id, None)  # a snapshot's events: not replayed
+        self.records_by_run.pop(run_id, None)
+        result = self.result
+        result.known_runs.add(run_id)
+        if held:
+            result.first_offsets.setdefault(run_id, held[0][0])
+        size = result.sizes.setdefault(run_id, [0, 0])
+        size[0] += len(held)
+        size[1] += sum(len(value) for _, _, value in held)
+        result.records[run_id] = records
+        result.waiting[run_id] = self.timers.get(run_id, ())
+        if run_id in self.chains:
+            result.chain_tips[run_id] = self.chains[run_id].tip

@@ -35,7 +35,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from runtime.config import Settings
@@ -74,7 +74,7 @@ def records_digest(records: Iterable[bytes]) -> str:
 
 def live_record_counts(owned: OwnedPartition) -> dict[str, int]:
     """Run -> how many records it has appended so far, for each live run of ``owned``."""
-    return {run: len(owned.records.get(run, ())) for run in owned.runs}
+    return {run: len(owned.records.get(run, ())) for run in owned.live_runs()}
 
 
 class SnapshotWriter:
@@ -166,12 +166,12 @@ class SnapshotWriter:
     def retire(self, owned: OwnedPartition, counts: Mapping[str, int]) -> None:
         """Tombstone the snapshots of runs that had ended before the round began (the checkpoint
         just appended no longer lists them), and drop the records kept for runs no longer live."""
-        for run_id in [r for r in owned.snapshots if r not in owned.runs and r not in counts]:
+        for run_id in [r for r in owned.snapshots if not owned.is_live(r) and r not in counts]:
             del owned.snapshots[run_id]
             self.log.append_unwatched(
                 self.settings.checkpoints_topic, owned.partition, snapshot_key(run_id), None
             )
-        for run_id in [r for r in owned.records if r not in owned.runs and r not in owned.sizes]:
+        for run_id in [r for r in owned.records if not owned.is_live(r) and r not in owned.sizes]:
             del owned.records[run_id]  # e.g. a run that continued as new
 
     def _report_too_large(self, run_id: str, records: list[bytes]) -> None:
@@ -192,10 +192,10 @@ class SnapshotWriter:
 
 @dataclass(frozen=True)
 class LoadedSnapshot:
-    """A verified snapshot and its records decoded."""
+    """A verified snapshot and its records decoded (None: not decoded, its run indexed as waiting)."""
 
     snapshot: HistorySnapshot
-    events: list[Event]
+    events: list[Event] | None
 
 
 def newer(found: dict[str, HistorySnapshot], key: bytes, value: bytes | None, serde: Serde) -> None:
@@ -227,16 +227,26 @@ class SnapshotUnusable(AgentlogError):
 
 
 def usable(
-    found: Mapping[str, HistorySnapshot], listed: Mapping[str, int], serde: Serde
+    found: Mapping[str, HistorySnapshot],
+    listed: Mapping[str, int],
+    serde: Serde,
+    undecoded: Collection[str] = (),
 ) -> dict[str, LoadedSnapshot]:
     """The snapshots a rebuild may start from: of a run the checkpoint lists (same first offset),
-    whose sha256 matches and whose every record decodes. The others are reported and ignored."""
+    whose sha256 matches and whose every record decodes. The others are reported and ignored.
+    The records of ``undecoded`` runs (listed as waiting: indexed, not replayed) are checked
+    against the sha256 only; their events are decoded if the run turns out to need a replay
+    (:func:`decoded_events`)."""
     loaded: dict[str, LoadedSnapshot] = {}
     for run_id, snapshot in found.items():
         if listed.get(run_id) != snapshot.first_offset:
             continue  # a run that ended, or a snapshot of a run the checkpoint does not know
         try:
-            loaded[run_id] = LoadedSnapshot(snapshot, _decoded(run_id, snapshot, serde))
+            if run_id in undecoded:
+                _check_digest(snapshot)
+                loaded[run_id] = LoadedSnapshot(snapshot, None)
+            else:
+                loaded[run_id] = LoadedSnapshot(snapshot, decoded_events(run_id, snapshot, serde))
         except SnapshotUnusable as why:
             logger.error(
                 "the snapshot of run %s through offset %s is not used (%s): the run is read from its first offset",
@@ -247,9 +257,14 @@ def usable(
     return loaded
 
 
-def _decoded(run_id: str, snapshot: HistorySnapshot, serde: Serde) -> list[Event]:
+def _check_digest(snapshot: HistorySnapshot) -> None:
     if records_digest(snapshot.records) != snapshot.sha256:
         raise SnapshotUnusable("its records do not match its sha256")
+
+
+def decoded_events(run_id: str, snapshot: HistorySnapshot, serde: Serde) -> list[Event]:
+    """The snapshot's records decoded (SnapshotUnusable if its digest or a record is wrong)."""
+    _check_digest(snapshot)
     key = run_id.encode()
     events: list[Event] = []
     for index, data in enumerate(snapshot.records):

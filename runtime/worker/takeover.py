@@ -15,9 +15,11 @@ from runtime.log.records.events import Event, RunParked, RunStarted
 from runtime.log.schemas.serde import Serde
 from runtime.worker.commands import now_ms
 from runtime.worker.execution import Executor
-from runtime.worker.partition import OwnedPartition
+from runtime.worker.heap import release_free_heap
+from runtime.worker.partition import Evicted, OwnedPartition
 from runtime.worker.rebuild import RebuiltPartition, claim, rebuild_partitions
 from runtime.worker.resources import wake_failure
+from runtime.worker.run_cache import UNREPLAYED
 from runtime.workflow.activation import Wake
 from runtime.workflow.app import App
 from runtime.workflow.instance import new_run
@@ -51,7 +53,10 @@ class Takeover:
         rebuilt = rebuild_partitions(self.settings, self.serde, self.log, epochs)
         read_ms = (time.perf_counter() - started) * 1000
         stagemarks.start("partitions read")
-        return {partition: self._resume(rebuilt[partition], read_ms) for partition in epochs}
+        taken = {partition: self._resume(rebuilt[partition], read_ms) for partition in epochs}
+        del rebuilt
+        release_free_heap()  # what the read and the replays freed, out of the worker's RSS
+        return taken
 
     def _resume(self, rebuilt: RebuiltPartition, read_ms: float) -> OwnedPartition:
         started = time.perf_counter()
@@ -89,6 +94,16 @@ class Takeover:
                 self.executor.metrics.call_in_doubt(doubt.kind, doubt.name)
             owned.runs[run_id] = run
             self.executor.flush(owned, run, woken)
+        for run_id, timers in rebuilt.waiting.items():  # indexed, not replayed: woken when reached
+            owned.first_offsets[run_id] = rebuilt.first_offsets[run_id]
+            owned.sizes[run_id] = rebuilt.sizes.get(run_id, [0, 0])
+            owned.records[run_id] = rebuilt.records[run_id]
+            if run_id in rebuilt.chain_tips:
+                owned.chain_tips[run_id] = rebuilt.chain_tips[run_id]
+            if run_id in rebuilt.snapshots:
+                owned.snapshots[run_id] = rebuilt.snapshots[run_id]
+            owned.evicted[run_id] = Evicted(UNREPLAYED, timers)
+        self.executor.runs.arm_evicted(owned)
         for run_id, (ended, workflow) in rebuilt.to_continue.items():
             # Its successor may not have been submitted before the crash: submit (again).
             owned.first_offsets[run_id] = rebuilt.first_offsets[run_id]
@@ -104,6 +119,7 @@ class Takeover:
                     "records_decoded": rebuilt.records_decoded,
                     "fenced": rebuilt.fenced,
                     "active_runs": len(rebuilt.active),
+                    "indexed_waiting": len(rebuilt.waiting),  # not replayed (runtime.worker.run_cache)
                     "from_snapshots": len(rebuilt.snapshots),
                     "commands_offset": rebuilt.commands_offset,
                     "in_doubt": in_doubt,

@@ -142,3 +142,13 @@ class RunInstance(Protocol):
         """True if all the run waits for is timers or signals (a metrics scrape asks; not kept per
         step, which would cost every step)."""
         ...
+
+    def timers(self) -> tuple[tuple[int, int], ...]:
+        """(position, fire_at ms) of each recorded timer or signal timeout the run still waits for:
+        what a run cache keeps of a run it evicts, to fire them without the run in memory."""
+        ...
+
+    def close(self) -> None:
+        """Let the run go from memory: its workflow coroutine is closed (GeneratorExit), and the run
+        is not activated again; a wake is a new run from its history."""
+        ...

@@ -25,6 +25,7 @@ saga (:mod:`runtime.workflow.compensation`) only as its ``Compensator``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections import Counter, deque
@@ -236,6 +237,26 @@ class RunMachine:
         commands = self.commands
         kinds = [commands[f.position].kind for f in futures if not f.done and f.position in commands]
         return bool(kinds) and all(kind in ("timer", "signal") for kind in kinds)
+
+    def timers(self) -> tuple[tuple[int, int], ...]:
+        """(position, fire_at) of each recorded timer or signal timeout the run still waits for."""
+        return tuple(
+            (position, command.fire_at)
+            for position, command in self.commands.items()
+            if command.kind in ("timer", "signal") and command.recorded and not command.future.done
+        )
+
+    def close(self) -> None:
+        """Let the run go from memory (a run cache evicts it): GeneratorExit into the workflow
+        coroutine, so whatever it holds (a framework's agent loop) is freed now. Its history stays
+        the truth: a wake is a new run replayed from it (``new_run``)."""
+        # RuntimeError: code that awaits in a ``finally``; nothing is left to free but the frame.
+        with contextlib.suppress(RuntimeError):
+            self._coro.close()
+        self._blocked_on = None
+        # The context points back at the machine: without this cycle, the run is freed when the
+        # cache drops it, not at the next full collection (which a worker runs rarely: loop.py).
+        del self._ctx
 
     def _wake(self, wake: Wake) -> None:
         if self._woken:  # a run evicted and woken again is a new one (new_run), replayed from its history

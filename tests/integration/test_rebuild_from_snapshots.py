@@ -88,7 +88,8 @@ def test_a_rebuild_takes_the_waiting_run_from_its_snapshot_and_equals_a_full_rea
     taken = wait_until(
         lambda: partition_taken(second), 30, "the partition_taken line", detail=second.log_tail
     )
-    assert taken["from_snapshots"] == 1 and taken["active_runs"] == 1
+    # The run waits on its signal at the checkpoint: indexed without replay (runtime.worker.run_cache).
+    assert taken["from_snapshots"] == 1 and taken["active_runs"] == 0 and taken["indexed_waiting"] == 1
     client.run(waiting).signal("go", "approved")
     assert client.run(waiting).result(timeout=30) == "charged"
     charges = (tmp_path / "charge-attempts").read_text().splitlines()

@@ -24,13 +24,15 @@ def full_read(settings: Settings, serde: Serde, log: EventLog, partition: int, e
 
 
 def state_of(rebuilt: RebuiltPartition) -> dict[str, Any]:
-    """What a worker resumes from a rebuild: its active runs with their events, framed records,
-    first offsets and sizes, the runs it knows, where commands resume and what it cannot load."""
+    """What a worker resumes from a rebuild: its live runs with their framed records (replayed, or
+    indexed as waiting without replay: the same records either way), first offsets and sizes, the
+    runs it knows, where commands resume and what it cannot load."""
+    live = sorted([*rebuilt.active, *rebuilt.waiting])
     return {
-        "active": rebuilt.active,
-        "records": {run: rebuilt.records[run] for run in rebuilt.active},
-        "first_offsets": {run: rebuilt.first_offsets[run] for run in rebuilt.active},
-        "sizes": {run: rebuilt.sizes[run] for run in rebuilt.active},
+        "live": live,
+        "records": {run: rebuilt.records[run] for run in live},
+        "first_offsets": {run: rebuilt.first_offsets[run] for run in live},
+        "sizes": {run: rebuilt.sizes[run] for run in live},
         "known_runs": rebuilt.known_runs,
         "commands_offset": rebuilt.commands_offset,
         "unloadable": rebuilt.unloadable,

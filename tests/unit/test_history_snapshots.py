@@ -133,7 +133,9 @@ async def test_a_rebuild_starts_at_the_checkpoint_and_takes_the_waiting_run_from
     assert rebuilt.records_read == end_of_events(h) - latest.covered_offset  # nothing before the checkpoint
     assert full.records_read == end_of_events(h)
     assert state_of(rebuilt) == state_of(full)
-    assert list(rebuilt.active) == [run]
+    # Waiting at the checkpoint with nothing after it: indexed, not replayed (runtime.worker.run_cache).
+    assert list(rebuilt.waiting) == [run] and not rebuilt.active
+    assert [h.serde.decode(r, run.encode()) for r in rebuilt.records[run]] == h.events(run)
 
     # A successor resumes the run from its snapshot; the signals complete it, each once.
     h.start("w2", checkpoint_interval_s=0)

@@ -143,6 +143,10 @@ class PartitionCheckpoint(Event):
     covered_offset: int
     commands_offset: int
     active_runs: dict[str, int] = field(default_factory=dict)
+    # Those of active_runs waiting only on signals or timers at covered_offset -> their record count,
+    # and "<run id>@<position>" -> fire_at of the timers they wait for (runtime.worker.run_cache).
+    waiting_runs: dict[str, int] = field(default_factory=dict)
+    waiting_timers: dict[str, int] = field(default_factory=dict)
 
 
 @record_type

@@ -1,0 +1,344 @@
+"""The run cache (runtime.worker.run_cache): which runs leave memory, and how they come back.
+
+A worker keeps at most ``run_cache_size`` runs in memory; the least recently active runs that wait
+only on signals or timers are evicted, and anything that reaches one -- a signal, a cancel, its
+timer -- wakes it by replaying its records first. A takeover indexes the runs a checkpoint lists as
+waiting without replaying them."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from runtime.config import Settings
+from runtime.worker.partition import OwnedPartition
+from runtime.worker.rebuild import checkpoint_key, latest_checkpoint, rebuild
+from runtime.workflow.app import App
+from runtime.workflow.context import Context
+from support.memory_harness import Harness, until
+
+pytestmark = pytest.mark.unit
+
+
+def cache_app(effects: list[str], gate: asyncio.Event) -> App:
+    app = App("run-cache")
+
+    @app.tool("note")
+    def note(n: int) -> int:
+        return n
+
+    @app.tool("slow")
+    async def slow(n: int) -> int:
+        await gate.wait()
+        return n
+
+    @app.tool("apply", effect=True, key_args=("n",))
+    def apply(n: int, approval: str, *, idempotency_key: str) -> str:
+        effects.append(f"{n} {approval}")
+        return f"applied {n}"
+
+    @app.workflow("approval")
+    async def approval(ctx: Context, n: int) -> Any:
+        await ctx.tool("note", n=n)
+        answer = await ctx.wait_signal("go")
+        return await ctx.tool("apply", n=n, approval=str(answer))
+
+    @app.workflow("twice")
+    async def twice(ctx: Context, n: int) -> Any:
+        await ctx.tool("note", n=n)
+        first = await ctx.wait_signal("a")
+        second = await ctx.wait_signal("b")
+        return await ctx.tool("apply", n=n, approval=f"{first} {second}")
+
+    @app.tool("report")
+    def report(n: int) -> str:
+        return f"report {n} " + "x" * 500
+
+    @app.workflow("reported")
+    async def reported(ctx: Context, n: int) -> Any:
+        text = await ctx.tool("report", n=n)
+        answer = await ctx.wait_signal("go")
+        return await ctx.tool("apply", n=n, approval=f"{answer} {len(text)} {text[:8]}")
+
+    @app.workflow("busy")
+    async def busy(ctx: Context, n: int) -> Any:
+        return await ctx.tool("slow", n=n)
+
+    @app.workflow("sleeper")
+    async def sleeper(ctx: Context, n: int) -> Any:
+        await ctx.tool("note", n=n)
+        await ctx.sleep(0.3)
+        return await ctx.tool("apply", n=n, approval="slept")
+
+    @app.workflow("timeout")
+    async def timeout(ctx: Context, n: int) -> Any:
+        try:
+            answer = str(await ctx.wait_signal("go", timeout=0.3))
+        except TimeoutError:
+            answer = "timed out"
+        return await ctx.tool("apply", n=n, approval=answer)
+
+    return app
+
+
+def settings(size: int) -> Settings:
+    return Settings(partitions=1, run_cache_size=size)
+
+
+async def waiting(h: Harness, workflow: str, n: int) -> str:
+    """Submit a run and wait until it waits (its first tool completed)."""
+    run = h.client.submit(workflow, n).run_id
+    await until(lambda: "ToolCallCompleted" in h.types(run), what=f"run {n} to wait")
+    return run
+
+
+def owned_of(h: Harness) -> OwnedPartition:
+    return h.running["w1"][0].owned[0]
+
+
+async def test_the_least_recently_active_waiting_runs_are_evicted_and_a_signal_wakes_one() -> None:
+    effects: list[str] = []
+    h = Harness(cache_app(effects, asyncio.Event()), settings=settings(2))
+    worker = h.start()
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    a, b, c, d = [await waiting(h, "approval", n) for n in range(4)]
+    owned = owned_of(h)
+    # The two least recently active left memory; what the worker keeps of them is their records.
+    assert set(owned.runs) == {c, d} and set(owned.evicted) == {a, b}
+    assert owned.evicted[a].workflow == "approval" and owned.evicted[a].timers == ()
+    assert [h.serde.decode(r, a.encode()) for r in owned.records[a]] == h.events(a)
+    assert worker.executor.metrics.run_evictions == 2
+
+    h.client.run(b).signal("go", "yes")
+    assert (await h.ended(b)).status == "completed"
+    assert worker.executor.metrics.run_wakes == 1
+    # b came back (and ended): c, the least recently active waiting run, made room for it.
+    assert set(owned.evicted) == {a, c} and set(owned.runs) == {d}
+    for run in (a, c, d):
+        h.client.run(run).signal("go", "yes")
+    for run in (a, c, d):
+        assert (await h.ended(run)).status == "completed"
+    assert sorted(effects) == [f"{n} yes" for n in range(4)]  # each effect once
+    assert not owned.runs and not owned.evicted
+    types = h.types(b)
+    assert types.count("RunStarted") == 1 and types.count("SignalReceived") == 1
+    await h.stop()
+
+
+async def test_a_run_with_a_call_in_flight_is_never_evicted() -> None:
+    gate = asyncio.Event()
+    h = Harness(cache_app([], gate), settings=settings(1))
+    worker = h.start()
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    busy = h.client.submit("busy", 7).run_id
+    await until(lambda: "ToolCallScheduled" in h.types(busy), what="the slow call to start")
+    idle = await waiting(h, "approval", 1)
+    owned = owned_of(h)
+    # Over the size by one: the only run it may evict is the waiting one just stepped (kept, as
+    # the most recently active), and never the one whose call is in flight.
+    assert busy in owned.runs and not owned.evicted
+    gate.set()
+    assert (await h.ended(busy)).status == "completed"
+    h.client.run(idle).signal("go", "ok")
+    assert (await h.ended(idle)).status == "completed"
+    await h.stop()
+
+
+async def test_an_evicted_runs_timer_fires_and_wakes_it_once() -> None:
+    effects: list[str] = []
+    h = Harness(cache_app(effects, asyncio.Event()), settings=settings(1))
+    worker = h.start()
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    sleeper = await waiting(h, "sleeper", 1)
+    timed_out = h.client.submit("timeout", 2).run_id
+    await until(lambda: "TimerScheduled" in h.types(timed_out), what="the signal wait with a timeout")
+    other = await waiting(h, "approval", 3)
+    owned = owned_of(h)
+    assert sleeper in owned.evicted and owned.evicted[sleeper].timers  # its timer, kept by position
+    assert (await h.ended(sleeper, timeout=5)).status == "completed"
+    assert (await h.ended(timed_out, timeout=5)).status == "completed"
+    assert sorted(effects) == ["1 slept", "2 timed out"]
+    for run in (sleeper, timed_out):
+        assert h.types(run).count("TimerFired") == 1
+    assert worker.executor.metrics.run_wakes >= 2
+    assert not owned.timers  # fired ones disarmed; none armed twice
+    h.client.run(other).signal("go", "ok")
+    assert (await h.ended(other)).status == "completed"
+    await h.stop()
+
+
+async def test_a_cancel_reaches_an_evicted_run() -> None:
+    h = Harness(cache_app([], asyncio.Event()), settings=settings(1))
+    worker = h.start()
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    first = await waiting(h, "approval", 1)
+    await waiting(h, "approval", 2)
+    assert first in owned_of(h).evicted
+    h.client.run(first).cancel("no longer wanted")
+    assert (await h.ended(first)).status == "cancelled"
+    await h.stop()
+
+
+@pytest.mark.parametrize("chain_key", ["", "workers-only"], ids=["unchained", "chained"])
+async def test_a_takeover_indexes_the_runs_a_checkpoint_lists_as_waiting_without_replaying_them(
+    chain_key: str,
+) -> None:
+    effects: list[str] = []
+    h = Harness(
+        cache_app(effects, asyncio.Event()),
+        settings=Settings(partitions=1, run_cache_size=2, chain_key=SecretStr(chain_key)),
+    )
+    worker = h.start(checkpoint_interval_s=0)
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    runs = [await waiting(h, "approval", n) for n in range(5)]
+    sleeper = await waiting(h, "sleeper", 9)
+    listed = await until(
+        lambda: (c := h.checkpoints()) and set(c[-1].waiting_runs) == {*runs, sleeper} and c[-1],
+        what="a checkpoint listing every waiting run",
+    )
+    assert listed.waiting_runs[runs[0]] == len(h.events(runs[0]))
+    assert [k.rpartition("@")[0] for k in listed.waiting_timers] == [sleeper]
+    await h.stop()
+
+    end = h.log.watermarks(h.settings.events_topic, 0)[1]
+    rebuilt = rebuild(h.settings, h.serde, h.log, 0, end)
+    assert set(rebuilt.waiting) == {*runs, sleeper} and not rebuilt.active and not rebuilt.unloadable
+    # With a chain key the records were still checked link by link, and the chain goes on from them.
+    assert set(rebuilt.chain_tips) == (set() if not chain_key else {*runs, sleeper})
+    assert rebuilt.records_decoded == 0  # nothing after the checkpoint, and the waiting runs unread
+    assert [h.serde.decode(r, runs[0].encode()) for r in rebuilt.records[runs[0]]] == h.events(runs[0])
+
+    second = h.start("w2")
+    await until(lambda: second.owned, what="the successor to own the partition")
+    owned = second.owned[0]
+    assert set(owned.evicted) == {*runs, sleeper} and not owned.runs
+    assert (await h.ended(sleeper, timeout=5)).status == "completed"  # its timer, armed from the index
+    for run in runs:
+        h.client.run(run).signal("go", "later")
+    for run in runs:
+        assert (await h.ended(run)).status == "completed"
+    assert sorted(effects) == [*(f"{n} later" for n in range(5)), "9 slept"]
+    assert second.executor.metrics.run_wakes == 6
+    await h.stop("w2")
+
+
+async def test_a_listed_waiting_run_with_records_after_the_checkpoint_or_another_count_is_replayed() -> None:
+    effects: list[str] = []
+    h = Harness(cache_app(effects, asyncio.Event()), settings=settings(10))
+    worker = h.start(checkpoint_interval_s=0)
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    moved, still = [await waiting(h, "twice", n) for n in range(2)]
+    listed = await until(
+        lambda: (c := h.checkpoints()) and set(c[-1].waiting_runs) == {moved, still} and c[-1],
+        what="a checkpoint listing both runs as waiting",
+    )
+    await h.stop()
+    # A successor that writes no checkpoint: ``moved`` gets its first signal after the listing.
+    second = h.start("w2")
+    await until(lambda: second.owned, what="the successor to own the partition")
+    h.client.run(moved).signal("a", "one")
+    await until(lambda: "SignalReceived" in h.types(moved), what="the first signal recorded")
+    await h.stop("w2")
+    assert h.checkpoints()[-1] == listed
+
+    end = h.log.watermarks(h.settings.events_topic, 0)[1]
+    rebuilt = rebuild(h.settings, h.serde, h.log, 0, end)
+    assert list(rebuilt.active) == [moved] and list(rebuilt.waiting) == [still]
+    assert rebuilt.active[moved] == h.events(moved)  # its records before the checkpoint decoded too
+
+    # A listing whose record count differs (as a fenced zombie record in the run's range would
+    # make it) is not trusted: the run is decoded and replayed.
+    miscounted = dataclasses.replace(
+        listed, covered_offset=end, waiting_runs={moved: listed.waiting_runs[moved], still: 99}
+    )
+    h.log.append(h.settings.checkpoints_topic, 0, checkpoint_key(0), h.serde.encode(miscounted)).result(
+        timeout=5
+    )
+    rebuilt = rebuild(h.settings, h.serde, h.log, 0, end)
+    assert sorted(rebuilt.active) == sorted([moved, still]) and not rebuilt.waiting
+    assert rebuilt.active[still] == h.events(still)
+
+    third = h.start("w3")
+    await until(lambda: third.owned, what="the third worker to own the partition")
+    h.client.run(moved).signal("b", "two")
+    h.client.run(still).signal("a", "x")
+    h.client.run(still).signal("b", "y")
+    assert (await h.ended(moved)).result == "applied 0"
+    assert (await h.ended(still)).result == "applied 1"
+    assert sorted(effects) == ["0 one two", "1 x y"]
+    await h.stop("w3")
+
+
+async def test_a_wake_reads_back_a_result_stored_out_of_line() -> None:
+    effects: list[str] = []
+    h = Harness(
+        cache_app(effects, asyncio.Event()),
+        settings=Settings(partitions=1, run_cache_size=1, payload_inline_limit=100),
+    )
+    worker = h.start()
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    first = await waiting(h, "reported", 1)
+    await waiting(h, "approval", 2)
+    assert first in owned_of(h).evicted
+    completed = next(e for e in h.events(first) if e.type == "ToolCallCompleted")
+    assert getattr(completed, "result_offset", None) is not None  # the 500-byte result is out of line
+    h.client.run(first).signal("go", "ok")
+    assert (await h.ended(first)).status == "completed"
+    assert effects == ["1 ok 509 report 1"]  # the workflow was handed the stored result on its wake
+    await h.stop()
+
+
+async def test_a_takeover_leaves_the_snapshots_of_listed_waiting_runs_undecoded() -> None:
+    """A waiting run's HistorySnapshot is checked against its digest and kept as bytes, not decoded:
+    a takeover's cost does not grow with the snapshots of runs that only wait."""
+    effects: list[str] = []
+    h = Harness(cache_app(effects, asyncio.Event()), settings=Settings(partitions=1, run_snapshot_lag=1))
+    worker = h.start(checkpoint_interval_s=0)
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    runs = [await waiting(h, "approval", n) for n in range(3)]
+    last = await waiting(h, "approval", 3)  # puts records behind the first three: snapshots due
+    everyone = {*runs, last}
+    for n in range(10, 13):  # traffic: checkpoints that find the waiting runs unchanged take snapshots
+        assert (await h.ended(h.client.submit("timeout", n).run_id)).status == "completed"
+    await until(
+        lambda: set(latest_checkpoint(h.settings, h.serde, h.log, 0).snapshots) >= set(runs),
+        what="a snapshot of the first three waiting runs",
+    )
+    await until(  # a checkpoint after the snapshots: the runs are read from them, not from their starts
+        lambda: (c := h.checkpoints()) and set(c[-1].waiting_runs) == everyone and len(h.checkpoints()) > 2,
+        what="a checkpoint after the snapshots",
+    )
+    await h.stop()
+
+    decoded: list[tuple[bytes | None, str]] = []  # (key, type) of each record a rebuild decodes
+    serde = h.serde
+    counting = dataclasses.replace(serde) if dataclasses.is_dataclass(serde) else copy.copy(serde)
+
+    def decode(value: bytes, key: bytes | None = None) -> Any:
+        record = serde.decode(value, key)
+        decoded.append((key, record.type))
+        return record
+
+    counting.decode = decode  # type: ignore[method-assign]  # counts what a rebuild decodes
+    end = h.log.watermarks(h.settings.events_topic, 0)[1]
+    rebuilt = rebuild(h.settings, counting, h.log, 0, end)
+    assert set(rebuilt.waiting) == everyone and not rebuilt.active
+    assert set(rebuilt.snapshots) >= set(runs)  # read from their snapshots ...
+    of_runs = [kind for key, kind in decoded if key is not None and key.decode() in runs]
+    assert of_runs == ["HistorySnapshot"] * len(runs)  # ... read, and their records left undecoded
+
+    second = h.start("w2")
+    await until(lambda: second.owned, what="the successor to own the partition")
+    for run in everyone:
+        h.client.run(run).signal("go", "later")
+    for run in everyone:
+        assert (await h.ended(run)).status == "completed"  # woken from the snapshot's records
+    assert sorted(effects) == sorted(
+        [*(f"{n} later" for n in range(4)), *["10 timed out", "11 timed out", "12 timed out"]]
+    )
+    await h.stop("w2")
