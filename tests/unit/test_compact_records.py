@@ -6,8 +6,6 @@ full form recorded when it would not; and runs recorded in the full form replay 
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -33,15 +31,12 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RequestUsage
 
-from runtime.client import Client
 from runtime.config import Settings
 from runtime.integrations.openai_agents import compact as agents_compact
 from runtime.integrations.pydantic_ai import compact, units
-from runtime.log.port.memory import MemoryLog
 from runtime.log.records.events import Event
-from runtime.log.schemas.serde import Serde
 from runtime.replay.replayer import Replayer
-from runtime.worker.loop import Worker
+from support.memory_worker import serving
 
 pytestmark = pytest.mark.unit
 
@@ -218,28 +213,10 @@ def test_openai_agents_items_and_usage_are_recorded_as_set_and_read_back_equal()
 def _record(steps: int) -> list[Event]:
     from examples import refund_pydantic_ai
 
-    settings = Settings(partitions=1)
-    log = MemoryLog(settings)
-    serde = Serde.offline(settings)
-    worker = Worker(
-        refund_pydantic_ai.app,
-        settings,
-        log=log,
-        serde=serde,
-        worker_id="w",
-        checkpoint_interval_s=3600,
-        shared_limits=False,
-    )
-    thread = threading.Thread(target=lambda: asyncio.run(worker.serve()), daemon=True)
-    thread.start()
-    try:
-        with Client(settings, identity="t", log=log, serde=serde) as client:
-            handle = client.submit("refund", {"order": "7", "steps": steps})
-            handle.result(timeout=60)
-            return [e.event for e in handle.events()]
-    finally:
-        worker.stop()
-        thread.join(timeout=10)
+    with serving(refund_pydantic_ai.app, Settings(partitions=1)) as (client, _log):
+        handle = client.submit("refund", {"order": "7", "steps": steps})
+        handle.result(timeout=60)
+        return [e.event for e in handle.events()]
 
 
 def _full_form(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,23 +4,18 @@ message stored as an edit of an earlier entry or of a model call's result
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from typing import Any
 
 import pytest
 
-from runtime.client import Client
 from runtime.config import Settings
 from runtime.erasure import erase_run
-from runtime.log.port.memory import MemoryLog
 from runtime.log.records.delta import DeltaError, apply, diff
 from runtime.log.records.events import Event, ModelCallCompleted, ModelCallScheduled
 from runtime.log.records.prompts import PromptBook, PromptMissing, checked_args, rebuild_inputs
 from runtime.log.records.references import REF, edit_of
-from runtime.log.schemas.serde import Serde
-from runtime.worker.loop import Worker
 from runtime.workflow.canonical import args_hash, canonical_json
+from support.memory_worker import serving
 
 pytestmark = pytest.mark.unit
 
@@ -214,31 +209,14 @@ def test_the_pydantic_ai_refund_agent_records_its_tools_once_and_every_input_ver
     from examples import refund_pydantic_ai
 
     settings = Settings(partitions=1, seal_contents=sealed)
-    log = MemoryLog(settings)
-    serde = Serde.offline(settings)
-    worker = Worker(
-        refund_pydantic_ai.app,
-        settings,
-        log=log,
-        serde=serde,
-        worker_id="w",
-        checkpoint_interval_s=3600,
-        shared_limits=False,
-    )
-    thread = threading.Thread(target=lambda: asyncio.run(worker.serve()), daemon=True)
-    thread.start()
-    try:
-        with Client(settings, identity="t", log=log, serde=serde) as client:
-            handle = client.submit("refund", {"order": "7", "steps": 12})
-            handle.result(timeout=60)
-            inputs = handle.prompts()
-            scheduled = [e.event for e in handle.events() if isinstance(e.event, ModelCallScheduled)]
-            if sealed:
-                erase_run(client, handle.run_id)
-                erased = [e for e in handle.history(payloads=True) if e["type"] == "ModelCallScheduled"]
-    finally:
-        worker.stop()
-        thread.join(timeout=10)
+    with serving(refund_pydantic_ai.app, settings) as (client, log):
+        handle = client.submit("refund", {"order": "7", "steps": 12})
+        handle.result(timeout=60)
+        inputs = handle.prompts()
+        scheduled = [e.event for e in handle.events() if isinstance(e.event, ModelCallScheduled)]
+        if sealed:
+            erase_run(client, handle.run_id)
+            erased = [e for e in handle.history(payloads=True) if e["type"] == "ModelCallScheduled"]
     assert len(scheduled) == len(inputs) == 13
     assert sum('"name":"create_ticket"' in m for e in scheduled for m in e.new_messages) == 1
     raw = b"".join(r.value or b"" for r in log.records(settings.events_topic, 0))
