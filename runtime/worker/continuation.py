@@ -110,6 +110,7 @@ class Continuer:
             )
             return
         owned.continuing.discard(ended.run_id)
+        owned.located.discard(ended.run_id)  # no longer listed as active: nothing to keep it for
         if ended.run_id not in owned.runs:
             owned.first_offsets.pop(ended.run_id, None)
         log.info(

@@ -149,7 +149,8 @@ class OwnedPartition:
             start = _settled(first)
             if start is not None:
                 found[run_id] = RunLocation(start, ack.result())
-                self.located.add(run_id)  # a run still continuing keeps its ending's entry
+                if run_id in self.continuing:  # still listed as active: keeps its ending's entry
+                    self.located.add(run_id)
         for run_id, start in active.items():
             if run_id not in self.located and run_id not in self.endings:
                 found[run_id] = RunLocation(start)

@@ -98,6 +98,25 @@ async def test_a_checkpoint_lists_the_active_runs_and_drops_the_ended_ones() -> 
     await h.stop_all()
 
 
+async def test_an_ended_run_leaves_nothing_behind_once_its_location_is_indexed() -> None:
+    """A worker runs millions of runs over its life: once a run's location is in the run index,
+    the partition keeps nothing of it but its id in ``known_runs`` (a resubmission starts nothing)."""
+    started: list[str] = []
+    gate = asyncio.Event()
+    gate.set()
+    h = Harness(waiting_app(started, gate))
+    worker = h.start(checkpoint_interval_s=0)
+    runs = [h.client.submit("two-steps", n).run_id for n in range(5)]
+    for run in runs:
+        await h.ended(run)
+    owned = await until(lambda: worker.owned and worker.owned[0], what="the worker to own the partition")
+    await until(lambda: not owned.endings, what="the ended runs' locations to be indexed")
+    assert set(runs) <= owned.known_runs
+    assert not owned.located & set(runs)  # the index holds them: nothing to remember per run
+    assert not (owned.first_offsets.keys() | owned.sizes.keys() | owned.records.keys()) & set(runs)
+    await h.stop_all()
+
+
 class NoFeed:
     """Commits nowhere: the test below reads the checkpoint, not the commands offset."""
 
