@@ -48,6 +48,7 @@ from runtime.log.schemas.serde import Serde
 from runtime.worker.heap import release_free_heap
 from runtime.worker.metrics import WorkerMetrics
 from runtime.worker.partition import Evicted, OwnedPartition
+from runtime.worker.resources import wake_failure
 from runtime.workflow.activation import Completion, RunInstance, TimerDue, Wake
 from runtime.workflow.app import App
 from runtime.workflow.instance import new_run
@@ -202,7 +203,13 @@ class RunCache:
         del owned.evicted[run_id]
         owned.runs[run_id] = run
         self.metrics.run_wakes += 1
-        woken = run.activate(Wake(history))
+        try:
+            woken = run.activate(Wake(history))
+        except Exception as error:  # as a takeover does: parked with why, the partition goes on
+            del owned.runs[run_id]
+            run.close()
+            self._park(owned, run_id, evicted.workflow, len(records), wake_failure(run_id, error))
+            return None
         self.flush(owned, run, woken)  # touches it (most recently active), re-arms its timers
         return run if owned.runs.get(run_id) is run else None
 

@@ -87,6 +87,7 @@ class Takeover:
             try:
                 woken = run.activate(Wake(events))  # replayed, then live: calls in flight run again
             except Exception as error:  # not waited on: parked with why (runtime.worker.resources)
+                run.close()
                 self._park(owned, started_event.workflow, events[-1], wake_failure(run_id, error))
                 continue
             in_doubt += [{"run": run_id, **d.__dict__} for d in woken.view.in_doubt]

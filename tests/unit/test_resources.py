@@ -279,6 +279,9 @@ async def test_a_run_that_cannot_be_woken_is_parked_with_why_and_the_others_go_o
             def activate(self, _activation: Any) -> Any:
                 raise OSError(errno.EMFILE, "Too many open files")
 
+            def close(self) -> None:  # the worker lets a run it parks go (RunInstance.close)
+                pass
+
         def new_run(app: App, started: Any, *args: Any, **kwargs: Any) -> Any:
             if started.run_id == lacking_run:
                 return Unwakeable()

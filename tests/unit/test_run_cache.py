@@ -16,6 +16,7 @@ import pytest
 from pydantic import SecretStr
 
 from runtime.config import Settings
+from runtime.worker import run_cache
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.rebuild import checkpoint_key, latest_checkpoint, rebuild
 from runtime.workflow.app import App
@@ -181,6 +182,41 @@ async def test_a_cancel_reaches_an_evicted_run() -> None:
     assert first in owned_of(h).evicted
     h.client.run(first).cancel("no longer wanted")
     assert (await h.ended(first)).status == "cancelled"
+    await h.stop()
+
+
+async def test_a_run_whose_wake_raises_is_parked_with_why_and_the_others_go_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    effects: list[str] = []
+    h = Harness(cache_app(effects, asyncio.Event()), settings=settings(1))
+    worker = h.start()
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    broken = await waiting(h, "approval", 1)
+    fine = await waiting(h, "approval", 2)
+    assert broken in owned_of(h).evicted
+
+    real_new_run = run_cache.new_run
+
+    def new_run(app: App, started: Any, *args: Any, **kwargs: Any) -> Any:
+        run = real_new_run(app, started, *args, **kwargs)
+        if started.run_id == broken:
+
+            def activate(activation: Any) -> Any:
+                raise RuntimeError("replay blew up")
+
+            run.activate = activate
+        return run
+
+    monkeypatch.setattr(run_cache, "new_run", new_run)
+    h.client.run(broken).signal("go", "now")
+    parked = await h.ended(broken)
+    assert parked.status == "parked"
+    assert "waking it raised RuntimeError: replay blew up" in str(h.events(broken)[-1].reason)
+    assert broken not in owned_of(h).runs and broken not in owned_of(h).evicted
+    h.client.run(fine).signal("go", "now")
+    assert (await h.ended(fine)).status == "completed"  # the partition goes on
+    assert effects == ["2 now"]
     await h.stop()
 
 
