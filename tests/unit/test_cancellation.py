@@ -136,6 +136,7 @@ def test_the_call_in_flight_is_stopped_and_an_effect_named_in_doubt_with_its_key
     assert isinstance(scheduled, ToolCallScheduled) and scheduled.idempotency_key
     cancel = run.activate(Cancel("too late", 5))
     signal, stopped, *rest = cancel.records
+    assert isinstance(signal, SignalReceived) and signal.name == CANCEL_SIGNAL
     assert isinstance(stopped, ToolCallFailed) and stopped.position == charge.position
     assert stopped.final and stopped.in_doubt and stopped.error_type == "RunCancelledError"
     assert scheduled.idempotency_key in stopped.error
