@@ -22,8 +22,10 @@ unwind is rebuilt like any run: the recorded compensations are served from histo
 flight is executed again with its recorded key (in doubt), and nothing completed runs twice.
 
 A cancellation is recorded in the run's log as ``SignalReceived(name=CANCEL_SIGNAL)`` (payload:
-the reason) before the unwind starts, so a replay switches to the unwind at the same point; a run
-with nothing to compensate is cancelled at once, as before (``RunCancelled``).
+the reason); it is raised at the workflow's await, which may clean up first
+(runtime.workflow.cancellation), and the unwind starts when the workflow's code has ended, so a
+replay switches to it at the same point. An effect the cancel stopped mid-flight failed, yet may
+have taken effect: it is undone like one that completed (``Saga.in_doubt``).
 """
 
 from __future__ import annotations
