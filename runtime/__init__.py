@@ -20,12 +20,15 @@ _EXPORTS = {
     "Client": "runtime.client",
     "ConfigError": "runtime.config",
     "Context": "runtime.workflow.context",
+    "DeadlineError": "runtime.workflow.deadlines",
     "DecisionOutOfBounds": "runtime.errors",
     "NonDeterminismError": "runtime.errors",
     "Replayer": "runtime.replay.replayer",
     "RetryLater": "runtime.errors",
     "RetryPolicy": "runtime.workflow.app",
     "RetryableError": "runtime.errors",
+    "RunAlreadyEnded": "runtime.client.handle",
+    "RunCancelledError": "runtime.workflow.cancellation",
     "RunError": "runtime.client",
     "RunHandle": "runtime.client",
     "RunState": "runtime.log.records.status",
@@ -34,6 +37,7 @@ _EXPORTS = {
     "run_local": "runtime.local",
     "Settings": "runtime.config",
     "TerminalError": "runtime.errors",
+    "cancelled": "runtime.worker.cancellation",
     "load_settings": "runtime.config",
 }
 __all__ = [
@@ -44,6 +48,7 @@ __all__ = [
     "Client",
     "ConfigError",
     "Context",
+    "DeadlineError",
     "DecisionOutOfBounds",
     "InDoubtCall",
     "NonDeterminismError",
@@ -51,18 +56,22 @@ __all__ = [
     "RetryLater",
     "RetryPolicy",
     "RetryableError",
+    "RunAlreadyEnded",
+    "RunCancelledError",
     "RunError",
     "RunHandle",
     "RunState",
     "RunStatus",
     "Settings",
     "TerminalError",
+    "cancelled",
     "load_settings",
     "run_local",
 ]
 
 if TYPE_CHECKING:
     from runtime.client import Client, RunError, RunHandle
+    from runtime.client.handle import RunAlreadyEnded
     from runtime.config import ConfigError, Settings, load_settings
     from runtime.errors import (
         AgentlogError,
@@ -77,9 +86,12 @@ if TYPE_CHECKING:
     from runtime.log.records.status import RunState
     from runtime.replay.replayer import Replayer
     from runtime.run_status import InDoubtCall, RunStatus
+    from runtime.worker.cancellation import cancelled
     from runtime.workflow.app import App, RetryPolicy
     from runtime.workflow.budget import Budget
+    from runtime.workflow.cancellation import RunCancelledError
     from runtime.workflow.context import Context
+    from runtime.workflow.deadlines import DeadlineError
 
 
 def __getattr__(name: str) -> Any:

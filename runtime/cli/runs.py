@@ -4,6 +4,7 @@ over Worker, Client and Replayer."""
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import importlib
 import importlib.util
 import json
@@ -181,9 +182,12 @@ def _submit(args: argparse.Namespace, settings: Settings) -> int:
     # worker rejects later (that visible rejection stays for records other producers write).
     value = _json_option("--input", args.input)
     budget = _budget(args)  # a budget that cannot hold is refused here, naming the field
+    deadline = None if args.deadline is None else deadline_option(args.deadline)
     with _client(settings, "cli") as client:
         return _print_run(
-            client, client.submit(args.workflow, value, run_id=args.run_id, budget=budget), args
+            client,
+            client.submit(args.workflow, value, run_id=args.run_id, budget=budget, deadline=deadline),
+            args,
         )
 
 
@@ -299,6 +303,20 @@ def _signal(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def deadline_option(text: str) -> dt.datetime | float:
+    """``--deadline``: seconds from now, or an ISO 8601 time (checked when the client submits)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise AgentlogError(
+            f"--deadline {text!r} is neither seconds nor an ISO 8601 time (e.g. 2026-12-05T09:00:00+00:00)"
+        ) from None
+
+
 def _json_option(option: str, text: str) -> Any:
     try:
         return json.loads(text)
@@ -366,6 +384,11 @@ def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         choices=("fail", "park"),
         default="fail",
         help="what the run does when a model call would exceed its budget",
+    )
+    submit.add_argument(
+        "--deadline",
+        help="cancel the run if it has not ended by then: seconds from now (e.g. 300) or an ISO 8601 "
+        "time with its timezone (e.g. 2026-12-05T09:00:00+00:00)",
     )
     submit.set_defaults(func=_submit)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,6 +20,7 @@ from runtime.log.schemas.serde import Serde
 from runtime.log.sealing.submitter import SubmitterKeys
 from runtime.workflow.budget import Budget, BudgetError
 from runtime.workflow.canonical import canonical_json
+from runtime.workflow.deadlines import absolute_ms
 
 
 class Client:
@@ -80,6 +83,7 @@ class Client:
         raw_input: str | None = None,
         subject: str | None = None,
         budget: Budget | None = None,
+        deadline: dt.datetime | dt.timedelta | float | None = None,
     ) -> RunHandle:
         """Submit a run of ``workflow`` with ``input`` (JSON-able; ``raw_input``: JSON text as is).
 
@@ -90,17 +94,23 @@ class Client:
         under the subject's key, which ``agentlog erase --subject`` destroys for all its runs.
         ``budget``: what the run may spend on its model, in place of its workflow's default
         (runtime.workflow.budget); recorded with the submission.
+        ``deadline``: a time (timezone-aware) or a duration from now (timedelta or seconds) at which
+        the run is cancelled if it has not ended (the workflow's own deadline binds if earlier:
+        runtime.workflow.deadlines); DeadlineError if it is past or not a positive duration.
         Raises TypeError/ValueError if ``input`` is not JSON-able, KafkaException if the
         producer cannot take the record."""
         if budget is not None and not isinstance(budget, Budget):
             raise BudgetError(f"budget must be a Budget, got {budget!r}")
+        at = None if deadline is None else absolute_ms(deadline, int(time.time() * 1000))
         drawn = run_id is None
         run_id = run_id or new_run_id()
         self._writer.choose_key(run_id, drawn=drawn, subject=subject)
         self._endings.note_floor(run_id)
         text = raw_input if raw_input is not None else canonical_json(input)
         recorded = None if budget is None else budget.to_json()
-        self._writer.send(RunSubmitted(run_id=run_id, workflow=workflow, input=text, budget=recorded))
+        self._writer.send(
+            RunSubmitted(run_id=run_id, workflow=workflow, input=text, budget=recorded, deadline=at)
+        )
         return self.run(run_id)
 
     def run(self, run_id: str) -> RunHandle:

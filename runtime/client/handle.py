@@ -14,9 +14,20 @@ from runtime.errors import AgentlogError
 from runtime.log.records.events import CancelRequested, Event, SignalSent
 from runtime.log.records.prompts import RecordedInput
 from runtime.log.records.run_index import RunLocation
+from runtime.log.records.status import ENDED
 from runtime.run_status import LoggedEvent, RunStatus
 from runtime.workflow.canonical import canonical_json
 from runtime.workflow.compensation import RESERVED_SIGNAL_PREFIX
+
+
+class RunAlreadyEnded(AgentlogError):
+    """A cancel of a run that has ended: nothing was sent; ``status`` and ``reason`` say how it ended."""
+
+    def __init__(self, run_id: str, status: str, reason: str) -> None:
+        super().__init__(
+            f"run {run_id} has ended ({status}{': ' + reason if reason else ''}): nothing to cancel"
+        )
+        self.run_id, self.status, self.reason = run_id, status, reason
 
 
 class RunHandle:
@@ -76,8 +87,14 @@ class RunHandle:
 
     def cancel(self, reason: str = "cancelled by request") -> None:
         """Ask for the run to be cancelled with ``reason``, and wait until the broker has the
-        request; the run ends "cancelled" when its worker takes it (a run that has ended ignores
-        it). Raises KafkaException if it cannot be sent."""
+        request. Its worker raises RunCancelledError at the workflow's await (code may catch it to
+        clean up), stops its calls in flight, runs its compensations and ends it "cancelled"
+        (runtime.workflow.cancellation). Raises RunAlreadyEnded, sending nothing, if the run has
+        ended (one that ends between that check and the request ignores it), KafkaException if
+        the request cannot be sent."""
+        status = self.status()
+        if status.status in ENDED:
+            raise RunAlreadyEnded(self.run_id, status.status, status.reason or "")
         self._writer.send(CancelRequested(run_id=self.run_id, reason=reason))
         self._writer.flush()
 

@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from runtime.worker.cancellation import awaited_as
+
 _Job = tuple[asyncio.Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None
 
 # Every thread's call has run this long while calls are queued: the threads wait on their calls.
@@ -130,7 +132,8 @@ class CallPool:
             future, fn, args, kwargs = job
             started[number] = time.monotonic()
             try:
-                value, error = fn(*args, **kwargs), None
+                with awaited_as(future):  # cancelled() reads it (runtime.worker.cancellation)
+                    value, error = fn(*args, **kwargs), None
             except BaseException as exc:  # handed to the awaiting call, which records it
                 value, error = None, exc
             started[number] = 0.0

@@ -72,6 +72,7 @@ from runtime.worker.tracing import trace_id_for
 from runtime.workflow.activation import Cancel, Deliver, Wake
 from runtime.workflow.app import App
 from runtime.workflow.compensation import RESERVED_SIGNAL_PREFIX
+from runtime.workflow.deadlines import binding
 from runtime.workflow.input_shape import shape_error
 from runtime.workflow.instance import new_run
 from runtime.workflow.intents import with_envelope
@@ -302,10 +303,11 @@ class CommandHandler:
         if problem is not None:
             self._reject(owned, command.run_id, command.workflow, problem, command.input, offset)
             return
+        started_at = now_ms()
         started = RunStarted(
             run_id=command.run_id,
             seq=1,
-            occurred_at=now_ms(),
+            occurred_at=started_at,
             worker=self.worker_id,
             epoch=owned.epoch,
             workflow=command.workflow,
@@ -318,6 +320,8 @@ class CommandHandler:
             trace_id=trace_id_for(command.run_id),
             fork_overrides=command.fork_overrides,
             budget=budget,
+            # the submission's or the workflow's deadline, the earlier: a timer the run arms
+            deadline=binding(command.deadline, self.app.workflows[command.workflow].deadline_ms, started_at),
         )
         # A reset's copied events keep their original times (ctx.now() replays as it ran).
         copies = [

@@ -47,6 +47,7 @@ from runtime.worker.batching import TurnBatcher
 from runtime.worker.budgets import BudgetGuard, PriceBook
 from runtime.worker.call_pool import CallPool
 from runtime.worker.calls import attempt_once, completed, failed, retry_policy, skipped_in_fork
+from runtime.worker.cancellation import CallTasks, cancels
 from runtime.worker.continuation import Continuer
 from runtime.worker.limits.gate import PermitGate
 from runtime.worker.limits.local import LocalPermits
@@ -99,6 +100,7 @@ class Executor:
         self.limits = resolve_limits(app.limits, app.models, app.tools, settings.limits)
         self.permits: Permits | None = LocalPermits(self.limits) if self.limits else None
         self.gate: PermitGate | None = None  # set by start(): the calls' waits for permits
+        self.call_tasks = CallTasks()  # each run's calls in flight, cancelled with it
         # The runs in memory, at most Settings.run_cache_size; evicted ones woken from their records.
         self.runs = RunCache(
             app, settings, batcher.serde, log, self.metrics, self.flush, batcher.append, self._fail
@@ -147,8 +149,12 @@ class Executor:
                 owned.forget(view.run_id)
             if self.batcher.serde.sealer is not None:  # its records are encoded: its ciphers are done
                 self.batcher.serde.sealer.forget_run(view.run_id)
+        if view.run_id in self.call_tasks and cancels(events):  # the calls the cancel stopped
+            self.call_tasks.cancel(view.run_id)
         for intent in ready:
-            owned.spawn(self._carry_out(owned, run, intent, durable))
+            task = owned.spawn(self._carry_out(owned, run, intent, durable))
+            if intent.kind in ("model", "tool"):
+                self.call_tasks.add(view.run_id, task)
         if not view.active:
             self.runs.drop(view.run_id)
         elif owned.runs.get(view.run_id) is run:

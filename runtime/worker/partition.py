@@ -89,11 +89,12 @@ class OwnedPartition:
     # effect that ran is never left in doubt behind a later call.
     effect_outcomes: dict[str, asyncio.Future[int]] = field(default_factory=dict)
 
-    def spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+    def spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``coroutine`` as a task of this partition (cancelled when the partition is lost)."""
         task = asyncio.get_running_loop().create_task(coroutine)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        return task
 
     def forget(self, run_id: str) -> None:
         """Drop an ended run's state."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -9,6 +10,7 @@ from typing import Any, TypeVar
 
 from runtime.errors import AgentlogError
 from runtime.workflow.budget import Budget
+from runtime.workflow.deadlines import DeadlineError, duration_ms
 from runtime.workflow.declared_limits import checked
 from runtime.workflow.limits import Limit
 
@@ -95,6 +97,7 @@ class WorkflowSpec:
     budget: Budget | None = (
         None  # a run's default budget (runtime.workflow.budget); a submission may override it
     )
+    deadline_ms: int | None = None  # each run's deadline, from its start (runtime.workflow.deadlines)
 
 
 @dataclass
@@ -112,15 +115,20 @@ class App:
     # the drift is recorded (PromptDrifted) and the recorded decision served.
     strict_prompts: bool = False
 
-    def workflow(self, name: str, *, budget: Budget | None = None) -> Callable[[F], F]:
+    def workflow(
+        self, name: str, *, budget: Budget | None = None, deadline: dt.timedelta | float | None = None
+    ) -> Callable[[F], F]:
         """Register an ``async def fn(ctx, input)`` as workflow ``name``.
 
         The function is the run: deterministic code that reaches the world only through ``ctx``
         (``ctx.model``, ``ctx.tool``, ``ctx.sleep``, ``ctx.wait_signal``, ``ctx.now`` ...), so a
         worker can replay it from the log. The input parameter's annotation, if any, is the shape
         a submission must have (a wrong one is rejected with the reason). ``budget``: what each run
-        may spend on its model unless its submission says otherwise (runtime.workflow.budget). Raises
-        RegistrationError for a sync function, a wrong signature or a name taken twice."""
+        may spend on its model unless its submission says otherwise (runtime.workflow.budget).
+        ``deadline`` (a timedelta or seconds): each run is cancelled that long after its start, or at
+        its submission's deadline if that is earlier (runtime.workflow.deadlines). Raises
+        RegistrationError for a sync function, a wrong signature, a name taken twice or a deadline
+        that is not a positive duration."""
 
         def register(fn: F) -> F:
             if not inspect.iscoroutinefunction(fn):
@@ -133,8 +141,14 @@ class App:
             annotation = params[1].annotation
             if budget is not None and not isinstance(budget, Budget):
                 raise RegistrationError(f"workflow {name!r}: budget must be a Budget, got {budget!r}")
+            try:
+                deadline_ms = (
+                    None if deadline is None else duration_ms(deadline, f"workflow {name!r}: deadline")
+                )
+            except DeadlineError as error:
+                raise RegistrationError(str(error)) from None
             self.workflows[name] = WorkflowSpec(
-                name, fn, None if annotation is inspect.Parameter.empty else annotation, budget
+                name, fn, None if annotation is inspect.Parameter.empty else annotation, budget, deadline_ms
             )
             return fn
 

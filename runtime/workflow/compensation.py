@@ -22,8 +22,10 @@ unwind is rebuilt like any run: the recorded compensations are served from histo
 flight is executed again with its recorded key (in doubt), and nothing completed runs twice.
 
 A cancellation is recorded in the run's log as ``SignalReceived(name=CANCEL_SIGNAL)`` (payload:
-the reason) before the unwind starts, so a replay switches to the unwind at the same point; a run
-with nothing to compensate is cancelled at once, as before (``RunCancelled``).
+the reason); it is raised at the workflow's await, which may clean up first
+(runtime.workflow.cancellation), and the unwind starts when the workflow's code has ended, so a
+replay switches to it at the same point. An effect the cancel stopped mid-flight failed, yet may
+have taken effect: it is undone like one that completed (``Saga.in_doubt``).
 """
 
 from __future__ import annotations
@@ -89,6 +91,9 @@ class Saga:
 
     registered: list[Registered] = field(default_factory=list)
     unwinding: bool = False
+    # Effects a cancel stopped mid-flight (runtime.workflow.cancellation): failed, yet they may have
+    # taken effect, so they are undone too (the compensation's key derives from theirs).
+    in_doubt: set[int] = field(default_factory=set)
 
     def checked(self, app: App, tool: str, compensate_with: Any) -> tuple[str, dict[str, Any]]:
         """``compensate_with`` as (compensating tool, arguments), checked before the effect is issued."""
@@ -109,12 +114,12 @@ class Saga:
 
     def pending(self) -> bool:
         """Something may need undoing: an effect with a compensation that did not fail."""
-        return any(not r.future.failed for r in self.registered)
+        return any(not r.future.failed or r.position in self.in_doubt for r in self.registered)
 
     def unwind(self, run: Compensator, ending: Event) -> Coroutine[Any, Any, None]:
         """The coroutine the machine drives in place of the workflow's (see the module docstring)."""
         self.unwinding = True
-        return _unwind(run, list(self.registered), ending)
+        return _unwind(run, list(self.registered), ending, frozenset(self.in_doubt))
 
 
 def compensation_key(effect_key: str, tool: str) -> str:
@@ -126,14 +131,16 @@ def cancelled_by(payload: str, command_offset: int, run_id: str) -> RunCancelled
     return RunCancelled(run_id=run_id, reason=json.loads(payload), command_offset=command_offset)
 
 
-async def _unwind(run: Compensator, registered: list[Registered], ending: Event) -> None:
+async def _unwind(
+    run: Compensator, registered: list[Registered], ending: Event, in_doubt: frozenset[int]
+) -> None:
     # Effects still in flight settle first: one that completes is undone like the others.
     for entry in registered:
         if not entry.future.done:
             with contextlib.suppress(CallFailed):  # it did not take effect: nothing to undo
                 await entry.future
     for entry in reversed(registered):
-        if entry.future.failed:
+        if entry.future.failed and entry.position not in in_doubt:
             continue
         try:
             await run.issue_tool(
@@ -146,7 +153,7 @@ async def _unwind(run: Compensator, registered: list[Registered], ending: Event)
             left = [
                 f"{r.compensation} of {r.tool} at position {r.position}"
                 for r in registered
-                if r.position < entry.position and not r.future.failed
+                if r.position < entry.position and (not r.future.failed or r.position in in_doubt)
             ]
             raise Unwound(
                 RunParked(

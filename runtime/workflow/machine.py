@@ -79,9 +79,12 @@ from runtime.workflow.activation import (
 )
 from runtime.workflow.app import App
 from runtime.workflow.budget import Budget, Spend, call_spend
+from runtime.workflow.cancellation import RunCancelledError, cancelled_ending, in_flight, stopped
 from runtime.workflow.canonical import canonical_json
 from runtime.workflow.compensation import CANCEL_SIGNAL, Saga, cancelled_by
 from runtime.workflow.context import Context
+from runtime.workflow.deadlines import DEADLINE_POSITION, deadline_intent
+from runtime.workflow.deadlines import reason as deadline_reason
 from runtime.workflow.declared_limits import run_limit_keys
 from runtime.workflow.futures import DurableFuture, GatherFuture
 from runtime.workflow.input_shape import coerce_input
@@ -189,6 +192,12 @@ class RunMachine:
         )
         self._ctx = Context(self)
         self.saga = Saga()  # compensations registered by ctx.tool(..., compensate_with=...)
+        # A cancel (runtime.workflow.cancellation): its ending once one was applied, the error to raise
+        # at the workflow's await; the run's deadline (runtime.workflow.deadlines) and its start's offset.
+        self.cancelled: RunCancelled | None = None
+        self._throw: BaseException | None = None
+        self.deadline = started.deadline
+        self._start_offset = started.command_offset
         self._coro: Coroutine[Any, Any, Any] = spec.fn(self._ctx, coerce_input(spec.input_type, run_input))
 
     # ----------------------------------------------------------------------------- the door
@@ -240,11 +249,14 @@ class RunMachine:
 
     def timers(self) -> tuple[tuple[int, int], ...]:
         """(position, fire_at) of each recorded timer or signal timeout the run still waits for."""
-        return tuple(
+        timers = tuple(
             (position, command.fire_at)
             for position, command in self.commands.items()
             if command.kind in ("timer", "signal") and command.recorded and not command.future.done
         )
+        if self.deadline is not None and self.cancelled is None and self.active:
+            timers += ((DEADLINE_POSITION, self.deadline),)
+        return timers
 
     def close(self) -> None:
         """Let the run go from memory (a run cache evicts it): GeneratorExit into the workflow
@@ -271,11 +283,17 @@ class RunMachine:
                 self._end_offline()
         else:
             self.begin()
+        if wake.go_live and self.active and self.deadline is not None and self.cancelled is None:
+            self.ready.append(deadline_intent(self.deadline))  # armed by the worker like a timer
 
     def _deliver(self, deliver: Deliver) -> None:
         self.record(deliver.event, deliver.result_text)
 
     def _timer_due(self, due: TimerDue) -> None:
+        if due.position == DEADLINE_POSITION:  # the run's deadline: cancelled, once
+            if self.deadline is not None and self.cancelled is None:
+                self.cancel(deadline_reason(self.deadline), self._start_offset)
+            return
         if self._wants_timer(due.position):
             self.record(TimerFired(run_id=self.run_id, position=due.position))
 
@@ -443,7 +461,7 @@ class RunMachine:
     def _apply_signal(self, event: SignalReceived) -> None:
         self._resumed_by(event)
         if event.name == CANCEL_SIGNAL:
-            self._begin_unwind(cancelled_by(event.payload, event.command_offset, self.run_id))
+            self._cancel_now(cancelled_by(event.payload, event.command_offset, self.run_id))
         else:
             waiters = self._waiters.get(event.name)
             if waiters:
@@ -608,10 +626,21 @@ class RunMachine:
     # ----------------------------------------------------------------------------- driving
     def _drive(self) -> None:
         while self.active and self.divergence is None:
-            if self._blocked_on is not None and not self._blocked_on.done:
-                return
-            stepped = step(self._coro, self.run_id, self.seq)
+            throw = self._throw
+            if throw is None:
+                if self._blocked_on is not None and not self._blocked_on.done:
+                    return
+                stepped = step(self._coro, self.run_id, self.seq)
+            else:  # a cancel, raised at the workflow's await
+                self._throw = None
+                stepped = step(self._coro, self.run_id, self.seq, throw)
             if isinstance(stepped, Ended):
+                if self.cancelled is not None and not self.saga.unwinding:
+                    ending = cancelled_ending(self.cancelled, stepped.record)
+                    if not isinstance(ending, RunCancelled) or not self._begin_unwind(ending):
+                        self._finish(ending)
+                        return
+                    continue
                 if (
                     stepped.raised
                     and isinstance(stepped.record, RunFailed)
@@ -638,19 +667,42 @@ class RunMachine:
         self._pending_terminal = None
         self._coro.close()
 
-    def cancel(self, reason: str, command_offset: int) -> Event:
-        """Cancel now, or -- effects to compensate -- record the request and unwind first."""
-        if self.saga.unwinding or self.saga.pending():
-            return self.record(
-                SignalReceived(
-                    run_id=self.run_id,
-                    name=CANCEL_SIGNAL,
-                    payload=json.dumps(reason),
-                    command_offset=command_offset,
+    def cancel(self, reason: str, command_offset: int) -> Event | None:
+        """Record the cancel (runtime.workflow.cancellation) and apply it: the calls in flight are
+        stopped, the workflow sees RunCancelledError at its await; nothing if the run has ended."""
+        if not self.active:
+            return None
+        signal = SignalReceived(
+            run_id=self.run_id, name=CANCEL_SIGNAL, payload=json.dumps(reason), command_offset=command_offset
+        )
+        return self.record(signal)
+
+    def _cancel_now(self, ending: RunCancelled) -> None:
+        """Apply a recorded cancel: stop the calls in flight (their failures recorded live, found in
+        history on replay), then raise at the workflow's await -- or, a second cancel, stop its cleanup."""
+        if self.saga.unwinding:  # the compensations run already: the run ends as it was going to
+            return
+        for position in in_flight(self.commands):
+            command = self.commands[position]
+            failure = stopped(command, ending.reason, position not in self._awaiting_permit)
+            command.future.set_exception(
+                CallFailed(
+                    command.kind, command.name, position, failure.error_type, failure.error, failure.attempt
                 )
             )
-        event = self.record(RunCancelled(run_id=self.run_id, reason=reason, command_offset=command_offset))
-        return event
+            if failure.in_doubt:
+                self.in_doubt.append(InDoubt(command.kind, command.name, position, command.key))
+                self.saga.in_doubt.add(position)
+            if not self.replaying:
+                self._emit(failure)
+        if self.cancelled is None:
+            self.cancelled = ending
+            self._throw = RunCancelledError(ending.reason)
+        else:  # cancelled twice: the cleanup is cut short at its await, its end is the cancel's
+            with contextlib.suppress(RuntimeError):
+                self._coro.close()
+            self._coro = _raising(RunCancelledError(self.cancelled.reason))
+            self._blocked_on = None
 
     def _begin_unwind(self, ending: Event) -> bool:
         """Drive the saga's compensations in place of the workflow, then end with ``ending``
@@ -720,6 +772,10 @@ class RunMachine:
         return with_envelope(
             event, self.run_id, self.seq, self.stamp.clock(), self.stamp.worker, self.stamp.epoch
         )
+
+
+async def _raising(error: BaseException) -> None:
+    raise error
 
 
 # The handler of each kind of activation (runtime.workflow.activation).

@@ -16,6 +16,7 @@ from typing import Any
 
 from runtime.errors import DecisionOutOfBounds, RunCannotGoOn
 from runtime.log.records.events import Event, RunCompleted, RunContinuedAsNew, RunFailed, RunParked
+from runtime.workflow.cancellation import RunCancelledError
 from runtime.workflow.canonical import canonical_json
 from runtime.workflow.compensation import Unwound
 from runtime.workflow.context import ContinueAsNew
@@ -31,11 +32,13 @@ class Ended:
     raised: bool = False  # the workflow raised: its compensations, if any, run before the run fails
 
 
-def step(coro: Coroutine[Any, Any, Any], run_id: str, seq: int) -> DurableFuture | GatherFuture | Ended:
+def step(
+    coro: Coroutine[Any, Any, Any], run_id: str, seq: int, throw: BaseException | None = None
+) -> DurableFuture | GatherFuture | Ended:
     """Resume ``coro`` once: the future it awaits next, or how it ended (``seq``: the run's last
-    seq, which names a continued run)."""
+    seq, which names a continued run). ``throw``: raised at its await instead (a cancel)."""
     try:
-        yielded = coro.send(None)
+        yielded = coro.send(None) if throw is None else coro.throw(throw)
     except StopIteration as stop:
         return _completed(run_id, stop.value)
     except ContinueAsNew as again:
@@ -50,6 +53,8 @@ def step(coro: Coroutine[Any, Any, Any], run_id: str, seq: int) -> DurableFuture
         return Ended(RunParked(run_id=run_id, reason=str(error)))
     except Unwound as unwound:  # the compensations ran: the run ends as it was going to
         return Ended(unwound.event)
+    except RunCancelledError as error:  # the run's cancel, not caught: the machine ends it cancelled
+        return Ended(RunFailed(run_id=run_id, error_type=type(error).__name__, error=str(error)), raised=True)
     except Exception as error:  # the workflow raised: the run fails with its error
         failed = RunFailed(run_id=run_id, error_type=type(error).__name__, error=str(error))
         return Ended(failed, raised=True)

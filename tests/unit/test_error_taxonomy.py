@@ -20,6 +20,9 @@ EXEMPT = {
     "runtime.workflow.context.ContinueAsNew",
     # Likewise: the end of a run's compensations, carrying the event the run ends with.
     "runtime.workflow.compensation.Unwound",
+    # Raised at a workflow's await when its run is cancelled: like asyncio.CancelledError, a
+    # BaseException so that workflow code's ``except Exception`` does not swallow the cancel.
+    "runtime.workflow.cancellation.RunCancelledError",
 }
 
 

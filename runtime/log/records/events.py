@@ -266,6 +266,7 @@ class RunStarted(Event):
     trace_id: str | None = None
     fork_overrides: str | None = None
     budget: str | None = None  # JSON (runtime.workflow.budget): the budget that binds the run
+    deadline: int | None = None  # ms since the epoch (runtime.workflow.deadlines): the run is cancelled at it
 
 
 @record_type
@@ -281,6 +282,7 @@ class RunSubmitted(Command):
     continued_from: str | None = None
     fork_overrides: str | None = None
     budget: str | None = None  # JSON (runtime.workflow.budget): the submission's budget override
+    deadline: int | None = None  # ms since the epoch (runtime.workflow.deadlines): the submission's
 
 
 @record_type
