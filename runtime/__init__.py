@@ -31,6 +31,9 @@ _EXPORTS = {
     "RunState": "runtime.log.records.status",
     "RunStatus": "runtime.run_status",
     "InDoubtCall": "runtime.run_status",
+    "HeartbeatTimeout": "runtime.worker.heartbeats",
+    "heartbeat": "runtime.worker.heartbeats",
+    "last_heartbeat": "runtime.worker.heartbeats",
     "run_local": "runtime.local",
     "Settings": "runtime.config",
     "TerminalError": "runtime.errors",
@@ -45,6 +48,7 @@ __all__ = [
     "ConfigError",
     "Context",
     "DecisionOutOfBounds",
+    "HeartbeatTimeout",
     "InDoubtCall",
     "NonDeterminismError",
     "Replayer",
@@ -57,6 +61,8 @@ __all__ = [
     "RunStatus",
     "Settings",
     "TerminalError",
+    "heartbeat",
+    "last_heartbeat",
     "load_settings",
     "run_local",
 ]
@@ -77,6 +83,7 @@ if TYPE_CHECKING:
     from runtime.log.records.status import RunState
     from runtime.replay.replayer import Replayer
     from runtime.run_status import InDoubtCall, RunStatus
+    from runtime.worker.heartbeats import HeartbeatTimeout, heartbeat, last_heartbeat
     from runtime.workflow.app import App, RetryPolicy
     from runtime.workflow.budget import Budget
     from runtime.workflow.context import Context

@@ -58,6 +58,7 @@ def test_public_api_is_pinned() -> None:
         "ConfigError",
         "Context",
         "DecisionOutOfBounds",
+        "HeartbeatTimeout",
         "InDoubtCall",
         "NonDeterminismError",
         "Replayer",
@@ -70,6 +71,8 @@ def test_public_api_is_pinned() -> None:
         "RunStatus",
         "Settings",
         "TerminalError",
+        "heartbeat",
+        "last_heartbeat",
         "load_settings",
         "run_local",
     ]
