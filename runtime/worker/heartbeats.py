@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -36,7 +35,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from runtime.errors import AgentlogError
+from runtime.errors import AgentlogError, RetryableError
 from runtime.log.records.events import ToolCallHeartbeat
 from runtime.workflow.canonical import canonical_json
 
@@ -53,8 +52,9 @@ _current: contextvars.ContextVar[CallBeats | None] = contextvars.ContextVar(
 )
 
 
-class HeartbeatTimeout(TimeoutError):
-    """A tool call went longer than its ``heartbeat_timeout`` without a heartbeat."""
+class HeartbeatTimeout(RetryableError, TimeoutError):
+    """A tool call went longer than its ``heartbeat_timeout`` without a heartbeat: the attempt
+    failed, and the call is retried by its retry policy (with the same idempotency key)."""
 
 
 def heartbeat(details: Any = None) -> None:
@@ -87,6 +87,8 @@ class Throttle:
     """When the next record may be written: at once after ``interval`` seconds without one, else
     once the interval since the last has passed (times are ``time.monotonic()`` seconds)."""
 
+    __slots__ = ("_written_at", "interval")
+
     def __init__(self, interval: float) -> None:
         self.interval = interval
         self._written_at: float | None = None
@@ -104,7 +106,29 @@ class Throttle:
 class CallBeats:
     """The heartbeats of one attempt of one tool call: what it reported, what was recorded, and its
     silence watched. ``beat`` may come from any thread; everything else runs on the worker's loop.
-    ``deliver`` hands a record to the run (appended like the call's other records)."""
+    ``deliver`` hands a record to the run (appended like the call's other records). Made for every
+    tool attempt, so it costs a few attributes until the tool beats."""
+
+    __slots__ = (
+        "_armed",
+        "_beat_at",
+        "_clock",
+        "_closed",
+        "_deliver",
+        "_last_beat",
+        "_latest",
+        "_lock",
+        "_loop",
+        "_pending",
+        "_silent",
+        "_throttle",
+        "_watch",
+        "_write_timer",
+        "attempt",
+        "position",
+        "timeout",
+        "tool",
+    )
 
     def __init__(
         self,
@@ -198,7 +222,6 @@ class CallBeats:
         pool thread: the variable is set there, around the call only)."""
         if is_async:
 
-            @functools.wraps(fn)
             async def run_async(*args: Any, **kwargs: Any) -> Any:
                 token = _current.set(self)
                 try:
@@ -208,7 +231,6 @@ class CallBeats:
 
             return run_async
 
-        @functools.wraps(fn)
         def run_sync(*args: Any, **kwargs: Any) -> Any:
             token = _current.set(self)
             try:

@@ -1,6 +1,6 @@
 """Heartbeats (runtime.worker.heartbeats): the throttle, one attempt's records, the tool's view of
 them, replay with heartbeat records anywhere in a history, and a silent tool retried early -- on
-the in-memory log (the Kafka and kill -9 side: tests/chaos/test_heartbeats.py)."""
+the in-memory log (the Kafka and kill -9 side: tests/chaos/test_heartbeat_crash.py)."""
 
 from __future__ import annotations
 
