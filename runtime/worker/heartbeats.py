@@ -27,6 +27,7 @@ what is pending.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 import time
@@ -182,7 +183,9 @@ class CallBeats:
             self._armed = True
         if _on_loop(self._loop):
             self._arm()
-        else:
+            return
+        # RuntimeError: the loop is closed, the worker is shutting down; nothing more is recorded.
+        with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self._arm)
 
     def last(self) -> Any:
