@@ -8,6 +8,7 @@ test reads after the kill."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,13 +24,14 @@ from runtime.log.records.events import (
     ToolCallHeartbeat,
     ToolCallScheduled,
 )
+from support.services import agentlog
 from support.wait import wait_until
 from support.workers import WorkerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 APP = "support.heartbeat_apps:app"
-ITEMS = 40  # 0.1 s each: an uninterrupted call lasts about 4 s
+ITEMS = 60  # 0.1 s each: an uninterrupted call lasts about 6 s
 
 
 @pytest.fixture
@@ -79,6 +81,10 @@ def test_the_retry_after_kill_9_resumes_from_the_last_heartbeat_not_from_zero(
     )
     (shown,) = run.status().heartbeats  # what `agentlog status` shows of the call in flight
     assert (shown.name, shown.attempt) == ("process_items", 1) and shown.details["done"] >= 5
+    printed = agentlog(deployment, "status", run.run_id).stdout
+    assert re.search(
+        r'heartbeat tool \'process_items\' at position 1: \{"done":\d+\} \(\d+ s ago, attempt 1\)', printed
+    ), printed
     first.kill()
     written_before = [item for (item,) in _rows(tmp_path, "SELECT item FROM items ORDER BY item")]
 

@@ -17,7 +17,7 @@ from runtime import App, Context, RetryPolicy, heartbeat, last_heartbeat
 
 app = App("heartbeat-tests")
 
-ITEM_S = 0.1  # each item's work: a 40-item call lasts about 4 s
+ITEM_S = 0.1  # each item's work: a 60-item call lasts about 6 s
 
 
 def store() -> sqlite3.Connection:
