@@ -112,6 +112,11 @@ def test_the_retry_after_kill_9_resumes_from_the_last_heartbeat_not_from_zero(
     second_beats = [json.loads(b.details)["done"] for b in _beats(client, run.run_id) if b.attempt == 2]
     assert second_beats and second_beats[0] > recorded["done"] and second_beats[-1] == ITEMS
     assert run.status().heartbeats == ()  # the call ended: nothing in flight to show
+    print(
+        f"\nkilled with {len(written_before)} of {ITEMS} items written, the log's last heartbeat at "
+        f"{recorded['done']}: the retry on the next worker processed items {recorded['done'] + 1}..{ITEMS} "
+        f"({ITEMS - recorded['done']}, not {ITEMS}), {len(by_retry)} of them new"
+    )
 
 
 def test_a_silent_tool_is_retried_after_its_heartbeat_timeout_not_its_full_timeout(
@@ -139,3 +144,8 @@ def test_a_silent_tool_is_retried_after_its_heartbeat_timeout_not_its_full_timeo
         assert (done.attempt, done.in_doubt) == (2, False)
         # a generous window: not the 60 s timeout (machine shared, timings noisy)
         assert failure.occurred_at - scheduled.occurred_at < 30_000, tool
+        print(
+            f"\n{tool}: first attempt failed {(failure.occurred_at - scheduled.occurred_at) / 1000:.1f} s "
+            f"after it was scheduled (heartbeat_timeout 2 s, timeout 60 s); result after "
+            f"{(done.occurred_at - scheduled.occurred_at) / 1000:.1f} s"
+        )
