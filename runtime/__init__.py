@@ -34,6 +34,9 @@ _EXPORTS = {
     "RunState": "runtime.log.records.status",
     "RunStatus": "runtime.run_status",
     "InDoubtCall": "runtime.run_status",
+    "HeartbeatTimeout": "runtime.worker.heartbeats",
+    "heartbeat": "runtime.worker.heartbeats",
+    "last_heartbeat": "runtime.worker.heartbeats",
     "run_local": "runtime.local",
     "Settings": "runtime.config",
     "TerminalError": "runtime.errors",
@@ -50,6 +53,7 @@ __all__ = [
     "Context",
     "DeadlineError",
     "DecisionOutOfBounds",
+    "HeartbeatTimeout",
     "InDoubtCall",
     "NonDeterminismError",
     "Replayer",
@@ -65,6 +69,8 @@ __all__ = [
     "Settings",
     "TerminalError",
     "cancelled",
+    "heartbeat",
+    "last_heartbeat",
     "load_settings",
     "run_local",
 ]
@@ -87,6 +93,7 @@ if TYPE_CHECKING:
     from runtime.replay.replayer import Replayer
     from runtime.run_status import InDoubtCall, RunStatus
     from runtime.worker.cancellation import cancelled
+    from runtime.worker.heartbeats import HeartbeatTimeout, heartbeat, last_heartbeat
     from runtime.workflow.app import App, RetryPolicy
     from runtime.workflow.budget import Budget
     from runtime.workflow.cancellation import RunCancelledError

@@ -28,6 +28,7 @@ from runtime.log.records.events import (
     RunStarted,
     ToolCallCompleted,
     ToolCallFailed,
+    ToolCallHeartbeat,
     ToolCallScheduled,
 )
 from runtime.log.records.status import RunState, status_after
@@ -185,6 +186,36 @@ class PermitWait:
 
 
 @dataclass(frozen=True)
+class CallHeartbeat:
+    """The last progress a tool call in flight reported (ToolCallHeartbeat): its details (decoded
+    JSON), the attempt that reported them and when (ms since the epoch)."""
+
+    position: int
+    name: str | None
+    attempt: int
+    details: Any
+    beat_at: int
+
+    def describe(self, now_ms: int) -> str:
+        """``tool 'send_emails' at position 2: {"sent":40} (3 s ago, attempt 1)``."""
+        age = max(0, now_ms - self.beat_at) // 1000
+        shown = json.dumps(self.details, separators=(",", ":"))
+        shown = shown if len(shown) <= 200 else shown[:197] + "..."
+        return (
+            f"tool {self.name!r} at position {self.position}: {shown} ({age} s ago, attempt {self.attempt})"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "position": self.position,
+            "name": self.name,
+            "attempt": self.attempt,
+            "details": self.details,
+            "beat_at": self.beat_at,
+        }
+
+
+@dataclass(frozen=True)
 class ResetOrigin:
     """The run and position a reset run was cut from (``agentlog reset``)."""
 
@@ -254,6 +285,7 @@ class RunStatus:
     budget: BudgetUse | None = None  # a run with a budget: the budget and what it used
     waiting_for: tuple[PermitWait, ...] = ()  # calls of a running run waiting for a limit's permit
     retrying: tuple[RetryWait, ...] = ()  # calls of a running run waiting out a rate limit
+    heartbeats: tuple[CallHeartbeat, ...] = ()  # tool calls of a running run: their last heartbeat
 
     def as_dict(self) -> dict[str, Any]:
         """The keys and values of ``agentlog status --json``."""
@@ -276,6 +308,7 @@ class RunStatus:
             "budget": self.budget.as_dict() if self.budget is not None else None,
             "waiting_for": [entry.as_dict() for entry in self.waiting_for],
             "retrying": [entry.as_dict() for entry in self.retrying],
+            "heartbeats": [entry.as_dict() for entry in self.heartbeats],
         }
 
     def to_json(self) -> str:
@@ -303,6 +336,7 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
     spent = [0, 0]  # tokens, model calls
     waits: dict[int, PermitWait] = {}  # position -> its call's wait for a permit, until granted
     retrying: dict[int, RetryWait] = {}  # position -> the rate limit its call waits out
+    beats: dict[int, CallHeartbeat] = {}  # position -> its call's last heartbeat, until it ends
     for item in logged:
         event = item.event
         if isinstance(event, ModelCallCompleted):
@@ -365,6 +399,16 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
             compensations[undo.position] = dataclasses.replace(undo, state="failed")
         if isinstance(event, (ModelCallCompleted, ToolCallCompleted, ModelCallFailed, ToolCallFailed)):
             _note_retry(retrying, event, names)
+        if isinstance(event, ToolCallHeartbeat):
+            beats[event.position] = CallHeartbeat(
+                event.position,
+                names.get(event.position),
+                event.attempt,
+                json.loads(event.details),
+                event.beat_at or event.occurred_at,
+            )
+        elif isinstance(event, ToolCallCompleted) or (isinstance(event, ToolCallFailed) and event.final):
+            beats.pop(event.position, None)
         status = status_after(event.type, status)
         if isinstance(event, RunCompleted):
             result = json.loads(event.result)
@@ -398,6 +442,7 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
         budget=BudgetUse(json.loads(budget), *spent) if budget else None,
         waiting_for=tuple(waits.values()) if status == "running" else (),
         retrying=tuple(retrying.values()) if status == "running" else (),
+        heartbeats=tuple(beats.values()) if status == "running" else (),
     )
 
 

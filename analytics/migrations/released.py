@@ -86,6 +86,9 @@ RELEASED: tuple[Migration, ...] = (
     # PartitionCheckpoint.waiting_runs: the runs waiting at a checkpoint, which a takeover indexes
     # without replaying them (runtime.worker.run_cache).
     load(18, "waiting_runs: the runs a checkpoint lists as waiting", "V0018__checkpoint_waiting_runs.sql"),
+    # ToolCallHeartbeat (a tool call's progress, heartbeat(details)): its details and when the tool
+    # reported them, so `audit` can show how far a long call got.
+    load(20, "heartbeats: a tool call's reported progress and when", "V0020__heartbeat_columns.sql"),
     # RunStarted.deadline / RunSubmitted.deadline: when the run is cancelled if it has not ended
     # (runtime.workflow.deadlines), ms since the epoch.
     load(21, "deadline: when a run is cancelled if it has not ended", "V0021__run_deadline.sql"),

@@ -277,6 +277,8 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
     now_ms = int(time.time() * 1000)
     for permit in status.waiting_for:
         print(f"waiting   {permit.describe(now_ms).removeprefix('waiting ')}")
+    for beat in status.heartbeats:
+        print(f"heartbeat {beat.describe(now_ms)}")
     return 0 if status.status != "unknown" else 1
 
 

@@ -16,6 +16,7 @@ from runtime.log.records.events import (
 )
 from runtime.log.records.status import SKIPPED_IN_FORK
 from runtime.worker.call_pool import CallPool
+from runtime.worker.heartbeats import CallBeats
 from runtime.worker.retrying import Then
 from runtime.worker.usage import usage_of
 from runtime.workflow.app import App, RetryPolicy
@@ -37,11 +38,16 @@ def _target(
     return tool.fn, tool.is_async, tool.retry, kwargs, []
 
 
-async def attempt_once(app: App, command: Intent, pool: CallPool) -> Any:
-    """One try of the call; raises what the call raised (or TimeoutError)."""
+async def attempt_once(app: App, command: Intent, pool: CallPool, beats: CallBeats | None = None) -> Any:
+    """One try of the call; raises what the call raised (or TimeoutError). ``beats``: a tool's
+    heartbeats (runtime.worker.heartbeats), reported from inside it and its silence watched."""
     fn, is_async, policy, kwargs, positional = _target(app, command)
+    if beats is not None:
+        fn = beats.bound(fn, is_async)
     # Sync clients run in the pool's threads, so a slow call never blocks other runs.
     call = fn(*positional, **kwargs) if is_async else pool.run(fn, *positional, **kwargs)
+    if beats is not None:
+        call = beats.watched(call)
     if policy.timeout is None:
         return await call
     # asyncio.timeout's bookkeeping, without its context-manager class (a tenth of the cost of

@@ -40,6 +40,7 @@ from runtime.log.records.events import (
     PermitGranted,
     RunContinuedAsNew,
     ToolCallCompleted,
+    ToolCallHeartbeat,
 )
 from runtime.log.records.payloads import outlined
 from runtime.log.records.prompts import located
@@ -49,6 +50,7 @@ from runtime.worker.call_pool import CallPool
 from runtime.worker.calls import attempt_once, completed, failed, retry_policy, skipped_in_fork
 from runtime.worker.cancellation import CallTasks, cancels
 from runtime.worker.continuation import Continuer
+from runtime.worker.heartbeats import CallBeats
 from runtime.worker.limits.gate import PermitGate
 from runtime.worker.limits.local import LocalPermits
 from runtime.worker.limits.permits import Held, LimitUnsatisfiable, Need, Permits
@@ -377,7 +379,10 @@ class Executor:
         try:
             if stagemarks.ON:
                 stagemarks.mark(f"call start {intent.kind}", run.view.run_id, intent.position)
-            outcome = completed(intent, await attempt_once(self.app, intent, self.pool), attempt, started)
+            beats = self._heartbeats(owned, run, intent, attempt) if intent.kind == "tool" else None
+            outcome = completed(
+                intent, await attempt_once(self.app, intent, self.pool, beats), attempt, started
+            )
             if held is not None and self.gate is not None:
                 self.gate.settle(held, intent, outcome)
             if stagemarks.ON:
@@ -393,6 +398,20 @@ class Executor:
         if span is not None:
             self.spans.call_completed(span, outcome)
         return outcome, elapsed
+
+    def _heartbeats(self, owned: OwnedPartition, run: RunInstance, intent: Intent, attempt: int) -> CallBeats:
+        """A tool attempt's heartbeats (runtime.worker.heartbeats): their records go to the run
+        like the call's other records, while it is running here."""
+
+        def deliver(event: ToolCallHeartbeat) -> None:
+            if self._recordable(owned, run):
+                self.flush(owned, run, run.activate(Deliver(event)))
+
+        timeout = self.app.tools[intent.name].heartbeat_timeout
+        loop = asyncio.get_running_loop()
+        return CallBeats(
+            loop, intent.name, intent.position, attempt, intent.heartbeat, deliver, owned.stamp.clock, timeout
+        )
 
     @staticmethod
     def _recordable(owned: OwnedPartition, run: RunInstance) -> bool:

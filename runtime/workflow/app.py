@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -68,6 +69,20 @@ def _is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
+def _check_heartbeat_timeout(name: str, seconds: float | None, policy: RetryPolicy) -> None:
+    """A heartbeat timeout is a positive number of seconds, shorter than the attempt's whole timeout
+    (one as long would never fire first)."""
+    if seconds is None:
+        return
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
+        raise RegistrationError(f"tool {name!r}: heartbeat_timeout must be seconds > 0, got {seconds!r}")
+    if policy.timeout is not None and seconds >= policy.timeout:
+        raise RegistrationError(
+            f"tool {name!r}: heartbeat_timeout={seconds:g} s is not shorter than its retry timeout of "
+            f"{policy.timeout:g} s, so it would never fire first; lower it or raise RetryPolicy(timeout=...)"
+        )
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -87,6 +102,8 @@ class ToolSpec:
     redact: tuple[
         str, ...
     ] = ()  # arguments recorded as a hash (runtime.workflow.redact), besides secret names
+    # Seconds a call may go without heartbeat() before its attempt fails (runtime.worker.heartbeats).
+    heartbeat_timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +193,7 @@ class App:
         key_args: tuple[str, ...] | None = None,
         retry: RetryPolicy | None = None,
         redact: tuple[str, ...] = (),
+        heartbeat_timeout: float | None = None,
     ) -> Callable[[F], F]:
         """Register a tool as ``name``: a callable taking keyword arguments, sync or async.
 
@@ -186,8 +204,12 @@ class App:
         identify the effect (a refund's order and amount, not a free-text reason), so a reworded
         call keeps its key. ``retry`` as for ``model``. ``redact`` names arguments that must never
         reach the log (a card number): they are recorded as a hash, as arguments named like secrets
-        (api_key, authorization, password, token...) always are (runtime.workflow.redact). Raises
-        RegistrationError for a bad signature or a name taken twice."""
+        (api_key, authorization, password, token...) always are (runtime.workflow.redact).
+        ``heartbeat_timeout``: seconds the tool may go without calling ``heartbeat(details)``
+        (runtime.worker.heartbeats) before its attempt fails as timed out and is retried by
+        ``retry``, without waiting for the retry policy's whole ``timeout``. Raises
+        RegistrationError for a bad signature, a heartbeat_timeout that is not a positive number
+        shorter than the timeout, or a name taken twice."""
 
         def register(fn: F) -> F:
             if name in self.tools:
@@ -202,6 +224,8 @@ class App:
             for arg in key_args or ():
                 if arg not in params:
                     raise RegistrationError(f"tool {name!r}: key_args names {arg!r}, not a parameter")
+            policy = retry or RetryPolicy()
+            _check_heartbeat_timeout(name, heartbeat_timeout, policy)
             takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
             for arg in redact:
                 if arg not in params and not takes_any:
@@ -209,11 +233,12 @@ class App:
             self.tools[name] = ToolSpec(
                 name,
                 fn,
-                retry or RetryPolicy(),
+                policy,
                 _is_async(fn),
                 effect,
                 tuple(key_args) if key_args is not None else None,
                 tuple(redact),
+                heartbeat_timeout,
             )
             return fn
 

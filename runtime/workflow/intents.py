@@ -57,6 +57,9 @@ class Intent:
     # (runtime.workflow.earlier_form): that form's hash, computed (then kept as a str) on the first
     # mismatch, so a run recorded by the current code never computes it.
     earlier_hash: Callable[[], str] | str | None = None
+    # A tool call: the last details its attempts reported (ToolCallHeartbeat, canonical JSON), which
+    # its next attempt reads back (runtime.worker.heartbeats.last_heartbeat); None before any.
+    heartbeat: str | None = None
 
     def matches(self, recorded_hash: str) -> bool:
         if recorded_hash == self.hash or (self.legacy_hash is not None and recorded_hash == self.legacy_hash):

@@ -61,6 +61,7 @@ from runtime.log.records.events import (
     TimerScheduled,
     ToolCallCompleted,
     ToolCallFailed,
+    ToolCallHeartbeat,
     ToolCallScheduled,
 )
 from runtime.log.records.prompts import PromptBook
@@ -486,6 +487,13 @@ class RunMachine:
         else:
             self._awaiting_permit.discard(event.position)
 
+    def _apply_heartbeat(self, event: ToolCallHeartbeat) -> None:
+        """A tool call's progress: it decides nothing and resumes nothing (wherever it falls); the
+        call's next attempt reads the last details back (runtime.worker.heartbeats)."""
+        command = self.commands.get(event.position)
+        if command is not None:
+            command.heartbeat = event.details
+
     def _apply_other(self, event: Event) -> None:
         """A record no command waits for (RunStarted, a claim, a checkpoint, a rejection)."""
         self._resumed_by(event)
@@ -798,6 +806,7 @@ _APPLY: dict[type[Event], Callable[[RunMachine, Any], None]] = {
     TimerFired: RunMachine._apply_timer_fired,
     PermitAwaited: RunMachine._apply_permit,
     PermitGranted: RunMachine._apply_permit,
+    ToolCallHeartbeat: RunMachine._apply_heartbeat,
     SignalReceived: RunMachine._apply_signal,
     **dict.fromkeys(
         (RunCompleted, RunFailed, RunCancelled, RunContinuedAsNew, RunParked), RunMachine._apply_ending

@@ -59,6 +59,7 @@ def test_public_api_is_pinned() -> None:
         "Context",
         "DeadlineError",
         "DecisionOutOfBounds",
+        "HeartbeatTimeout",
         "InDoubtCall",
         "NonDeterminismError",
         "Replayer",
@@ -74,6 +75,8 @@ def test_public_api_is_pinned() -> None:
         "Settings",
         "TerminalError",
         "cancelled",
+        "heartbeat",
+        "last_heartbeat",
         "load_settings",
         "run_local",
     ]

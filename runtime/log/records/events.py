@@ -348,6 +348,16 @@ class ToolCallFailed(Event):
 
 
 @record_type
+class ToolCallHeartbeat(Event):
+    """A tool call in flight reported its progress (heartbeat(details)). It decides nothing: a retry of the call, on this worker or the next, reads the last details back (last_heartbeat()) to resume from them; status shows them."""
+
+    position: int
+    attempt: int = 1
+    details: str = "null"  # canonical JSON
+    beat_at: int = 0  # ms since the epoch the tool reported them; 0: unknown
+
+
+@record_type
 class ToolCallScheduled(Event):
     """A tool call is about to run; durable before it starts (and before any effect)."""
 
@@ -386,6 +396,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     TimerScheduled,
     ToolCallCompleted,
     ToolCallFailed,
+    ToolCallHeartbeat,
     ToolCallScheduled,
 )
 
