@@ -16,6 +16,7 @@ from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import RunSubmitted
 from runtime.log.schemas.serde import Serde
 from runtime.log.sealing.submitter import SubmitterKeys
+from runtime.schedules import Schedules, ScheduleStore
 from runtime.workflow.budget import Budget, BudgetError
 from runtime.workflow.canonical import canonical_json
 
@@ -64,6 +65,7 @@ class Client:
         )
         self._reader = RunReader(self.settings, self.log, self.serde)
         self._endings = Endings(self._reader, self._writer.flush)
+        self._schedules: Schedules | None = None
 
     @property
     def events_records_read(self) -> int:
@@ -102,6 +104,16 @@ class Client:
         recorded = None if budget is None else budget.to_json()
         self._writer.send(RunSubmitted(run_id=run_id, workflow=workflow, input=text, budget=recorded))
         return self.run(run_id)
+
+    @property
+    def schedules(self) -> Schedules:
+        """The deployment's schedules: ``add``, ``list``, ``get``, ``pause``, ``resume``, ``delete``
+        (docs/schedules.md). Each change is acknowledged by the log when the call returns."""
+        if self._schedules is None:
+            self._schedules = Schedules(
+                ScheduleStore(self.settings, self.log, self.serde, identity=self.identity)
+            )
+        return self._schedules
 
     def run(self, run_id: str) -> RunHandle:
         """The handle on run ``run_id`` (nothing is read until one of its methods asks)."""
