@@ -36,11 +36,12 @@ def _when(ms: int | None) -> str:
 
 def _add(args: argparse.Namespace, settings: Settings) -> int:
     from runtime.cli.runs import load_app
+    from runtime.schedules.admin import check_against_app
     from runtime.schedules.spec import build_schedule
 
     # Everything the schedule says is checked before anything connects (build_schedule raises
     # ScheduleError naming what is wrong); add checks it again, with the time it is written.
-    build_schedule(
+    checked = build_schedule(
         args.name,
         args.workflow,
         args.input,
@@ -51,6 +52,8 @@ def _add(args: argparse.Namespace, settings: Settings) -> int:
         active_from=0,
     )
     app = load_app(args.app) if args.app else None
+    if app is not None:
+        check_against_app(checked, app)
     with _client(settings, "cli") as client:
         schedule = client.schedules.add(
             args.name,

@@ -16,6 +16,18 @@ from runtime.workflow.app import App
 from runtime.workflow.input_shape import shape_error
 
 
+def check_against_app(schedule: Schedule, app: App) -> None:
+    """ScheduleError if ``app`` does not register the schedule's workflow or refuses its input."""
+    spec = app.workflows.get(schedule.workflow)
+    if spec is None:
+        raise ScheduleError(
+            f"unknown workflow {schedule.workflow!r} (registered: {', '.join(sorted(app.workflows))})"
+        )
+    problem = shape_error(spec.input_type, json.loads(schedule.input))
+    if problem is not None:
+        raise ScheduleError(f"input of workflow {schedule.workflow!r} has the wrong shape: {problem}")
+
+
 @dataclass(frozen=True)
 class ScheduleInfo:
     """A schedule, what it last fired and when it fires next."""
@@ -74,14 +86,7 @@ class Schedules:
             active_from=self._now(),
         )
         if app is not None:
-            spec = app.workflows.get(workflow)
-            if spec is None:
-                raise ScheduleError(
-                    f"unknown workflow {workflow!r} (registered: {', '.join(sorted(app.workflows))})"
-                )
-            problem = shape_error(spec.input_type, json.loads(schedule.input))
-            if problem is not None:
-                raise ScheduleError(f"input of workflow {workflow!r} has the wrong shape: {problem}")
+            check_against_app(schedule, app)
         self._fresh()
         if not replace and self.store.get(name) is not None:
             raise ScheduleError(f"schedule {name!r} exists: delete it first, or replace it")

@@ -10,7 +10,7 @@ import pytest
 from runtime.config import Settings
 from runtime.log.port.memory import MemoryLog
 from runtime.log.schemas.serde import Serde
-from runtime.schedules import Scheduler, ScheduleError, Schedules, ScheduleStore, firing_run_id
+from runtime.schedules import ScheduleError, Scheduler, Schedules, ScheduleStore, firing_run_id
 from runtime.schedules.spec import Schedule, build_schedule, check_cron, parse_every
 from runtime.schedules.timing import due_firings, fire_times_back, next_fire_time
 
@@ -147,7 +147,9 @@ def store_parts() -> tuple[Settings, MemoryLog, Serde]:
     return settings, MemoryLog(settings), Serde.offline(settings)
 
 
-def test_schedules_are_kept_paused_resumed_and_deleted(store_parts: tuple[Settings, MemoryLog, Serde]) -> None:
+def test_schedules_are_kept_paused_resumed_and_deleted(
+    store_parts: tuple[Settings, MemoryLog, Serde],
+) -> None:
     settings, memory, serde = store_parts
     clock = Clock(ms(2026, 1, 1))
     schedules = Schedules(ScheduleStore(settings, memory, serde), clock)
@@ -157,7 +159,11 @@ def test_schedules_are_kept_paused_resumed_and_deleted(store_parts: tuple[Settin
     # another reader of the same topic sees it, as written
     other = Schedules(ScheduleStore(settings, memory, serde), clock)
     [info] = other.list()
-    assert (info.schedule.input, info.schedule.every_ms, info.next_fire_time) == ('{"n":1}', 2_000, clock.now_ms + 2_000)
+    assert (info.schedule.input, info.schedule.every_ms, info.next_fire_time) == (
+        '{"n":1}',
+        2_000,
+        clock.now_ms + 2_000,
+    )
     schedules.pause("tick")
     assert other.get("tick").schedule.paused and other.get("tick").next_fire_time is None
     clock.now_ms += 60_000
@@ -205,7 +211,9 @@ def test_a_scheduler_killed_between_submit_and_record_leaves_the_fire_time_due(
     clock.now_ms += 2_000
     with pytest.raises(SystemExit):
         Scheduler(ScheduleStore(settings, memory, serde), dies_after_submitting, clock=clock).tick()
-    restarted = Scheduler(ScheduleStore(settings, memory, serde), lambda r, w, i: submitted.append(r), clock=clock)
+    restarted = Scheduler(
+        ScheduleStore(settings, memory, serde), lambda r, w, i: submitted.append(r), clock=clock
+    )
     assert [f.run_id for f in restarted.tick()] == ["tick@20260101T000002Z"]
     # the same id twice: the worker starts it once (a repeated submission is ignored)
     assert submitted == ["tick@20260101T000002Z", "tick@20260101T000002Z"]
@@ -219,7 +227,12 @@ def test_a_scheduler_that_knows_the_app_refuses_an_unknown_workflow(
     schedules = Schedules(ScheduleStore(settings, memory, serde), clock)
     schedules.add("tick", "nope", every="2s")
     clock.now_ms += 2_000
-    scheduler = Scheduler(ScheduleStore(settings, memory, serde), lambda *_: pytest.fail("submitted"), workflows={"w"}, clock=clock)
+    scheduler = Scheduler(
+        ScheduleStore(settings, memory, serde),
+        lambda *_: pytest.fail("submitted"),
+        workflows={"w"},
+        clock=clock,
+    )
     [firing] = scheduler.tick()
     assert firing.refused == "unknown workflow 'nope' (registered: w)"
     info = schedules.get("tick")
