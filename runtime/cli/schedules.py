@@ -122,7 +122,7 @@ def _change(verb: str) -> Callable[[argparse.Namespace, Settings], int]:
 
 def _scheduler(args: argparse.Namespace, settings: Settings) -> int:
     from runtime.cli.runs import load_app
-    from runtime.schedules import Firing, Scheduler
+    from runtime.cli.scheduling import fire_through
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
@@ -133,21 +133,7 @@ def _scheduler(args: argparse.Namespace, settings: Settings) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     with _client(settings, identity) as client:
-        schedules = client.schedules
-        schedules.list()  # the topic exists, or one line saying how to make it
-
-        def submit(run_id: str, workflow: str, input_json: str) -> None:
-            client.submit(workflow, None, run_id=run_id, raw_input=input_json)
-            client.flush()  # acknowledged before the fire time is recorded as handled
-
-        def told(firing: Firing) -> None:
-            what = f"refused: {firing.refused}" if firing.refused else firing.run_id
-            print(
-                json.dumps({"schedule": firing.schedule, "fire_time": firing.fire_time, "run": what}),
-                flush=True,
-            )
-
-        Scheduler(schedules.store, submit, workflows=workflows).run(stop, on_fire=told)
+        fire_through(client, workflows, stop)
     return 0
 
 

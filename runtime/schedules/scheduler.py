@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
+from runtime.errors import RetryableError
 from runtime.schedules.store import ScheduleStore
 from runtime.schedules.timing import MAX_CATCH_UP, ON_TIME_MS, due_firings, firing_run_id, next_fire_time
 
@@ -106,7 +107,13 @@ class Scheduler:
     def run(self, stop: threading.Event, on_fire: Callable[[Firing], None] | None = None) -> None:
         """Tick until ``stop`` is set; ``on_fire`` is told of each firing."""
         while not stop.is_set():
-            for firing in self.tick():
+            try:
+                firings = self.tick()
+            except RetryableError as error:  # the log or the registry blinked: what is due stays due
+                log.warning("scheduler: %s; trying again in %s s", error, TICK_S)
+                stop.wait(TICK_S)
+                continue
+            for firing in firings:
                 if on_fire is not None:
                     on_fire(firing)
             stop.wait(self.seconds_to_next() + 0.005)  # a little past the fire time: it is then due
