@@ -157,3 +157,8 @@ def test_the_cli_refuses_what_it_cannot_do_and_lists_what_it_keeps(deployment: S
     )
     assert agentlog(deployment, "schedule", "delete", "daily").returncode == 0
     assert json.loads(agentlog(deployment, "schedule", "list", "--json").stdout) == []
+    # a deployment made before schedules has no schedules topic: said so, with the fix
+    missing = agentlog(
+        deployment, "schedule", "list", AGENTLOG_SCHEDULES_TOPIC=f"{deployment.commands_topic}.none"
+    )
+    assert missing.returncode == 1 and "agentlog infra up" in missing.stderr, missing.stderr
