@@ -110,9 +110,11 @@ class Client:
         """The deployment's schedules: ``add``, ``list``, ``get``, ``pause``, ``resume``, ``delete``
         (docs/schedules.md). Each change is acknowledged by the log when the call returns."""
         if self._schedules is None:
-            self._schedules = Schedules(
-                ScheduleStore(self.settings, self.log, self.serde, identity=self.identity)
+            counts = self.log.partition_count if isinstance(self.log, KafkaLog) else None
+            store = ScheduleStore(
+                self.settings, self.log, self.serde, identity=self.identity, partition_count=counts
             )
+            self._schedules = Schedules(store)
         return self._schedules
 
     def run(self, run_id: str) -> RunHandle:

@@ -12,6 +12,7 @@ every record agentlog keeps. A reader follows the partition from where it last r
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from runtime.config import Settings
 from runtime.errors import AgentlogError
@@ -30,15 +31,31 @@ FIRED = "fired/"
 class ScheduleStore:
     """Reads and writes one deployment's schedules topic."""
 
-    def __init__(self, settings: Settings, log: EventLog, serde: Serde, *, identity: str = "client") -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        log: EventLog,
+        serde: Serde,
+        *,
+        identity: str = "client",
+        partition_count: Callable[[str], int | None] | None = None,
+    ) -> None:
+        """``partition_count``: how many partitions a topic has, None if it does not exist (the
+        Kafka log's), so a missing topic is said at once."""
         self.topic = settings.schedules_topic
         self.log, self.serde, self.identity = log, serde, identity
+        self._partition_count = partition_count
         self._next = 0
         self._schedules: dict[str, Schedule] = {}
         self._fired: dict[str, ScheduleFired] = {}
 
     def check_topic(self) -> None:
         """ScheduleError if the schedules topic does not exist (a deployment made before schedules)."""
+        if self._partition_count is not None and self._partition_count(self.topic) is None:
+            raise ScheduleError(
+                f"the schedules topic {self.topic!r} does not exist: `agentlog infra up` creates the "
+                "deployment's topics, this one among them"
+            )
         try:
             self.log.watermarks(self.topic, 0)
         except AgentlogError as error:
