@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import cast
 
 from runtime.config import Settings
 from runtime.errors import AgentlogError
@@ -20,7 +21,7 @@ from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import ScheduleDefined, ScheduleFired
 from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.serde import Serde
-from runtime.schedules.spec import CATCH_UPS, Schedule, ScheduleError
+from runtime.schedules.spec import CATCH_UPS, CatchUp, Schedule, ScheduleError
 
 log = logging.getLogger("agentlog.schedules")
 
@@ -97,7 +98,7 @@ class ScheduleStore:
             cron=record.cron,
             every_ms=record.every_ms,
             timezone=record.timezone,
-            catch_up=record.catch_up,  # type: ignore[arg-type]  # checked against CATCH_UPS above
+            catch_up=cast(CatchUp, record.catch_up),  # checked against CATCH_UPS above
             paused=record.paused,
             active_from=record.active_from,
         )
