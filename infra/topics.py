@@ -54,6 +54,9 @@ def wanted(settings: Settings) -> list[TopicSpec]:
         # Limits' reports and lease grants (runtime.worker.limits.shared): one partition, read whole by
         # every worker at start, so kept minutes, in one-minute segments.
         TopicSpec(settings.limits_topic, 1, {"retention.ms": "600000", "segment.ms": "60000"}),
+        # Schedules and what each last fired (runtime.schedules): compacted, one partition, read whole
+        # by every scheduler.
+        TopicSpec(settings.schedules_topic, 1, {"cleanup.policy": "compact"}),
         # Data keys of sealed runs (runtime.log.sealing): compacted, with short segments and
         # tombstone retention, so an erased run's key leaves the disk within minutes of `agentlog erase`.
         TopicSpec(

@@ -93,6 +93,11 @@ class Settings(BaseModel):
         description="Compacted: the data key of each run whose contents are sealed (seal_contents), keyed by "
         "run id in the run's partition; `agentlog erase` writes its tombstone.",
     )
+    schedules_topic: str = Field(
+        default="agentlog.schedules",
+        description="Compacted, one partition: the schedules (`agentlog schedule`) and the latest fire time each "
+        "scheduler handled, keyed by schedule name; a delete writes tombstones (docs/schedules.md).",
+    )
     # Coordination of the deployment's limits (runtime.worker.limits.shared): a few lease lengths
     # of reports and grants are all it needs, so one partition and short retention.
     limits_topic: str = Field(

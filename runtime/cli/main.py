@@ -40,6 +40,7 @@ OWN_COMMANDS = {
     "erase": "runtime.cli.erase:add_erase_command",
     "upgrade": "runtime.cli.upgrade:add_upgrade_commands",
     "schemas": "runtime.cli.schemas:add_schema_commands",
+    **dict.fromkeys(("schedule", "scheduler"), "runtime.cli.schedules:add_schedule_commands"),
     "demo": "runtime.cli.demo:add_demo_command",
 }
 

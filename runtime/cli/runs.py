@@ -127,6 +127,11 @@ def _serve(
         raise
     stagemarks.start("app loaded")
     log.connect()  # the reader is connected before partitions arrive: rebuilds read with it
+    halt_scheduler = None
+    if args.schedules:  # docs/schedules.md: a scheduler beside the worker, in a thread of its own
+        from runtime.cli.scheduling import start_beside_worker
+
+        halt_scheduler = start_beside_worker(settings, worker_id, set(app.workflows))
     try:
         worker = Worker(
             app,
@@ -140,6 +145,8 @@ def _serve(
         stagemarks.start("worker built")
         worker.run(tune_gc=True)
     finally:
+        if halt_scheduler is not None:
+            halt_scheduler()
         log.close()
 
 
@@ -363,6 +370,9 @@ def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     worker = subparsers.add_parser("worker", help="run a worker")
     worker.add_argument("--app", required=True, help="module:attribute of the App")
     worker.add_argument("--worker-id", help="stable identity (static group membership); default: host name")
+    worker.add_argument(
+        "--schedules", action="store_true", help="also fire the schedules, as `agentlog scheduler` does"
+    )
     worker.add_argument("--session-timeout-ms", type=int, default=10_000)
     worker.add_argument(
         "--respawn",

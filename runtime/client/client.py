@@ -18,6 +18,7 @@ from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import RunSubmitted
 from runtime.log.schemas.serde import Serde
 from runtime.log.sealing.submitter import SubmitterKeys
+from runtime.schedules import Schedules, ScheduleStore
 from runtime.workflow.budget import Budget, BudgetError
 from runtime.workflow.canonical import canonical_json
 from runtime.workflow.deadlines import absolute_ms
@@ -67,6 +68,7 @@ class Client:
         )
         self._reader = RunReader(self.settings, self.log, self.serde)
         self._endings = Endings(self._reader, self._writer.flush)
+        self._schedules: Schedules | None = None
 
     @property
     def events_records_read(self) -> int:
@@ -112,6 +114,18 @@ class Client:
             RunSubmitted(run_id=run_id, workflow=workflow, input=text, budget=recorded, deadline=at)
         )
         return self.run(run_id)
+
+    @property
+    def schedules(self) -> Schedules:
+        """The deployment's schedules: ``add``, ``list``, ``get``, ``pause``, ``resume``, ``delete``
+        (docs/schedules.md). Each change is acknowledged by the log when the call returns."""
+        if self._schedules is None:
+            counts = self.log.partition_count if isinstance(self.log, KafkaLog) else None
+            store = ScheduleStore(
+                self.settings, self.log, self.serde, identity=self.identity, partition_count=counts
+            )
+            self._schedules = Schedules(store)
+        return self._schedules
 
     def run(self, run_id: str) -> RunHandle:
         """The handle on run ``run_id`` (nothing is read until one of its methods asks)."""

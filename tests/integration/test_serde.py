@@ -75,14 +75,19 @@ def test_every_record_type_round_trips_through_kafka_and_the_registry(deployment
     consumer = Consumer(reader_config(deployment))
     got: list[Record] = []
     try:
-        for topic in (deployment.commands_topic, deployment.events_topic, deployment.checkpoints_topic):
+        for topic in (
+            deployment.commands_topic,
+            deployment.events_topic,
+            deployment.checkpoints_topic,
+            deployment.schedules_topic,
+        ):
             wanted = sum(1 for r in records if serde.topic_of(r) == topic)
             got += _read(consumer, serde, topic, wanted)
     finally:
         consumer.close()
     # Each schema is the first version of its subject: the decoded records say so.
     assert sorted(got, key=lambda r: r.seq) == [dataclasses.replace(r, schema_version=1) for r in records]
-    assert len(got) == len(RECORD_TYPES) == 30
+    assert len(got) == len(RECORD_TYPES) == 32
 
 
 def _read(consumer: Consumer, serde: Serde, topic: str, wanted: int) -> list[Record]:

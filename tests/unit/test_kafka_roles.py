@@ -16,6 +16,7 @@ SETTINGS = Settings(
     payloads_topic="d.payloads",
     keys_topic="d.keys",
     limits_topic="d.limits",
+    schedules_topic="d.schedules",
     worker_group="d.workers",
 )
 HISTORY = ("d.events", "d.checkpoints", "d.payloads")
@@ -28,7 +29,8 @@ def writes(role: str) -> set[str]:
 
 
 def test_only_the_worker_and_the_admin_write_the_history_topics() -> None:
-    assert writes("submitter") == {"d.commands", "d.keys"}  # a sealed run's key is its submitter's
+    # a sealed run's key is its submitter's; schedules are a submitter's (`agentlog schedule`, `scheduler`)
+    assert writes("submitter") == {"d.commands", "d.keys", "d.schedules"}
     assert writes("sink") == set()
     assert writes("worker") == {
         "d.commands",

@@ -11,6 +11,8 @@ from concurrent.futures import Future
 
 from confluent_kafka import (
     Consumer,
+    KafkaError,
+    KafkaException,
 )
 
 from runtime.config import Settings
@@ -21,7 +23,7 @@ from runtime.log.kafka.ownership import KafkaOwnershipCheck
 from runtime.log.kafka.reader import read_partition, read_partitions, watermarks
 from runtime.log.kafka.tail import KafkaTail
 from runtime.log.kafka.writer import EventWriter
-from runtime.log.port.protocol import LogRecord
+from runtime.log.port.protocol import LogRecord, ReadError
 
 
 class KafkaLog:
@@ -127,6 +129,21 @@ class KafkaLog:
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         with self._lent() as reader:
             return watermarks(reader, topic, partition)
+
+    def partition_count(self, topic: str) -> int | None:
+        """How many partitions ``topic`` has; None if the cluster has no such topic (a watermarks
+        query would wait a minute for it). ReadError if the cluster does not answer."""
+        with self._lent() as reader:
+            try:
+                found = reader.list_topics(topic, timeout=10).topics.get(topic)
+            except KafkaException as exc:
+                raise ReadError(f"cannot read the metadata of {topic}: {exc}") from exc
+        if found is None or (
+            found.error is not None
+            and found.error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
+        ):
+            return None
+        return len(found.partitions)  # another error (a leader being elected): it exists
 
     def join(self, worker_id: str, session_timeout_ms: int) -> KafkaCommandFeed:
         return KafkaCommandFeed(self.settings, worker_id, session_timeout_ms)

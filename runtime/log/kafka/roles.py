@@ -62,6 +62,8 @@ def grants(role: Role, settings: Settings) -> list[Grant]:
             # A sealed run's data key is made by its submitter (runtime.log.sealing), which
             # also reads it to open the run's result.
             *(Grant("topic", s.keys_topic, op) for op in ("READ", "WRITE")),
+            # Schedules: `agentlog schedule` writes them, `agentlog scheduler` their fire times.
+            *(Grant("topic", s.schedules_topic, op) for op in ("READ", "WRITE")),
             *(Grant("topic", t, "READ") for t in (s.events_topic, s.checkpoints_topic, s.payloads_topic)),
             Grant("group", s.worker_group, "DESCRIBE"),  # who holds a partition, when a result is late
             *common,

@@ -428,8 +428,41 @@ class HistorySnapshot(CheckpointRecord):
 
 
 CHECKPOINT_TYPES: tuple[type[CheckpointRecord], ...] = (CheckpointSnapshots, HistorySnapshot)
+
+
+@record_type
+class ScheduleRecord(Record):
+    """A record of the compacted schedules topic (runtime.schedules); ``run_id`` holds its key."""
+
+
+@record_type
+class ScheduleDefined(ScheduleRecord):
+    """A schedule as last written by `agentlog schedule add|pause|resume` (key schedule/<name>)."""
+
+    name: str
+    workflow: str
+    input: str
+    cron: str = ""
+    every_ms: int = 0
+    timezone: str = "UTC"
+    catch_up: str = "latest"
+    paused: bool = False
+    active_from: int = 0
+
+
+@record_type
+class ScheduleFired(ScheduleRecord):
+    """The latest fire time of a schedule a scheduler handled, written after its submission (key fired/<name>)."""
+
+    name: str
+    fire_time: int
+    fired_run: str = ""
+    refused: str | None = None
+
+
+SCHEDULE_TYPES: tuple[type[ScheduleRecord], ...] = (ScheduleDefined, ScheduleFired)
 RECORD_TYPES: dict[str, type[Record]] = {
-    cls.__name__: cls for cls in (*COMMAND_TYPES, *EVENT_TYPES, *CHECKPOINT_TYPES)
+    cls.__name__: cls for cls in (*COMMAND_TYPES, *EVENT_TYPES, *CHECKPOINT_TYPES, *SCHEDULE_TYPES)
 }
 
 # Records that end a run (runtime.log.records.status); after one of them the run accepts nothing but reads.

@@ -47,7 +47,7 @@ class LocalSchema:
     text: str
     full_name: str
     name: str
-    role: str  # "commands", "events" or "checkpoints"
+    role: str  # "commands", "events", "checkpoints" or "schedules"
 
     @cached_property
     def parsed(self) -> dict[str, Any]:
@@ -57,6 +57,8 @@ class LocalSchema:
     def topic(self, settings: Settings) -> str:
         if self.role == "commands":
             return settings.commands_topic
+        if self.role == "schedules":
+            return settings.schedules_topic
         return settings.checkpoints_topic if self.role == "checkpoints" else settings.events_topic
 
     def subject(self, settings: Settings) -> str:
