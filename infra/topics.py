@@ -57,6 +57,10 @@ def wanted(settings: Settings) -> list[TopicSpec]:
         # Schedules and what each last fired (runtime.schedules): compacted, one partition, read whole
         # by every scheduler.
         TopicSpec(settings.schedules_topic, 1, {"cleanup.policy": "compact"}),
+        # What runs do as it happens (runtime.worker.streaming): a view for watchers, kept an hour;
+        # the state runs expose to queries, compacted (the latest per run).
+        TopicSpec(settings.stream_topic, n, {"retention.ms": "3600000", "segment.ms": "600000"}),
+        TopicSpec(settings.exposed_topic, n, {"cleanup.policy": "compact"}),
         # Data keys of sealed runs (runtime.log.sealing): compacted, with short segments and
         # tombstone retention, so an erased run's key leaves the disk within minutes of `agentlog erase`.
         TopicSpec(

@@ -98,6 +98,17 @@ class Settings(BaseModel):
         description="Compacted, one partition: the schedules (`agentlog schedule`) and the latest fire time each "
         "scheduler handled, keyed by schedule name; a delete writes tombstones (docs/schedules.md).",
     )
+    # What runs do as it happens (runtime.worker.streaming): a view for watchers, never the truth.
+    stream_topic: str = Field(
+        default="agentlog.stream",
+        description="Short retention, keyed by run id in the run's partition: what each run does as it happens "
+        "(steps, model deltas, endings) for `Client.stream` and `agentlog watch`; a view, not history.",
+    )
+    exposed_topic: str = Field(
+        default="agentlog.exposed",
+        description="Compacted, keyed by run id in the run's partition: the latest state each run exposed "
+        "(`ctx.expose`), read by `Client.query` and `agentlog query`.",
+    )
     # Coordination of the deployment's limits (runtime.worker.limits.shared): a few lease lengths
     # of reports and grants are all it needs, so one partition and short retention.
     limits_topic: str = Field(

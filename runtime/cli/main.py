@@ -42,6 +42,7 @@ OWN_COMMANDS = {
     "schemas": "runtime.cli.schemas:add_schema_commands",
     **dict.fromkeys(("schedule", "scheduler"), "runtime.cli.schedules:add_schedule_commands"),
     "demo": "runtime.cli.demo:add_demo_command",
+    **dict.fromkeys(("watch", "query"), "runtime.cli.watching:add_watch_commands"),
 }
 
 # Options of the top-level parser that take a value (to find the subcommand before parsing).

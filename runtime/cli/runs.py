@@ -116,6 +116,7 @@ def _serve(
         # Resolve the schema ids in a thread (network waits) while the app is imported.
         serde = Serde(settings)
         serde.warm_up_in_background()
+    from runtime.log.kafka.stream import StreamProducer
     from runtime.worker.loop import Worker
 
     stagemarks.start("worker imported")
@@ -141,6 +142,7 @@ def _serve(
             worker_id=worker_id,
             session_timeout_ms=args.session_timeout_ms,  # a rejoin after fencing joins as the first did
             feed=feed,
+            stream=StreamProducer(settings),  # what runs do, for watchers (runtime.worker.streaming)
         )
         stagemarks.start("worker built")
         worker.run(tune_gc=True)

@@ -11,6 +11,20 @@ from runtime.client.client import Client
 from runtime.client.commands import new_run_id
 from runtime.client.endings import RunError
 from runtime.client.handle import RunHandle
+from runtime.client.queries import QueryError
+from runtime.client.streaming import UnknownRun
+from runtime.log.records.stream import StreamEvent
 from runtime.run_status import LoggedEvent, RunStatus, summarize
 
-__all__ = ["Client", "LoggedEvent", "RunError", "RunHandle", "RunStatus", "new_run_id", "summarize"]
+__all__ = [
+    "Client",
+    "LoggedEvent",
+    "QueryError",
+    "RunError",
+    "RunHandle",
+    "RunStatus",
+    "StreamEvent",
+    "UnknownRun",
+    "new_run_id",
+    "summarize",
+]

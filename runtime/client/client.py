@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Generator, Iterable
 from typing import Any
 
 from runtime.client.commands import CommandWriter, new_run_id
 from runtime.client.endings import Endings
 from runtime.client.handle import RunHandle
 from runtime.client.reading import RunReader
+from runtime.client.streaming import Since
 from runtime.config import Settings, load_settings
 from runtime.log.kafka.access import check_access
 from runtime.log.kafka.backend import KafkaLog
 from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import RunSubmitted
+from runtime.log.records.stream import StreamEvent
 from runtime.log.schemas.serde import Serde
 from runtime.log.sealing.submitter import SubmitterKeys
 from runtime.schedules import Schedules, ScheduleStore
@@ -130,6 +132,18 @@ class Client:
     def run(self, run_id: str) -> RunHandle:
         """The handle on run ``run_id`` (nothing is read until one of its methods asks)."""
         return RunHandle(run_id, self._writer, self._reader, self._endings)
+
+    def stream(self, run_id: str, since: Since = "start") -> Generator[StreamEvent, None, None]:
+        """``client.run(run_id).stream(since)``: what the run does, as it happens (RunHandle.stream)."""
+        return self.run(run_id).stream(since)
+
+    def astream(self, run_id: str, since: Since = "start") -> AsyncIterator[StreamEvent]:
+        """``stream`` for asyncio programs (RunHandle.astream)."""
+        return self.run(run_id).astream(since)
+
+    def query(self, run_id: str, name: str) -> Any:
+        """``client.run(run_id).query(name)``: the latest value the run exposed under ``name``."""
+        return self.run(run_id).query(name)
 
     def results(self, run_ids: Iterable[str], timeout: float = 60.0) -> dict[str, Any]:
         """Wait for many runs at once; their results by run id, in the order given. ``timeout``

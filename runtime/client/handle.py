@@ -3,18 +3,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import asyncio
+from collections.abc import AsyncIterator, Generator, Iterator, Mapping
 from typing import Any
 
 from runtime.client.commands import CommandWriter, new_run_id
 from runtime.client.endings import Endings
+from runtime.client.queries import query
 from runtime.client.reading import RunReader
 from runtime.client.resets import seeded_submission
+from runtime.client.streaming import Since, stream_run
 from runtime.errors import AgentlogError
 from runtime.log.records.events import CancelRequested, Event, SignalSent
 from runtime.log.records.prompts import RecordedInput
 from runtime.log.records.run_index import RunLocation
 from runtime.log.records.status import ENDED
+from runtime.log.records.stream import StreamEvent
 from runtime.run_status import LoggedEvent, RunStatus
 from runtime.workflow.canonical import canonical_json
 from runtime.workflow.compensation import RESERVED_SIGNAL_PREFIX
@@ -48,6 +52,32 @@ class RunHandle:
     def partition(self) -> int:
         """The partition of the commands and events topics that holds the run's records."""
         return self._reader.partition(self.run_id)
+
+    # ------------------------------------------------------------------------------ watching
+    def stream(self, since: Since = "start") -> Generator[StreamEvent, None, None]:
+        """What the run does, as it happens (runtime.client.streaming): its recorded steps, then
+        its live ones -- calls started, a model's deltas as they form, outcomes, waits -- until it
+        ends. ``since``: "start" (its whole history first), "current" (the steps in progress first)
+        or "now" (only what happens from now on). A reader joining late sees each step once; an
+        attempt a retry or a crash replaced is marked ``superseded``. Raises UnknownRun at once for
+        a run never submitted."""
+        self._writer.flush()  # a run this client just submitted is found
+        return stream_run(self._reader.settings, self._reader, self.run_id, since)
+
+    async def astream(self, since: Since = "start") -> AsyncIterator[StreamEvent]:
+        """``stream`` for asyncio programs: each event awaited (the reading runs in a thread)."""
+        events = await asyncio.to_thread(self.stream, since)
+        try:
+            while (event := await asyncio.to_thread(next, events, None)) is not None:
+                yield event
+        finally:
+            events.close()
+
+    def query(self, name: str) -> Any:
+        """The latest value the run exposed under ``name`` (``ctx.expose``), at once, without
+        waiting for the run or signalling it (runtime.client.queries). Raises UnknownRun for a run
+        never submitted, QueryError naming the names it exposes for another name."""
+        return query(self._reader, self.run_id, name)
 
     # ------------------------------------------------------------------------------ waiting
     def result(self, timeout: float = 60.0, *, follow: bool = False) -> Any:

@@ -15,9 +15,11 @@ from runtime.log.records.events import (
     ToolCallFailed,
 )
 from runtime.log.records.status import SKIPPED_IN_FORK
+from runtime.models.deltas import DeltaSink
 from runtime.worker.call_pool import CallPool
 from runtime.worker.heartbeats import CallBeats
 from runtime.worker.retrying import Then
+from runtime.worker.streaming import in_thread
 from runtime.worker.usage import usage_of
 from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.canonical import canonical_json
@@ -38,10 +40,15 @@ def _target(
     return tool.fn, tool.is_async, tool.retry, kwargs, []
 
 
-async def attempt_once(app: App, command: Intent, pool: CallPool, beats: CallBeats | None = None) -> Any:
+async def attempt_once(
+    app: App, command: Intent, pool: CallPool, beats: CallBeats | None = None, sink: DeltaSink | None = None
+) -> Any:
     """One try of the call; raises what the call raised (or TimeoutError). ``beats``: a tool's
-    heartbeats (runtime.worker.heartbeats), reported from inside it and its silence watched."""
+    heartbeats (runtime.worker.heartbeats), reported from inside it and its silence watched.
+    ``sink``: a model's deltas (runtime.worker.streaming), bound in the pool thread of a sync one."""
     fn, is_async, policy, kwargs, positional = _target(app, command)
+    if sink is not None and not is_async:
+        fn = in_thread(fn, sink)
     if beats is not None:
         fn = beats.bound(fn, is_async)
     # Sync clients run in the pool's threads, so a slow call never blocks other runs.

@@ -25,6 +25,7 @@ One ack per call and no transaction per result; fencing is by epoch (runtime.log
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -44,6 +45,7 @@ from runtime.log.records.events import (
 )
 from runtime.log.records.payloads import outlined
 from runtime.log.records.prompts import located
+from runtime.models.deltas import deltas_to
 from runtime.worker.batching import TurnBatcher
 from runtime.worker.budgets import BudgetGuard, PriceBook
 from runtime.worker.call_pool import CallPool
@@ -59,6 +61,7 @@ from runtime.worker.partition import OwnedPartition
 from runtime.worker.resources import lacking, out_of
 from runtime.worker.retrying import FINAL, RetryTrail, after_failure, wait_until
 from runtime.worker.run_cache import RunCache
+from runtime.worker.streaming import RunStreams
 from runtime.worker.tracing import RunSpans
 from runtime.workflow.activation import Completion, Deliver, Park, RunInstance, RunView
 from runtime.workflow.app import App
@@ -103,6 +106,7 @@ class Executor:
         self.permits: Permits | None = LocalPermits(self.limits) if self.limits else None
         self.gate: PermitGate | None = None  # set by start(): the calls' waits for permits
         self.call_tasks = CallTasks()  # each run's calls in flight, cancelled with it
+        self.stream: RunStreams | None = None  # what runs do, for watchers (runtime.worker.streaming)
         # The runs in memory, at most Settings.run_cache_size; evicted ones woken from their records.
         self.runs = RunCache(
             app, settings, batcher.serde, log, self.metrics, self.flush, batcher.append, self._fail
@@ -132,6 +136,8 @@ class Executor:
         if self.spans.on and view.active:
             self.spans.run_span(view, owned.stamp.worker)
         durable = self.batcher.append(owned, events) if events else None
+        if self.stream is not None:  # watchers see the step as its record is written
+            self.stream.appended(owned.partition, owned.epoch, view, events, ready)
         if effect_outcome and durable is not None:
             owned.effect_outcomes[view.run_id] = durable
         if view.active and self._over_history_limit(owned, view):
@@ -139,6 +145,8 @@ class Executor:
             parked = run.activate(Park(self._history_limit_reason(owned, view)))
             durable = self.batcher.append(owned, parked.records) or durable
             view = parked.view
+            if self.stream is not None:
+                self.stream.appended(owned.partition, owned.epoch, view, parked.records, ())
         if not view.active:
             self.spans.run_ended(view.run_id, view.status)
             self.metrics.run_ended(view.workflow, view.status)
@@ -287,6 +295,10 @@ class Executor:
                     held = await self._permitted(owned, run, intent, ack, attempt, needs)
                     if held is None:
                         return
+            if self.stream is not None:
+                self.stream.attempt(
+                    owned.partition, owned.epoch, run.view.run_id, intent, attempt, owned.stamp.worker
+                )
             started = time.perf_counter()
             try:
                 outcome, elapsed = await self._attempt(owned, run, intent, attempt, started, held)
@@ -380,9 +392,15 @@ class Executor:
             if stagemarks.ON:
                 stagemarks.mark(f"call start {intent.kind}", run.view.run_id, intent.position)
             beats = self._heartbeats(owned, run, intent, attempt) if intent.kind == "tool" else None
-            outcome = completed(
-                intent, await attempt_once(self.app, intent, self.pool, beats), attempt, started
+            sink = (
+                self.stream.sink(owned.partition, owned.epoch, run.view.run_id, intent.position, attempt)
+                if self.stream is not None and intent.kind == "model"
+                else None
             )
+            with deltas_to(sink) if sink is not None else contextlib.nullcontext():
+                outcome = completed(
+                    intent, await attempt_once(self.app, intent, self.pool, beats, sink), attempt, started
+                )
             if held is not None and self.gate is not None:
                 self.gate.settle(held, intent, outcome)
             if stagemarks.ON:

@@ -35,6 +35,7 @@ from runtime.worker.intake import CommandIntake
 from runtime.worker.limits.shared import SharedPermits
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.resources import ResourceWatch, note_lacking
+from runtime.worker.streaming import RunStreams, StreamOut
 from runtime.worker.takeover import Takeover
 from runtime.workflow.app import App
 
@@ -64,8 +65,11 @@ class Worker:
         checkpoint_interval_s: float = 2.0,
         feed: CommandFeed | None = None,
         shared_limits: bool = True,
+        stream: StreamOut | None = None,
     ) -> None:
-        """``shared_limits=False`` keeps every limit whole in this process (a local run)."""
+        """``shared_limits=False`` keeps every limit whole in this process (a local run). ``stream``:
+        where what runs do is published for watchers and queries (runtime.worker.streaming); none
+        (a local run) publishes nothing."""
         self.app = app
         self.settings = settings
         self.log = log
@@ -78,6 +82,9 @@ class Worker:
         self.ops: WorkerOps | None = None  # the metrics and probes port, while serving (metrics_port)
         self.batcher = TurnBatcher(settings, serde, log)
         self.executor = Executor(app, settings, log, self.batcher, self._lose)
+        self.stream_out = stream
+        if stream is not None:
+            self.executor.stream = RunStreams(settings, stream)
         self.shared_permits = self._share_limits(session_timeout_ms) if shared_limits else None
         self.commands = CommandHandler(app, serde, self.batcher, self.executor, self.worker_id)
         self.takeover = Takeover(app, settings, serde, log, self.executor, self.worker_id)
@@ -230,6 +237,8 @@ class Worker:
         if self.shared_permits is not None:
             await self.shared_permits.close()  # what it held goes back to the others at once
         self.batcher.send()  # results recorded before the stop are not left unsent
+        if self.stream_out is not None:
+            self.stream_out.flush()  # what watchers have not seen yet, within a few seconds
         try:
             self.log.flush()
         finally:

@@ -36,6 +36,7 @@ from runtime.errors import NonDeterminismError
 from runtime.log.records.events import Event
 from runtime.log.records.status import RunState
 from runtime.workflow.budget import Spend
+from runtime.workflow.exposed import Exposed
 from runtime.workflow.intents import Drift, InDoubt, Intent
 
 # A completion without out-of-line messages (nearly all of them) shares this one, read-only.
@@ -112,6 +113,9 @@ class RunView:
     spend: Spend | None = None
     # (limit name, key) of each limit keyed by a field of the run's input (app.limit(per=...)).
     limit_keys: tuple[tuple[str, str], ...] = ()
+    # What the run exposes to queries (ctx.expose; runtime.workflow.exposed): grown in place by the
+    # machine, like spend; None for a run made without one.
+    exposed: Exposed | None = None
     # status == "running", kept as a field: it is read several times on every call's path, and a
     # view is made only a few times in a run.
     active: bool = field(init=False)

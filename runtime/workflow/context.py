@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from runtime.errors import AgentlogError, DecisionOutOfBounds
 from runtime.workflow.app import App
 from runtime.workflow.canonical import NAMESPACE, canonical_json, sha256_hex
+from runtime.workflow.exposed import Exposed
 from runtime.workflow.futures import DurableFuture, GatherFuture
 
 
@@ -26,6 +27,8 @@ class RunHost(Protocol):
     now_ms: int  # occurred_at of the event that last resumed the workflow
     resumed_seq: int  # seq of that event
     history_warn_events: int
+    exposed: Exposed  # what ctx.expose set (runtime.workflow.exposed)
+    replaying: bool  # the code re-runs recorded history (what it exposes now was published before)
 
     def issue_model(
         self, name: str, messages: list[dict[str, Any]], params: dict[str, Any], prompt_version: str | None
@@ -115,6 +118,12 @@ class Context:
         if compensate_with is None:
             return self._machine.issue_tool(name, args)
         return self._machine.issue_compensable_tool(name, args, compensate_with)
+
+    def expose(self, name: str, value: Any) -> None:
+        """Expose ``value`` (JSON-able) under ``name`` to queries (``Client.query(run_id, name)``,
+        ``agentlog query``): the latest value per name is read at once, without waiting for the run
+        or signalling it. Not recorded: replay exposes the same values (runtime.workflow.exposed)."""
+        self._machine.exposed.set(name, value, live=not self._machine.replaying)
 
     def sleep(self, seconds: float) -> DurableFuture:
         """A durable timer: survives worker restarts; holds no thread while it waits."""

@@ -87,6 +87,7 @@ from runtime.workflow.context import Context
 from runtime.workflow.deadlines import DEADLINE_POSITION, deadline_intent
 from runtime.workflow.deadlines import reason as deadline_reason
 from runtime.workflow.declared_limits import run_limit_keys
+from runtime.workflow.exposed import Exposed
 from runtime.workflow.futures import DurableFuture, GatherFuture
 from runtime.workflow.input_shape import coerce_input
 from runtime.workflow.intents import (
@@ -157,6 +158,7 @@ class RunMachine:
         self.old_patches: list[str] = []  # patch ids whose old branch this run keeps (recorded before)
         # A budgeted run's spending as its record holds it (the worker checks it before a model call).
         self.spend = Spend(Budget.from_json(started.budget)) if started.budget else None
+        self.exposed = Exposed()  # ctx.expose's values, grown in place like spend (runtime.workflow.exposed)
         self._position = 0
         self._identical: Counter[str] = Counter()
         self._signals: dict[str, deque[str]] = {}
@@ -190,6 +192,7 @@ class RunMachine:
             self.status,
             spend=self.spend,
             limit_keys=self.limit_keys,
+            exposed=self.exposed,
         )
         self._ctx = Context(self)
         self.saga = Saga()  # compensations registered by ctx.tool(..., compensate_with=...)
@@ -234,6 +237,7 @@ class RunMachine:
                 tuple(self.old_patches),
                 self.spend,
                 limit_keys=self.limit_keys,
+                exposed=self.exposed,
             )
         return view
 

@@ -65,6 +65,8 @@ def grants(role: Role, settings: Settings) -> list[Grant]:
             # Schedules: `agentlog schedule` writes them, `agentlog scheduler` their fire times.
             *(Grant("topic", s.schedules_topic, op) for op in ("READ", "WRITE")),
             *(Grant("topic", t, "READ") for t in (s.events_topic, s.checkpoints_topic, s.payloads_topic)),
+            # Watching and querying runs (Client.stream, Client.query): views the workers write.
+            *(Grant("topic", t, "READ") for t in (s.stream_topic, s.exposed_topic)),
             Grant("group", s.worker_group, "DESCRIBE"),  # who holds a partition, when a result is late
             *common,
         ]
@@ -76,6 +78,8 @@ def grants(role: Role, settings: Settings) -> list[Grant]:
             s.payloads_topic,
             s.keys_topic,
             s.limits_topic,
+            s.stream_topic,
+            s.exposed_topic,
         )
         return [
             # Commands too: a worker forwards a command to its run's home partition and submits
