@@ -136,12 +136,10 @@ def compact(backlog: Sequence[StreamEvent]) -> list[StreamEvent]:
     return shown
 
 
-def resume_from_ms(history: Sequence[StreamEvent]) -> int:
+def resume_from_ms(history: Sequence[StreamEvent], last_at: int) -> int:
     """Where a reader of the stream starts (ms since the epoch): the start of the earliest step the
-    history leaves unfinished, else its last event -- what the stream holds from there on is
-    either in the history (and dropped by identity) or new."""
-    if not history:
-        return 0
+    history leaves unfinished, else ``last_at``, when the history's last record was written --
+    what the stream holds from there on is either in the history (and dropped by identity) or new."""
     done = {e.position for e in history if _settles(e)}
     open_starts = [e.at for e in history if e.kind == "started" and e.position not in done]
-    return min([*open_starts, max(e.at for e in history)])
+    return min([*open_starts, last_at])

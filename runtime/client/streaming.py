@@ -102,7 +102,8 @@ def _events(
         return
     follower = StreamFollower(settings, settings.stream_topic, reader.partition(run_id))
     try:
-        yield from _follow(follower, reader, seam, run_id, since, history, end)
+        resume_ms = resume_from_ms(history, max(e.occurred_at for e in events))
+        yield from _follow(follower, reader, seam, run_id, since, resume_ms, end)
     finally:
         follower.close()
 
@@ -113,11 +114,11 @@ def _follow(
     seam: Seam,
     run_id: str,
     since: Since,
-    history: list[StreamEvent],
+    resume_ms: int,
     end: int,
 ) -> Generator[StreamEvent, None, None]:
     high = follower.bounds()[1]
-    start = high if since == "now" else follower.offset_at(resume_from_ms(history) - MARGIN_MS)
+    start = high if since == "now" else follower.offset_at(resume_ms - MARGIN_MS)
     follower.start(start)
     key = run_id.encode()
     backlog: list[StreamEvent] | None = [] if start < high else None  # None: caught up
