@@ -137,7 +137,7 @@ class Executor:
             self.spans.run_span(view, owned.stamp.worker)
         durable = self.batcher.append(owned, events) if events else None
         if self.stream is not None:  # watchers see the step as its record is written
-            self.stream.appended(owned.partition, owned.epoch, view, events, ready)
+            self.stream.appended(owned.partition, owned.epoch, view, events)
         if effect_outcome and durable is not None:
             owned.effect_outcomes[view.run_id] = durable
         if view.active and self._over_history_limit(owned, view):
@@ -146,7 +146,7 @@ class Executor:
             durable = self.batcher.append(owned, parked.records) or durable
             view = parked.view
             if self.stream is not None:
-                self.stream.appended(owned.partition, owned.epoch, view, parked.records, ())
+                self.stream.appended(owned.partition, owned.epoch, view, parked.records)
         if not view.active:
             self.spans.run_ended(view.run_id, view.status)
             self.metrics.run_ended(view.workflow, view.status)

@@ -3,9 +3,9 @@ queries (``Client.query``): views beside the log, never read back by a worker.
 
 To the stream topic (runtime.log.records.stream), in the run's partition, keyed by run id:
 - each record an activation appends that stands for a step (``from_record``): a call scheduled,
-  its outcome, a timer or permit wait, a signal, the run's end -- published as the record is
-  handed to the batcher, so a watcher sees a step about when its record is written;
-- a signal wait without timeout (it has no record) as ``waiting``;
+  its outcome, a timer or permit wait (a signal wait with a timeout: one without has no record,
+  and the worker does not see it), a signal, the run's end -- published as the record is handed
+  to the batcher, so a watcher sees a step about when its record is written;
 - each attempt of a call as it starts (``attempt``), and before it, when the call had an earlier
   attempt -- a retry, or a re-run after a crash (the call is in doubt) -- a ``superseded`` marker
   for it: whatever a watcher showed of the earlier attempt's deltas is void;
@@ -26,7 +26,7 @@ cannot queue), and nothing of a run's course depends on it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import orjson
@@ -63,20 +63,12 @@ class RunStreams:
     def _send(self, partition: int, event: StreamEvent) -> None:
         self.out.publish(self.topic, partition, event.run_id.encode(), encode(event))
 
-    def appended(
-        self, partition: int, epoch: int, view: RunView, events: Sequence[Event], intents: Iterable[Intent]
-    ) -> None:
-        """An activation's records, handed to the batcher, and the intents it made ready."""
+    def appended(self, partition: int, epoch: int, view: RunView, events: Sequence[Event]) -> None:
+        """An activation's records, handed to the batcher, and the state its code exposed."""
         for record in events:
             event = from_record(record, contents=self.contents, epoch=epoch)
             if event is not None:
                 self._send(partition, event)
-        for intent in intents:
-            if intent.kind == "signal" and not intent.recorded:  # no record stands for it
-                data = {"for": "signal", "name": intent.name, "until": None}
-                self._send(
-                    partition, StreamEvent(view.run_id, "waiting", intent.position, 0, data, _now_ms(), epoch)
-                )
         state = view.exposed.take() if view.exposed is not None else None
         if state is not None:
             value = orjson.dumps({"run_id": view.run_id, "state": state, "at": _now_ms()})
