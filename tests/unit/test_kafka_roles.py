@@ -17,6 +17,8 @@ SETTINGS = Settings(
     keys_topic="d.keys",
     limits_topic="d.limits",
     schedules_topic="d.schedules",
+    stream_topic="d.stream",
+    exposed_topic="d.exposed",
     worker_group="d.workers",
 )
 HISTORY = ("d.events", "d.checkpoints", "d.payloads")
@@ -36,8 +38,10 @@ def test_only_the_worker_and_the_admin_write_the_history_topics() -> None:
         "d.commands",
         "d.keys",
         "d.limits",
+        "d.stream",
+        "d.exposed",
         *HISTORY,
-    }  # limits: its reports and grants
+    }  # limits: its reports and grants; stream and exposed: what runs do and expose, for watchers
     assert writes("admin") == {"*"}
 
 

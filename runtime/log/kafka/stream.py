@@ -20,6 +20,7 @@ from confluent_kafka import (
 )
 
 from runtime.config import Settings
+from runtime.errors import AgentlogError
 from runtime.log.kafka.config import know_topic, offset_of, reader_config
 from runtime.log.kafka.reader import watermarks
 from runtime.log.port.protocol import LogRecord
@@ -61,7 +62,7 @@ class StreamProducer:
         self._producer.flush(timeout)
 
 
-class StreamGap(Exception):
+class StreamGap(AgentlogError):
     """Retention deleted records of the followed partition before they were read."""
 
     def __init__(self, partition: int, wanted: int, first_held: int) -> None:

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import orjson
 
+from runtime.errors import AgentlogError
 from runtime.log.records.events import (
     Event,
     ModelCallCompleted,
@@ -62,7 +63,7 @@ RECORDED: frozenset[str] = frozenset({"started", "completed", "failed", "waiting
 ATTEMPT_KINDS: frozenset[str] = frozenset({"attempt", "delta", "completed", "failed"})
 
 
-class StreamFormatError(ValueError):
+class StreamFormatError(AgentlogError, ValueError):
     """A stream value that is not a stream event (another version's, or not agentlog's)."""
 
 
