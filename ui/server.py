@@ -37,8 +37,9 @@ from analytics.errors import StoreError
 from analytics.store import QueryStore, connect, parse_dsn
 from runtime.config import Settings
 from runtime.errors import AgentlogError
+from runtime.log.port.partitioning import partition_for
 
-from . import pages
+from . import live, pages
 
 log = logging.getLogger("agentlog.ui")
 
@@ -74,6 +75,7 @@ class UiServer:
         self._thread: threading.Thread | None = None
         # Opens sealed contents for every request; its keys reader lives as long as the server.
         self._opener = unseal.Opener.of(settings)
+        self._stopping = threading.Event()  # ends the live streams (ui.live) still open
 
     @property
     def address(self) -> tuple[str, int]:
@@ -93,6 +95,7 @@ class UiServer:
         self._httpd.serve_forever()
 
     def stop(self) -> None:
+        self._stopping.set()
         self._httpd.shutdown()
         self._httpd.server_close()
         if self._thread is not None:
@@ -223,6 +226,9 @@ class UiServer:
                 if not server.token_ok(self._token()):
                     self._send(401, "text/plain", b"a token is required: open the URL agentlog ui printed")
                     return
+                if parts.path.startswith("/run/") and parts.path.endswith("/stream"):
+                    self._live(unquote(parts.path[len("/run/") : -len("/stream")]))
+                    return
                 try:
                     status, kind, body = server.route(parts.path, query)
                 except Exception as exc:  # a page that failed to render: say so, keep serving
@@ -233,6 +239,26 @@ class UiServer:
 
             def do_HEAD(self) -> None:
                 self.do_GET()
+
+            def _live(self, run_id: str) -> None:
+                """The run's stream as server-sent events (ui.live), until it ends or the page goes."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-store")
+                self.send_header("X-Content-Type-Options", "nosniff")
+                self.end_headers()
+                if self.command == "HEAD":
+                    return
+                partition = partition_for(run_id, server.settings.partitions)
+                chunks = live.run_stream(server.settings, partition, run_id, server._stopping.is_set)
+                try:
+                    for chunk in chunks:
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the page went away
+                finally:
+                    chunks.close()
 
             def _read_only(self) -> None:
                 self._send(405, "text/plain", b"agentlog ui is read-only", {"Allow": "GET, HEAD"})

@@ -1,6 +1,6 @@
 """Watching a run: its recorded history, then what it does as it happens (``RunHandle.stream``).
 
-The reader (runtime.client.seam says how the two parts join):
+The reader (runtime.stream_seam says how the two parts join):
 1. reads the run's events to their end -- an unknown run is refused at once; a run submitted but not
    started yet is waited for -- and shows them (``since="start"``), only its steps in progress
    (``"current"``), or nothing (``"now"``);
@@ -21,12 +21,12 @@ from collections.abc import Generator
 from typing import Literal
 
 from runtime.client.reading import RunReader
-from runtime.client.seam import Seam, compact, resume_from_ms, unfinished
 from runtime.config import Settings
 from runtime.errors import AgentlogError
 from runtime.log.kafka.stream import StreamFollower, StreamGap
 from runtime.log.records.events import Event
 from runtime.log.records.stream import StreamEvent, StreamFormatError, decode, from_record
+from runtime.stream_seam import Seam, compact, resume_from_ms, unfinished
 
 Since = Literal["start", "now", "current"]
 SINCE: tuple[str, ...] = ("start", "now", "current")

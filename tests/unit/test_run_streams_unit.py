@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from runtime.client.seam import Seam, compact, resume_from_ms, unfinished
 from runtime.errors import AgentlogError
 from runtime.log.records.events import ModelCallCompleted, RunCompleted
 from runtime.log.records.stream import StreamEvent, StreamFormatError, decode, encode, from_record
 from runtime.models.deltas import Delta, emit
+from runtime.stream_seam import Seam, compact, resume_from_ms, unfinished
 from runtime.worker.streaming import RunStreams
 from runtime.workflow.app import App
 from runtime.workflow.context import Context

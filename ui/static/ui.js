@@ -1,5 +1,6 @@
 // agentlog ui: clicks on the timeline open a call's details (fetched on demand); a running run's page polls the
-// store every 2 s (GET /run/ID/version) and swaps in the new page body when the run changed.
+// store every 2 s (GET /run/ID/version) and swaps in the new page body when the run changed, and shows the
+// run's stream as it arrives (GET /run/ID/stream, server-sent events) in its live panel.
 (function () {
   "use strict";
   function $(sel, root) { return (root || document).querySelector(sel); }
@@ -71,8 +72,61 @@
       .then(function () { window.setTimeout(poll, 2000); });
   }
 
+  // A running run's live panel: its stream as server-sent events (GET /run/ID/stream), tokens
+  // included; a line per call attempt, an attempt a retry or a crash replaced struck through.
+  function live() {
+    var panel = $("#live");
+    if (!panel || typeof EventSource === "undefined") { return; }
+    var steps = $(".live-steps", panel), state = $(".live-state", panel), lines = {};
+    var source = new EventSource("/run/" + encodeURIComponent(panel.dataset.run) + "/stream");
+    function line(pos, attempt) {
+      var key = pos + "/" + attempt;
+      if (!lines[key]) {
+        var li = document.createElement("li");
+        li.className = "live-call";
+        li.dataset.position = pos;
+        li.dataset.attempt = attempt;
+        li.innerHTML = '<span class="live-head"></span> <span class="live-text"></span>';
+        steps.appendChild(li);
+        lines[key] = li;
+      }
+      return lines[key];
+    }
+    function note(text) {
+      var li = document.createElement("li");
+      li.className = "live-note";
+      li.textContent = text;
+      steps.appendChild(li);
+    }
+    source.onopen = function () { state.textContent = "following the run as it works"; };
+    source.onmessage = function (msg) {
+      var e = JSON.parse(msg.data), d = e.data || {};
+      if (e.kind === "attempt") {
+        $(".live-head", line(e.position, e.attempt)).textContent = "[" + e.position + "] " + d.call + " " + d.name + " (attempt " + e.attempt + ")";
+      } else if (e.kind === "delta") {
+        $(".live-text", line(e.position, e.attempt)).textContent += d.text;
+      } else if (e.kind === "superseded") {
+        $all('.live-call[data-position="' + e.position + '"]', steps).forEach(function (li) { li.classList.add("superseded"); });
+      } else if (e.kind === "completed" || e.kind === "failed") {
+        var li = line(e.position, e.attempt);
+        li.classList.add(e.kind);
+        if (!$(".live-head", li).textContent) { $(".live-head", li).textContent = "[" + e.position + "]"; }
+      } else if (e.kind === "waiting") {
+        note("[" + e.position + "] waiting for " + d["for"] + " " + d.name);
+      } else if (e.kind === "gap") {
+        note("(gap) " + d.reason);
+      } else if (e.kind === "ended") {
+        note("run " + d.status);
+        state.textContent = "the run ended";
+        source.close();
+      }
+    };
+    source.onerror = function () { state.textContent = "reconnecting to the run's stream\u2026"; };
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     restoreSelection();
+    live();
     window.setTimeout(poll, 2000);
   });
 }());
