@@ -12,9 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from runtime.client import Client, QueryError, StreamEvent, UnknownRun
 from runtime.config import Settings
+from runtime.log.kafka.stream import StreamFollower, StreamGap, StreamProducer
+from runtime.log.records.stream import decode, encode
 from support.services import agentlog, make_deployment
 from support.wait import wait_until
 from support.workers import WorkerProcess
@@ -210,3 +214,31 @@ def _query_or_none(client: Client, run: str, name: str) -> object:
         return client.query(run, name)
     except QueryError:
         return None
+
+
+def test_a_reader_is_told_when_retention_dropped_what_it_had_not_read(world: tuple[Settings, Path]) -> None:
+    deployment = world[0]
+    producer = StreamProducer(deployment)
+    topic = deployment.stream_topic
+    follower = StreamFollower(deployment, topic, 0)
+    admin = AdminClient(deployment.kafka_common())
+    try:
+        high = follower.bounds()[1]
+        for i in range(6):
+            event = StreamEvent("retained", "delta", 1, 1, {"kind": "text", "text": str(i), "index": 0}, 0, 0)
+            producer.publish(topic, 0, b"retained", encode(event))
+        producer.flush()
+        # Retention deletes the first four (delete_records does what retention does) before a
+        # reader behind by six reads them.
+        done = admin.delete_records([TopicPartition(topic, 0, high + 4)], request_timeout=30)
+        for future in done.values():
+            future.result()
+        follower.start(high)
+        with pytest.raises(StreamGap) as gap:
+            wait_until(lambda: follower.poll(0.2), 30, "the gap")
+        assert (gap.value.wanted, gap.value.first_held) == (high, high + 4)
+        rest = wait_until(lambda: follower.poll(0.2), 30, "the records still held")
+        assert [decode(r.value or b"").data["text"] for r in rest] == ["4", "5"]
+    finally:
+        follower.close()
+        producer.flush()
