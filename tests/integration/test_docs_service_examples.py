@@ -22,3 +22,12 @@ def test_client_usage_program_runs(
     workers.append(worker)
     worker.wait_ready(deployment.partitions)
     client_usage.main(deployment)  # its asserts are what the pages claim
+
+
+def test_watching_program_runs(deployment: Settings, workers: list[WorkerProcess], tmp_path: Path) -> None:
+    from examples.docs import watching
+
+    worker = WorkerProcess(deployment, "examples.docs.watching:app", "docs-w2", tmp_path / "worker.log")
+    workers.append(worker)
+    worker.wait_ready(deployment.partitions)
+    watching.main(deployment)  # its asserts are what the page claims

@@ -23,7 +23,7 @@ SNIPPET = re.compile(r'^--8<-- "([^":]+)(?::[\w-]+)?"$')
 PAGES = [ROOT / "README.md", ROOT / "docs"]
 EXAMPLES = ROOT / "examples" / "docs"
 # Programs that need Kafka and the registry: tests/integration/test_docs_service_examples.py runs them.
-NEEDS_SERVICES = {"client_usage.py"}
+NEEDS_SERVICES = {"client_usage.py", "watching.py"}
 
 
 def _blocks() -> list[CodeExample]:
