@@ -84,11 +84,21 @@ def stream_run(
     if since not in SINCE:
         raise ValueError(f"since must be one of {', '.join(SINCE)}, got {since!r}")
     events, end = history_of(reader, run_id)
-    return _events(settings, reader, run_id, since, events, end)
+    # "now" is when this was called, not when the iterator is first read.
+    now = (
+        reader.log.watermarks(settings.stream_topic, reader.partition(run_id))[1] if since == "now" else None
+    )
+    return _events(settings, reader, run_id, since, events, end, now)
 
 
 def _events(
-    settings: Settings, reader: RunReader, run_id: str, since: Since, events: list[Event], end: int
+    settings: Settings,
+    reader: RunReader,
+    run_id: str,
+    since: Since,
+    events: list[Event],
+    end: int,
+    now: int | None,
 ) -> Generator[StreamEvent, None, None]:
     history = [s for e in events if (s := from_record(e)) is not None]
     seam = Seam(history)
@@ -103,7 +113,7 @@ def _events(
     follower = StreamFollower(settings, settings.stream_topic, reader.partition(run_id))
     try:
         resume_ms = resume_from_ms(history, max(e.occurred_at for e in events))
-        yield from _follow(follower, reader, seam, run_id, since, resume_ms, end)
+        yield from _follow(follower, reader, seam, run_id, resume_ms, end, now)
     finally:
         follower.close()
 
@@ -113,12 +123,12 @@ def _follow(
     reader: RunReader,
     seam: Seam,
     run_id: str,
-    since: Since,
     resume_ms: int,
     end: int,
+    now: int | None,
 ) -> Generator[StreamEvent, None, None]:
     high = follower.bounds()[1]
-    start = high if since == "now" else follower.offset_at(resume_ms - MARGIN_MS)
+    start = now if now is not None else follower.offset_at(resume_ms - MARGIN_MS)
     follower.start(start)
     key = run_id.encode()
     backlog: list[StreamEvent] | None = [] if start < high else None  # None: caught up

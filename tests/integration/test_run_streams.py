@@ -6,6 +6,7 @@ a waiting run's exposed state is queried while it waits; unknown runs and names 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Iterator
@@ -116,6 +117,8 @@ def test_a_watcher_sees_a_model_call_s_deltas_before_it_ends_and_every_step_in_o
     # The call has not ended: the model waits for its release, and the log has no outcome for it.
     assert not any(e.kind == "completed" for e in watcher.events)
     assert "ModelCallCompleted" not in [e["type"] for e in client.run(run).history()]
+    current, now = Watcher(client, run, "current"), Watcher(client, run, "now")
+    wait_until(lambda: current.text(1) == "first try ", 30, "the current step's deltas so far")
     _release(where, run, 1)
     watcher.first("delta", 3)  # the sync adapter's deltas come from a pool thread
     _release(where, run, 2)
@@ -135,6 +138,13 @@ def test_a_watcher_sees_a_model_call_s_deltas_before_it_ends_and_every_step_in_o
     result = client.run(run).result()
     assert watcher.text(1) == result["said"] == f"first try of {run}"
     assert watcher.text(3) == result["again"] == f"fresh answer for {run}"
+    # "current": the step in progress (its start from the history, its deltas so far), then on;
+    # "now": only what came after it joined.
+    assert _steps(current.ended())[:2] == [("started", 1), ("attempt", 1)]
+    assert current.text(1) == watcher.text(1) and current.text(3) == watcher.text(3)
+    now_steps = _steps(now.ended())
+    assert ("started", 1) not in now_steps and ("attempt", 1) not in now_steps
+    assert now_steps[-1] == ("ended", -1) and now.text(1) == f"of {run}"
     # A watcher of the ended run gets its history: the same steps, no deltas (the results say it all).
     late = list(client.stream(run))
     assert _steps(late) == [s for s in _steps(events) if s[0] != "attempt"]
@@ -192,6 +202,11 @@ def test_a_waiting_run_s_exposed_state_is_queried_while_it_waits(
     assert cli.returncode == 0 and json.loads(cli.stdout) == {"step": 2, "of": 2}, cli.stderr
     client.run(run).signal("go", "now")
     assert client.run(run).result() == {"went": "now"}
+
+    async def kinds() -> list[str]:
+        return [event.kind async for event in client.astream(run)]
+
+    assert asyncio.run(kinds())[-2:] == ["signal", "ended"]
     watched = agentlog(deployment, "watch", run)
     assert watched.returncode == 0, watched.stderr
     assert watched.stdout.splitlines()[-1] == 'run completed: {"went":"now"}'
