@@ -109,6 +109,12 @@ class Settings(BaseModel):
         description="Compacted, keyed by run id in the run's partition: the latest state each run exposed "
         "(`ctx.expose`), read by `Client.query` and `agentlog query`.",
     )
+    stream_runs: bool = Field(
+        default=True,
+        description="Workers publish what runs do to stream_topic and what they expose to exposed_topic. Off, "
+        "`Client.stream` still shows each step, read from the events topic about a second late, without "
+        "model deltas, and `Client.query` finds nothing exposed.",
+    )
     # Coordination of the deployment's limits (runtime.worker.limits.shared): a few lease lengths
     # of reports and grants are all it needs, so one partition and short retention.
     limits_topic: str = Field(

@@ -142,7 +142,8 @@ def _serve(
             worker_id=worker_id,
             session_timeout_ms=args.session_timeout_ms,  # a rejoin after fencing joins as the first did
             feed=feed,
-            stream=StreamProducer(settings),  # what runs do, for watchers (runtime.worker.streaming)
+            # what runs do, for watchers (runtime.worker.streaming)
+            stream=StreamProducer(settings) if settings.stream_runs else None,
         )
         stagemarks.start("worker built")
         worker.run(tune_gc=True)

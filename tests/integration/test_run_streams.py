@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -257,3 +258,32 @@ def test_a_reader_is_told_when_retention_dropped_what_it_had_not_read(world: tup
     finally:
         follower.close()
         producer.flush()
+
+
+def test_with_streams_off_a_watcher_still_sees_each_step_from_the_log(
+    services: Settings, world: tuple[Settings, Path]
+) -> None:
+    deployment, where = make_deployment(services, partitions=1), world[1]
+    worker = WorkerProcess(
+        deployment, APP, "off", where / "off.log", TEST_STREAM_DIR=str(where), AGENTLOG_STREAM_RUNS="false"
+    )
+    try:
+        worker.wait_ready(1)
+        with Client(deployment) as client:
+            run = client.submit("talk", {}, run_id=f"off-{uuid.uuid4().hex[:8]}").run_id
+            watcher = Watcher(client, run)
+            watcher.first("started", 1)
+            _release(where, run, 1)
+            events = watcher.ended()
+            assert _steps(events) == [
+                ("started", 1),
+                ("completed", 1),
+                ("started", 2),
+                ("completed", 2),
+                ("ended", -1),
+            ]
+            assert not [e for e in events if e.live]  # every one read from the events topic
+            with pytest.raises(QueryError, match="has exposed nothing"):
+                client.query(run, "progress")
+    finally:
+        worker.stop()

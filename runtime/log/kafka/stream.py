@@ -8,7 +8,6 @@ dropped and counted, never waited for, so a watcher's slowness or a broker's nev
 from __future__ import annotations
 
 import logging
-import time
 
 from confluent_kafka import (
     OFFSET_END,
@@ -113,8 +112,8 @@ class StreamFollower:
         self._consumer.assign([TopicPartition(self.topic, self.partition, offset)])
 
     def poll(self, timeout_s: float) -> list[LogRecord]:
-        """Records read since the last poll (waits up to ``timeout_s`` for the first)."""
-        deadline = time.monotonic() + timeout_s
+        """Records read since the last poll (waits up to ``timeout_s`` for the first); StreamGap when
+        the position was deleted (the follower then goes on from the first offset still held)."""
         first = self._consumer.poll(max(0.0, timeout_s))
         messages = [] if first is None else [first, *self._consumer.consume(num_messages=500, timeout=0)]
         found: list[LogRecord] = []
@@ -128,12 +127,10 @@ class StreamFollower:
                     raise StreamGap(self.partition, wanted, low)
                 if error.fatal():
                     raise KafkaException(error)
-                continue
+                continue  # transient (a broker reconnecting): the consumer retries by itself
             offset = offset_of(message)
             self.position = offset + 1
             found.append(LogRecord(offset, message.key(), message.value(), message.timestamp()[1]))
-        if not found and time.monotonic() < deadline:
-            return []
         return found
 
     def close(self) -> None:
