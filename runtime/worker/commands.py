@@ -51,6 +51,8 @@ from runtime.log.port.partitioning import name_in_partition, partition_of_key
 from runtime.log.port.protocol import Delivery, WriteError
 from runtime.log.records.events import (
     CancelRequested,
+    ChildEnded,
+    ChildRunEnded,
     Event,
     RunRejected,
     RunStarted,
@@ -278,6 +280,26 @@ class CommandHandler:
             completion = run.activate(Deliver(received))
             self.executor.metrics.step(completion.view.workflow)
             self.executor.flush(owned, run, completion)
+        elif isinstance(command, ChildEnded):  # a child's ending (runtime.worker.children)
+            run = self.executor.runs.run(owned, command.run_id)  # woken if it was evicted
+            if run is None:
+                log.info(
+                    "ending of child %s for run %s that is not running: ignored",
+                    command.child_run_id,
+                    command.run_id,
+                )
+                return
+            ended = ChildRunEnded(
+                run_id=command.run_id,
+                position=0,  # the run knows the child's position
+                child_run_id=command.child_run_id,
+                status=command.status,
+                result=command.result,
+                error_type=command.error_type,
+                error=command.error,
+                command_offset=offset,
+            )
+            self.executor.flush(owned, run, run.activate(Deliver(ended)))
         elif isinstance(command, CancelRequested):
             run = self.executor.runs.run(owned, command.run_id)  # woken if it was evicted
             if run is None:
@@ -301,6 +323,8 @@ class CommandHandler:
                 problem = str(error)
         if problem is not None:
             self._reject(owned, command.run_id, command.workflow, problem, command.input, offset)
+            if command.child_of:  # its parent waits for it (runtime.worker.children)
+                self.executor.children.rejected(command.child_of, command.run_id, problem)
             return
         started = RunStarted(
             run_id=command.run_id,
@@ -318,6 +342,7 @@ class CommandHandler:
             trace_id=trace_id_for(command.run_id),
             fork_overrides=command.fork_overrides,
             budget=budget,
+            child_of=command.child_of,
         )
         # A reset's copied events keep their original times (ctx.now() replays as it ran).
         copies = [

@@ -69,6 +69,53 @@ class CancelRequested(Command):
 
 
 @record_type
+class ChildEnded(Command):
+    """A child run ended: sent by its worker to the parent's partition, keyed by the parent's id."""
+
+    child_run_id: str
+    status: str
+    result: str | None = None
+    error_type: str | None = None
+    error: str | None = None
+
+
+@record_type
+class ChildRunEnded(Event):
+    """A child run this run started has ended; resolves the call that waits for it."""
+
+    position: int
+    child_run_id: str
+    status: str
+    result: str | None = None
+    error_type: str | None = None
+    error: str | None = None
+    command_offset: int
+
+
+@record_type
+class ChildRunScheduled(Event):
+    """The run started a child run; durable before the child's submission is sent."""
+
+    position: int
+    child_run_id: str
+    workflow: str
+    args_hash: str
+    input: str
+    parent_close: str = "cancel"
+
+
+@record_type
+class ChildRunSignalled(Event):
+    """The run sent a signal (or a cancel) to a child run it started."""
+
+    position: int
+    child_run_id: str
+    name: str
+    payload: str
+    cancel: bool = False
+
+
+@record_type
 class EpochClaimed(Event):
     """A worker took ownership of this partition; its epoch is this record's offset. Records of older epochs that follow are a fenced writer's and are ignored."""
 
@@ -266,6 +313,7 @@ class RunStarted(Event):
     trace_id: str | None = None
     fork_overrides: str | None = None
     budget: str | None = None  # JSON (runtime.workflow.budget): the budget that binds the run
+    child_of: str | None = None  # a child run's parent (runtime.workflow.children)
 
 
 @record_type
@@ -281,6 +329,7 @@ class RunSubmitted(Command):
     continued_from: str | None = None
     fork_overrides: str | None = None
     budget: str | None = None  # JSON (runtime.workflow.budget): the submission's budget override
+    child_of: str | None = None  # a child run's parent (runtime.workflow.children)
 
 
 @record_type
@@ -359,8 +408,11 @@ class ToolCallScheduled(Event):
     compensates: int | None = None
 
 
-COMMAND_TYPES: tuple[type[Command], ...] = (RunSubmitted, SignalSent, CancelRequested)
+COMMAND_TYPES: tuple[type[Command], ...] = (RunSubmitted, SignalSent, CancelRequested, ChildEnded)
 EVENT_TYPES: tuple[type[Event], ...] = (
+    ChildRunEnded,
+    ChildRunScheduled,
+    ChildRunSignalled,
     EpochClaimed,
     ModelCallCompleted,
     ModelCallFailed,

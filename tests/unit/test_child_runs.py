@@ -1,0 +1,186 @@
+"""Child runs on the in-memory log: ids derived from the parent, one start per child on replay,
+endings recorded once, an unknown child workflow refused, and the parent-close policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runtime.errors import ChildRunFailed
+from runtime.log.records.events import (
+    ChildRunEnded,
+    ChildRunScheduled,
+    RunStarted,
+)
+from runtime.workflow.activation import Deliver, Wake
+from runtime.workflow.app import App
+from runtime.workflow.children import child_run_id
+from runtime.workflow.context import Context
+from runtime.workflow.instance import new_run
+from runtime.workflow.intents import Stamp
+from support.memory_harness import Harness, until
+
+pytestmark = pytest.mark.unit
+
+
+def family_app() -> App:
+    app = App("family")
+
+    @app.tool("double")
+    def double(n: int) -> int:
+        return n * 2
+
+    @app.workflow("reader")
+    async def reader(ctx: Context, n: int) -> int:
+        return int(await ctx.tool("double", n=n))
+
+    @app.workflow("broken")
+    async def broken(ctx: Context, n: int) -> int:
+        raise ValueError(f"no page {n}")
+
+    @app.workflow("waiter")
+    async def waiter(ctx: Context, n: int) -> Any:
+        return await ctx.wait_signal("go")
+
+    @app.workflow("fan_out")
+    async def fan_out(ctx: Context, n: int) -> list[int]:
+        return list(await ctx.gather(*(ctx.child("reader", i) for i in range(n))))
+
+    @app.workflow("catches")
+    async def catches(ctx: Context, n: int) -> str:
+        try:
+            await ctx.child("broken", n)
+        except ChildRunFailed as error:
+            return str(error)
+        return "no error"
+
+    @app.workflow("unknown_child")
+    async def unknown_child(ctx: Context, n: int) -> Any:
+        return await ctx.child("nobody", n)
+
+    @app.workflow("two_policies")
+    async def two_policies(ctx: Context, n: int) -> Any:
+        ctx.start_child("waiter", 1)  # parent_close="cancel" by default
+        ctx.start_child("waiter", 2, parent_close="run_on")
+        return await ctx.wait_signal("never")
+
+    @app.workflow("signals_child")
+    async def signals_child(ctx: Context, n: int) -> Any:
+        handle = ctx.start_child("waiter", n)
+        await handle.signal("go", {"from": "parent"})
+        return await handle
+
+    return app
+
+
+def test_a_child_id_derives_from_the_parent_and_the_position_never_the_clock() -> None:
+    assert child_run_id("run-1", 3) == "run-1.child3"
+    assert child_run_id("run-1", 3) == child_run_id("run-1", 3)
+    assert child_run_id("run-1", 4) != child_run_id("run-1", 3)
+    assert child_run_id("run-2", 3) != child_run_id("run-1", 3)
+
+
+async def test_three_children_gathered_each_start_once_and_the_parent_gets_their_results() -> None:
+    h = Harness(family_app())
+    h.start()
+    run = h.client.submit("fan_out", 3).run_id
+    status = await h.ended(run)
+    assert status.status == "completed", status
+    assert h.client.run(run).result(timeout=1) == [0, 2, 4]
+    parent = h.events(run)
+    starts = [e for e in parent if isinstance(e, ChildRunScheduled)]
+    ends = [e for e in parent if isinstance(e, ChildRunEnded)]
+    assert [e.child_run_id for e in starts] == [child_run_id(run, p) for p in (1, 2, 3)]
+    assert sorted(e.child_run_id for e in ends) == [e.child_run_id for e in starts]
+    assert {e.status for e in ends} == {"completed"}
+    for start in starts:
+        child = h.events(start.child_run_id)
+        assert [e.type for e in child].count("RunStarted") == 1
+        assert isinstance(child[0], RunStarted) and child[0].child_of == run
+        assert h.status(start.child_run_id).status == "completed"
+    await h.stop_all()
+
+
+async def test_a_replayed_parent_issues_no_second_start_and_resends_only_unended_children() -> None:
+    h = Harness(family_app())
+    h.start()
+    run = h.client.submit("fan_out", 3).run_id
+    await h.ended(run)
+    await h.stop_all()
+    history = h.events(run)
+    started = history[0]
+    assert isinstance(started, RunStarted)
+    stamp = Stamp(lambda: 0, "replayer", 0)
+    # The whole history: nothing to record, nothing to send.
+    whole = new_run(h.app, started, stamp).activate(Wake(history))
+    assert whole.records == [] and whole.intents == []
+    assert whole.view.status == "completed"
+    # Cut after the three starts (a parent recovered while its children ran): the starts are sent
+    # again (the children's partitions ignore ids they know), none is recorded again.
+    cut = [e for e in history if not isinstance(e, ChildRunEnded) and e.type != "RunCompleted"]
+    recovered = new_run(h.app, started, stamp)
+    woken = recovered.activate(Wake(cut))
+    assert [e.type for e in woken.records] == []
+    assert sorted(i.key or "" for i in woken.intents) == [child_run_id(run, p) for p in (1, 2, 3)]
+    assert recovered.waiting()  # a parent waiting on children only may be evicted
+    # A child's ending delivered twice is recorded once.
+    ended = ChildRunEnded(
+        run_id=run, position=0, child_run_id=child_run_id(run, 2), status="completed", result="2", command_offset=7
+    )
+    assert [e.type for e in recovered.activate(Deliver(ended)).records] == ["ChildRunEnded"]
+    assert recovered.activate(Deliver(ended)).records == []
+
+
+async def test_a_failed_child_raises_in_the_parent_naming_the_child_run() -> None:
+    h = Harness(family_app())
+    h.start()
+    run = h.client.submit("catches", 5).run_id
+    assert (await h.ended(run)).status == "completed"
+    message = h.client.run(run).result(timeout=1)
+    assert child_run_id(run, 1) in message and "'broken'" in message and "no page 5" in message
+    await h.stop_all()
+
+
+async def test_a_child_of_an_unknown_workflow_fails_the_parent_with_a_terminal_error_naming_it() -> None:
+    h = Harness(family_app())
+    h.start()
+    run = h.client.submit("unknown_child", 1).run_id
+    status = await h.ended(run)
+    assert status.status == "failed"  # not parked
+    failed = h.events(run)[-1]
+    assert failed.type == "RunFailed"
+    assert getattr(failed, "error_type", "") == "TerminalError"
+    assert "'nobody' is not registered" in getattr(failed, "error", "")
+    assert not any(isinstance(e, ChildRunScheduled) for e in h.events(run))
+    await h.stop_all()
+
+
+async def test_a_parent_signals_its_child_through_the_handle() -> None:
+    h = Harness(family_app())
+    h.start()
+    run = h.client.submit("signals_child", 1).run_id
+    assert (await h.ended(run)).status == "completed"
+    assert h.client.run(run).result(timeout=1) == {"from": "parent"}
+    await h.stop_all()
+
+
+async def test_a_cancelled_parent_cancels_its_cancel_policy_child_and_leaves_the_run_on_one() -> None:
+    h = Harness(family_app())
+    h.start()
+    run = h.client.submit("two_policies", 0).run_id
+    cancel_child, run_on_child = child_run_id(run, 1), child_run_id(run, 2)
+    await until(
+        lambda: h.status(cancel_child).status == "running" and h.status(run_on_child).status == "running",
+        what="both children to start",
+    )
+    h.client.run(run).cancel("operator says stop")
+    assert (await h.ended(run)).status == "cancelled"
+    cancelled = await h.ended(cancel_child)
+    assert cancelled.status == "cancelled"
+    reason = getattr(h.events(cancel_child)[-1], "reason", "")
+    assert run in reason and "cancelled" in reason
+    assert h.status(run_on_child).status == "running"
+    h.client.run(run_on_child).signal("go", "still here")
+    assert (await h.ended(run_on_child)).status == "completed"
+    await h.stop_all()
