@@ -65,12 +65,14 @@ def ending_command(parent_run_id: str, ending: Event) -> ChildEnded | None:
     one (a park: an operator decides; a continue-as-new: not followed to the successor)."""
     child = ending.run_id
     if isinstance(ending, RunCompleted):
-        return ChildEnded(run_id=parent_run_id, child_run_id=child, status="completed", result=ending.result)
+        return ChildEnded(
+            run_id=parent_run_id, child_run_id=child, child_status="completed", result=ending.result
+        )
     if isinstance(ending, RunFailed):
         return ChildEnded(
             run_id=parent_run_id,
             child_run_id=child,
-            status="failed",
+            child_status="failed",
             error_type=ending.error_type,
             error=ending.error,
         )
@@ -78,7 +80,7 @@ def ending_command(parent_run_id: str, ending: Event) -> ChildEnded | None:
         return ChildEnded(
             run_id=parent_run_id,
             child_run_id=child,
-            status="cancelled",
+            child_status="cancelled",
             error_type="RunCancelled",
             error=ending.reason,
         )
@@ -90,7 +92,7 @@ def rejection_command(parent_run_id: str, child_run_id: str, reason: str) -> Chi
     return ChildEnded(
         run_id=parent_run_id,
         child_run_id=child_run_id,
-        status="rejected",
+        child_status="rejected",
         error_type="RunRejected",
         error=reason,
     )

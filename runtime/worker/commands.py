@@ -293,7 +293,7 @@ class CommandHandler:
                 run_id=command.run_id,
                 position=0,  # the run knows the child's position
                 child_run_id=command.child_run_id,
-                status=command.status,
+                child_status=command.child_status,
                 result=command.result,
                 error_type=command.error_type,
                 error=command.error,

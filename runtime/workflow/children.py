@@ -154,11 +154,11 @@ def scheduled_child(command: Intent, run_id: str) -> ChildRunScheduled | ChildRu
 
 def resolve(command: Intent, ended: ChildRunEnded) -> None:
     """Settle a child's handle with its ending: its result, or ChildRunFailed."""
-    if ended.status == "completed":
+    if ended.child_status == "completed":
         command.future.set_result(orjson.loads(ended.result or "null"))
         return
     command.future.set_exception(
         ChildRunFailed(
-            ended.child_run_id, command.name, ended.status, ended.error_type or "", ended.error or ""
+            ended.child_run_id, command.name, ended.child_status, ended.error_type or "", ended.error or ""
         )
     )

@@ -93,12 +93,18 @@ async def test_three_children_gathered_each_start_once_and_the_parent_gets_their
     ends = [e for e in parent if isinstance(e, ChildRunEnded)]
     assert [e.child_run_id for e in starts] == [child_run_id(run, p) for p in (1, 2, 3)]
     assert sorted(e.child_run_id for e in ends) == [e.child_run_id for e in starts]
-    assert {e.status for e in ends} == {"completed"}
+    assert {e.child_status for e in ends} == {"completed"}
     for start in starts:
         child = h.events(start.child_run_id)
         assert [e.type for e in child].count("RunStarted") == 1
         assert isinstance(child[0], RunStarted) and child[0].child_of == run
         assert h.status(start.child_run_id).status == "completed"
+        assert h.status(start.child_run_id).parent_run_id == run
+    children = status.children
+    assert [(c.run_id, c.workflow, c.status) for c in children] == [
+        (child_run_id(run, p), "reader", "completed") for p in (1, 2, 3)
+    ]
+    assert status.as_dict()["children"][0]["parent_close"] == "cancel"
     await h.stop_all()
 
 
@@ -126,7 +132,12 @@ async def test_a_replayed_parent_issues_no_second_start_and_resends_only_unended
     assert recovered.waiting()  # a parent waiting on children only may be evicted
     # A child's ending delivered twice is recorded once.
     ended = ChildRunEnded(
-        run_id=run, position=0, child_run_id=child_run_id(run, 2), status="completed", result="2", command_offset=7
+        run_id=run,
+        position=0,
+        child_run_id=child_run_id(run, 2),
+        child_status="completed",
+        result="2",
+        command_offset=7,
     )
     assert [e.type for e in recovered.activate(Deliver(ended)).records] == ["ChildRunEnded"]
     assert recovered.activate(Deliver(ended)).records == []

@@ -153,6 +153,8 @@ def test_run_status_as_dict_keeps_the_status_json_keys() -> None:
         "budget": None,
         "waiting_for": [],
         "retrying": [],
+        "parent_run_id": None,
+        "children": [],
     }
 
 

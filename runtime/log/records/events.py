@@ -73,7 +73,7 @@ class ChildEnded(Command):
     """A child run ended: sent by its worker to the parent's partition, keyed by the parent's id."""
 
     child_run_id: str
-    status: str
+    child_status: str  # completed, failed, cancelled or rejected
     result: str | None = None
     error_type: str | None = None
     error: str | None = None
@@ -85,7 +85,7 @@ class ChildRunEnded(Event):
 
     position: int
     child_run_id: str
-    status: str
+    child_status: str  # completed, failed, cancelled or rejected
     result: str | None = None
     error_type: str | None = None
     error: str | None = None
