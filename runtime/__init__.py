@@ -17,6 +17,7 @@ _EXPORTS = {
     "App": "runtime.workflow.app",
     "Budget": "runtime.workflow.budget",
     "CallFailed": "runtime.errors",
+    "ChildRunFailed": "runtime.errors",
     "Client": "runtime.client",
     "ConfigError": "runtime.config",
     "Context": "runtime.workflow.context",
@@ -41,6 +42,7 @@ __all__ = [
     "App",
     "Budget",
     "CallFailed",
+    "ChildRunFailed",
     "Client",
     "ConfigError",
     "Context",
@@ -67,6 +69,7 @@ if TYPE_CHECKING:
     from runtime.errors import (
         AgentlogError,
         CallFailed,
+        ChildRunFailed,
         DecisionOutOfBounds,
         NonDeterminismError,
         RetryableError,
