@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from runtime.config import Settings
 from runtime.errors import ChildRunFailed
 from runtime.log.records.events import (
     ChildRunEnded,
@@ -194,4 +195,57 @@ async def test_a_cancelled_parent_cancels_its_cancel_policy_child_and_leaves_the
     assert h.status(run_on_child).status == "running"
     h.client.run(run_on_child).signal("go", "still here")
     assert (await h.ended(run_on_child)).status == "completed"
+    await h.stop_all()
+
+
+def waiting_app() -> App:
+    app = App("family-waiting")
+
+    @app.workflow("reader")
+    async def reader(ctx: Context, n: int) -> int:
+        await ctx.wait_signal("go")
+        return n * 10
+
+    @app.workflow("fan_out")
+    async def fan_out(ctx: Context, n: int) -> list[int]:
+        return list(await ctx.gather(*(ctx.child("reader", i) for i in range(1, n + 1))))
+
+    return app
+
+
+async def test_a_parent_waiting_on_children_is_evicted_and_woken_by_their_endings() -> None:
+    h = Harness(waiting_app(), settings=Settings(partitions=1, run_cache_size=1))
+    worker = h.start()
+    run = h.client.submit("fan_out", 3).run_id
+    children = [child_run_id(run, p) for p in (1, 2, 3)]
+    await until(lambda: all(h.status(c).status == "running" for c in children), what="the children to start")
+    await until(lambda: worker.executor.runs.in_memory() <= 1, what="the cache to evict the waiting runs")
+    for child in children:
+        h.client.run(child).signal("go", True)
+    assert (await h.ended(run)).status == "completed"
+    assert h.client.run(run).result(timeout=1) == [10, 20, 30]
+    assert [e.type for e in h.events(run)].count("ChildRunEnded") == 3
+    await h.stop_all()
+
+
+async def test_a_parent_taken_over_by_another_worker_starts_no_child_twice() -> None:
+    h = Harness(waiting_app())
+    h.start("w1", checkpoint_interval_s=0.05)  # checkpoints list the waiting parent
+    run = h.client.submit("fan_out", 2).run_id
+    children = [child_run_id(run, p) for p in (1, 2)]
+    await until(lambda: all(h.status(c).status == "running" for c in children), what="the children to start")
+    await until(
+        lambda: any(run in c.waiting_runs for c in h.checkpoints()), what="a checkpoint listing the parent"
+    )
+    await h.stop("w1")
+    h.start("w2")
+    # A repeated submission of a child (a parent's resend after a crash) starts nothing.
+    h.client.submit("reader", 1, run_id=children[0])
+    for child in children:
+        h.client.run(child).signal("go", True)
+    assert (await h.ended(run)).status == "completed"
+    assert h.client.run(run).result(timeout=1) == [10, 20]
+    for child in children:
+        assert h.types(child).count("RunStarted") == 1
+    assert [e.type for e in h.events(run)].count("ChildRunScheduled") == 2
     await h.stop_all()
