@@ -223,6 +223,8 @@ class ChildRun:
     position: int
     status: str
     parent_close: str
+    tokens: int = 0  # a budgeted child's, once it ended: counted in the parent's budget
+    model_calls: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -336,8 +338,15 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
                 event.child_run_id, event.workflow, event.position, "running", event.parent_close
             )
         elif isinstance(event, ChildRunEnded) and event.child_run_id in children:
+            calls = json.loads(event.spend) if event.spend else []
+            tokens = sum(call[2] + call[3] for call in calls)
+            spent[0] += tokens
+            spent[1] += len(calls)
             children[event.child_run_id] = dataclasses.replace(
-                children[event.child_run_id], status=event.child_status
+                children[event.child_run_id],
+                status=event.child_status,
+                tokens=tokens,
+                model_calls=len(calls),
             )
         if isinstance(event, ModelCallCompleted):
             spent[0] += (event.input_tokens or 0) + (event.output_tokens or 0)

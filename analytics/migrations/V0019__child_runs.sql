@@ -1,4 +1,4 @@
-ALTER TABLE agentlog.events ADD COLUMN IF NOT EXISTS `child_run_id` Nullable(String), ADD COLUMN IF NOT EXISTS `child_status` Nullable(String), ADD COLUMN IF NOT EXISTS `parent_close` Nullable(String), ADD COLUMN IF NOT EXISTS `cancel` Nullable(Bool), ADD COLUMN IF NOT EXISTS `child_of` Nullable(String)
+ALTER TABLE agentlog.events ADD COLUMN IF NOT EXISTS `child_run_id` Nullable(String), ADD COLUMN IF NOT EXISTS `child_status` Nullable(String), ADD COLUMN IF NOT EXISTS `parent_close` Nullable(String), ADD COLUMN IF NOT EXISTS `cancel` Nullable(Bool), ADD COLUMN IF NOT EXISTS `child_of` Nullable(String), ADD COLUMN IF NOT EXISTS `spend` Nullable(String)
 ;
 CREATE OR REPLACE VIEW agentlog.runs AS
 SELECT

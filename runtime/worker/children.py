@@ -42,6 +42,8 @@ from runtime.log.records.events import (
     ChildRunScheduled,
     Command,
     Event,
+    ModelCallCompleted,
+    ModelCallScheduled,
     RunCancelled,
     RunCompleted,
     RunFailed,
@@ -52,6 +54,7 @@ from runtime.log.records.events import (
 from runtime.log.schemas.serde import Serde
 from runtime.worker.partition import OwnedPartition
 from runtime.workflow.activation import RunInstance, RunView
+from runtime.workflow.budget import CallSpend, spend_json
 from runtime.workflow.children import CHILD, CHILD_SIGNAL
 from runtime.workflow.intents import Intent
 
@@ -60,13 +63,18 @@ log = logging.getLogger("agentlog.worker")
 SENT_BY_CHILDREN = (CHILD, CHILD_SIGNAL)  # the intents this module carries out
 
 
-def ending_command(parent_run_id: str, ending: Event) -> ChildEnded | None:
-    """The ``ChildEnded`` a child's ending record sends its parent; None for an ending that is not
-    one (a park: an operator decides; a continue-as-new: not followed to the successor)."""
+def ending_command(parent_run_id: str, ending: Event, spend: str | None = None) -> ChildEnded | None:
+    """The ``ChildEnded`` a child's ending record sends its parent (``spend``: a budgeted child's
+    calls, runtime.workflow.budget.spend_json); None for an ending that is not one (a park: an
+    operator decides; a continue-as-new: not followed to the successor)."""
     child = ending.run_id
     if isinstance(ending, RunCompleted):
         return ChildEnded(
-            run_id=parent_run_id, child_run_id=child, child_status="completed", result=ending.result
+            run_id=parent_run_id,
+            child_run_id=child,
+            child_status="completed",
+            result=ending.result,
+            spend=spend,
         )
     if isinstance(ending, RunFailed):
         return ChildEnded(
@@ -75,6 +83,7 @@ def ending_command(parent_run_id: str, ending: Event) -> ChildEnded | None:
             child_status="failed",
             error_type=ending.error_type,
             error=ending.error,
+            spend=spend,
         )
     if isinstance(ending, RunCancelled):
         return ChildEnded(
@@ -83,6 +92,7 @@ def ending_command(parent_run_id: str, ending: Event) -> ChildEnded | None:
             child_status="cancelled",
             error_type="RunCancelled",
             error=ending.reason,
+            spend=spend,
         )
     return None
 
@@ -113,7 +123,7 @@ def follow_ups(history: Sequence[Event], ending: Event) -> list[Command]:
     started = history[0] if history else None
     sent: list[Command] = []
     if isinstance(started, RunStarted) and started.child_of:
-        notice = ending_command(started.child_of, ending)
+        notice = ending_command(started.child_of, ending, history_spend(history) if started.budget else None)
         if notice is not None:
             sent.append(notice)
     ended = {e.child_run_id for e in history if isinstance(e, ChildRunEnded)}
@@ -125,6 +135,26 @@ def follow_ups(history: Sequence[Event], ending: Event) -> list[Command]:
         ):
             sent.append(cancel_command(event.child_run_id, ending.run_id, status))
     return sent
+
+
+def history_spend(history: Sequence[Event]) -> str:
+    """A budgeted run's calls as its recorded history tells them (a rebuild's path): each completed
+    model call priced by the model it reported, then its registered name (the live path also has
+    the call's ``model`` parameter, which the record keeps only inside its params)."""
+    models = {e.position: e.model for e in history if isinstance(e, ModelCallScheduled)}
+    return spend_json(
+        [
+            CallSpend(
+                (e.response_model, None, models.get(e.position, "")),
+                e.occurred_at,
+                e.input_tokens or 0,
+                e.output_tokens or 0,
+                e.cached_tokens or 0,
+            )
+            for e in history
+            if isinstance(e, ModelCallCompleted)
+        ]
+    )
 
 
 def ending_status(ending: Event) -> str | None:
@@ -175,6 +205,9 @@ class ChildLinks:
                 workflow=intent.name,
                 input=intent.args["input"],
                 child_of=parent,
+                # A budgeted parent's child is budgeted too (its calls counted, then added to the
+                # parent's spend when it ends); bound by the parent's budget, not by what is left of it.
+                budget=run.view.spend.budget.to_json() if run.view.spend is not None else None,
             )
         elif intent.args["cancel"]:
             command = CancelRequested(run_id=intent.key, reason=f"{intent.name} (by parent run {parent})")
@@ -210,7 +243,8 @@ class ChildLinks:
         assert status is not None
         sent: list[Command] = []
         if view.parent_run_id:
-            notice = ending_command(view.parent_run_id, ending)
+            spend = spend_json(view.spend.calls) if view.spend is not None else None
+            notice = ending_command(view.parent_run_id, ending, spend)
             if notice is not None:
                 sent.append(notice)
         for child, policy in run.open_children():

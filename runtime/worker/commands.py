@@ -297,6 +297,7 @@ class CommandHandler:
                 result=command.result,
                 error_type=command.error_type,
                 error=command.error,
+                spend=command.spend,
                 command_offset=offset,
             )
             self.executor.flush(owned, run, run.activate(Deliver(ended)))

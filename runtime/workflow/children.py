@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from runtime.errors import ChildRunFailed, TerminalError
 from runtime.log.records.events import ChildRunEnded, ChildRunScheduled, ChildRunSignalled
 from runtime.workflow.app import App
+from runtime.workflow.budget import Spend, spend_from_json
 from runtime.workflow.canonical import args_hash, canonical_json
 from runtime.workflow.futures import DurableFuture
 from runtime.workflow.input_shape import shape_error
@@ -152,8 +153,12 @@ def scheduled_child(command: Intent, run_id: str) -> ChildRunScheduled | ChildRu
     )
 
 
-def resolve(command: Intent, ended: ChildRunEnded) -> None:
-    """Settle a child's handle with its ending: its result, or ChildRunFailed."""
+def resolve(command: Intent, ended: ChildRunEnded, spend: Spend | None) -> None:
+    """Settle a child's handle with its ending: its result, or ChildRunFailed. A budgeted child's
+    calls join the parent's ``spend``: its budget counts what its children spent."""
+    if spend is not None and ended.spend:
+        for call in spend_from_json(ended.spend):
+            spend.add(call)
     if ended.child_status == "completed":
         command.future.set_result(orjson.loads(ended.result or "null"))
         return

@@ -487,7 +487,7 @@ class RunMachine:
         command = self._command_for(event.position, event)
         if command is None:
             return
-        resolve(command, event)
+        resolve(command, event, self.spend)
         self._drive()
 
     def _apply_ending(self, event: Event) -> None:

@@ -16,6 +16,7 @@ from runtime.log.records.events import (
 )
 from runtime.workflow.activation import Deliver, Wake
 from runtime.workflow.app import App
+from runtime.workflow.budget import Budget
 from runtime.workflow.children import child_run_id
 from runtime.workflow.context import Context
 from runtime.workflow.instance import new_run
@@ -248,4 +249,48 @@ async def test_a_parent_taken_over_by_another_worker_starts_no_child_twice() -> 
     for child in children:
         assert h.types(child).count("RunStarted") == 1
     assert [e.type for e in h.events(run)].count("ChildRunScheduled") == 2
+    await h.stop_all()
+
+
+def budget_app() -> App:
+    app = App("family-budget")
+
+    @app.model("chat")
+    async def chat(messages: list[dict[str, str]], **params: Any) -> dict[str, Any]:
+        return {
+            "model": "acme-small",
+            "choices": [{"message": {"role": "assistant", "content": "ok"}}],
+            "usage": {"prompt_tokens": 30, "completion_tokens": 10},
+        }
+
+    async def talk(ctx: Context, n: int) -> int:
+        for turn in range(n):
+            await ctx.model("chat", messages=[{"role": "user", "content": f"turn {turn}"}], max_tokens=20)
+        return n
+
+    @app.workflow("chatty")
+    async def chatty(ctx: Context, n: int) -> int:
+        return await talk(ctx, n)
+
+    @app.workflow("delegating", budget=Budget(max_model_calls=3))
+    async def delegating(ctx: Context, n: int) -> int:
+        await ctx.child("chatty", 2)
+        return await talk(ctx, n)
+
+    return app
+
+
+async def test_a_child_s_model_calls_count_toward_its_parent_s_budget() -> None:
+    h = Harness(budget_app())
+    h.start()
+    within = h.client.submit("delegating", 1).run_id  # 2 calls of its child + 1 of its own: 3 of 3
+    over = h.client.submit("delegating", 2).run_id  # the 4th call would pass the budget
+    assert (await h.ended(within)).status == "completed"
+    status = await h.ended(over)
+    assert status.status == "failed", status
+    assert "BudgetExceeded" in (status.reason or "") and "max_model_calls" in (status.reason or "")
+    child = h.events(child_run_id(over, 1))[0]
+    assert isinstance(child, RunStarted) and child.budget is not None  # a budgeted parent's child is budgeted
+    assert h.status(within).budget is not None and h.status(within).budget.model_calls == 3  # type: ignore[union-attr]
+    assert [(c.model_calls, c.tokens) for c in h.status(within).children] == [(2, 80)]
     await h.stop_all()

@@ -77,6 +77,7 @@ class ChildEnded(Command):
     result: str | None = None
     error_type: str | None = None
     error: str | None = None
+    spend: str | None = None  # a budgeted child's calls (runtime.workflow.budget.spend_json)
 
 
 @record_type
@@ -89,6 +90,7 @@ class ChildRunEnded(Event):
     result: str | None = None
     error_type: str | None = None
     error: str | None = None
+    spend: str | None = None  # a budgeted child's calls, added to this run's spend
     command_offset: int
 
 
