@@ -14,18 +14,22 @@ from pathlib import Path
 
 import pytest
 
+from analytics import audit
+from analytics.store import connect
 from runtime.client import Client
 from runtime.config import Settings
 from runtime.log.port.partitioning import partition_of_key
 from runtime.log.records.events import ChildRunEnded, ChildRunScheduled, RunStarted
 from runtime.workflow.children import child_run_id
 from support.events import LogReader
+from support.sink import InProcessSink, scalar
 from support.wait import wait_until
 from support.workers import WorkerProcess
 
 pytestmark = pytest.mark.integration
 
 APP = "support.child_apps:app"
+CHILDREN_DONE = "SELECT count() FROM agentlog.runs WHERE parent_run_id = {p:String} AND status != 'running'"
 
 
 def start(deployment: Settings, workers: list[WorkerProcess], tmp_path: Path, name: str) -> WorkerProcess:
@@ -158,7 +162,23 @@ def test_a_cancelled_parent_cancels_its_cancel_child_and_its_run_on_child_comple
         status = client.run(parent).status()
     finally:
         client.close()
+    # The parent's history: it ended before either child's ending reached it.
     assert [(c.run_id, c.status) for c in status.children] == [
         (cancel_child, "running"),
         (run_on_child, "running"),
+    ]
+    # The audit store lists the tree: each child names its parent.
+    dsn = f"chdb://{tmp_path / 'analytics'}"
+    with InProcessSink(deployment, dsn):
+        wait_until(
+            lambda: scalar(dsn, CHILDREN_DONE, {"p": parent}) == 2,
+            60,
+            "the sink to copy the children's endings",
+            interval=0.5,
+        )
+        with connect(dsn) as store:
+            rows = audit.runs(store, parent=parent).rows
+    assert sorted((r["run_id"], r["status"], r["parent_run_id"]) for r in rows) == [
+        (cancel_child, "cancelled", parent),
+        (run_on_child, "completed", parent),
     ]
