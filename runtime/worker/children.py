@@ -51,6 +51,7 @@ from runtime.log.records.events import (
     RunSubmitted,
     SignalSent,
 )
+from runtime.log.records.sealed_form import SUBJECT_PREFIX
 from runtime.log.schemas.serde import Serde
 from runtime.worker.partition import OwnedPartition
 from runtime.workflow.activation import RunInstance, RunView
@@ -214,6 +215,7 @@ class ChildLinks:
         else:
             command = SignalSent(run_id=intent.key, name=intent.name, payload=intent.args["payload"])
         counted = intent.kind == CHILD
+        self._same_key(parent, intent.key)  # a child's contents under its parent's subject
         self._send(owned, command, parent, lambda: self._submitted(owned, parent) if counted else None)
 
     def _submitted(self, owned: OwnedPartition, run_id: str) -> None:
@@ -252,6 +254,8 @@ class ChildLinks:
                 sent.append(cancel_command(child, view.run_id, status))
         if not sent:
             return False
+        if view.parent_run_id:
+            self._same_key(view.run_id, view.parent_run_id)  # its ending sealed under the parent's subject
         self.resend(owned, view.run_id, sent, durable)
         return True
 
@@ -305,6 +309,14 @@ class ChildLinks:
             )
 
     # ------------------------------------------------------------------ sending
+    def _same_key(self, run_id: str, other: str) -> None:
+        """Seal ``other``'s contents here under ``run_id``'s data subject's key, if it has one (a
+        data subject's run starts children about the same subject: ``erase --subject`` reaches
+        them, as a continue-as-new does); a run's own key stays its own."""
+        sealer = self.serde.sealer
+        if sealer is not None and (key_id := sealer.key_id_for(run_id)).startswith(SUBJECT_PREFIX):
+            sealer.use_subject(other, key_id[len(SUBJECT_PREFIX) :])
+
     def _send(self, owned: OwnedPartition, command: Command, about: str, done: Callable[[], None]) -> None:
         object.__setattr__(command, "occurred_at", int(time.time() * 1000))
         object.__setattr__(command, "worker", owned.stamp.worker)

@@ -3,17 +3,23 @@ endings recorded once, an unknown child workflow refused, and the parent-close p
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
 import pytest
 
+from runtime.client import Client
 from runtime.config import Settings
 from runtime.errors import ChildRunFailed
+from runtime.log.port.memory import MemoryLog
 from runtime.log.records.events import (
     ChildRunEnded,
     ChildRunScheduled,
     RunStarted,
 )
+from runtime.log.schemas.serde import Serde
+from runtime.worker.loop import Worker
 from runtime.workflow.activation import Deliver, Wake
 from runtime.workflow.app import App
 from runtime.workflow.budget import Budget
@@ -294,3 +300,33 @@ async def test_a_child_s_model_calls_count_toward_its_parent_s_budget() -> None:
     assert h.status(within).budget is not None and h.status(within).budget.model_calls == 3  # type: ignore[union-attr]
     assert [(c.model_calls, c.tokens) for c in h.status(within).children] == [(2, 80)]
     await h.stop_all()
+
+
+def test_a_child_s_input_and_result_are_sealed_in_the_log_when_contents_are_sealed() -> None:
+    settings = Settings(partitions=2, seal_contents=True)
+    app = App("family-sealed")
+    marker = "MARKER-child-5c1e"
+
+    @app.workflow("echo")
+    async def echo(ctx: Context, text: str) -> str:
+        return f"{text} echoed"
+
+    @app.workflow("asks")
+    async def asks(ctx: Context, text: str) -> str:
+        return str(await ctx.child("echo", text))
+
+    log = MemoryLog(settings)
+    serde = Serde.offline(settings)
+    worker = Worker(app, settings, log=log, serde=serde, worker_id="w", checkpoint_interval_s=3600)
+    thread = threading.Thread(target=lambda: asyncio.run(worker.serve()), daemon=True)
+    thread.start()
+    client = Client(settings, identity="t", log=log, serde=serde)
+    try:
+        assert client.submit("asks", marker).result(timeout=20) == f"{marker} echoed"
+        topics = (settings.commands_topic, settings.events_topic)
+        raw = b"".join(r.value or b"" for t in topics for p in range(2) for r in log.read(t, p))
+        assert marker.encode() not in raw
+    finally:
+        client.close()
+        worker.stop()
+        thread.join(timeout=10)
