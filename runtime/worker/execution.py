@@ -149,7 +149,7 @@ class Executor:
             if continued is not None:  # its first offset stays until the successor is submitted
                 owned.runs.pop(view.run_id, None)
                 owned.sizes.pop(view.run_id, None)
-                self.continuer.after(owned, continued, view.workflow, durable)
+                self.continuer.after(owned, continued, view.workflow, durable, view.parent_run_id)
             elif self.children.after_end(owned, run, view, events, durable):
                 owned.runs.pop(view.run_id, None)  # listed until its parent or children hear of it
                 owned.sizes.pop(view.run_id, None)

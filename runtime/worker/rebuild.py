@@ -89,6 +89,7 @@ class RebuiltPartition:
     unloadable: dict[str, str] = field(default_factory=dict)  # run id -> why it cannot be replayed
     # Runs read that continued as new: their successors are submitted again (idempotent).
     to_continue: dict[str, tuple[RunContinuedAsNew, str]] = field(default_factory=dict)
+    continued_child_of: dict[str, str] = field(default_factory=dict)  # those of them that are child runs
     # Runs read that ended with a child's ending or children to cancel to send (runtime.worker.children).
     to_follow_up: dict[str, list[Command]] = field(default_factory=dict)
     records: dict[str, list[bytes]] = field(default_factory=dict)  # active run -> its framed records
@@ -387,6 +388,8 @@ class _PartitionRebuild:
             first = self.events_by_run[run_id][0]
             if isinstance(first, RunStarted):
                 result.to_continue[run_id] = (event, first.workflow)
+                if first.child_of:  # a child's successor is its parent's child too
+                    result.continued_child_of[run_id] = first.child_of
             else:
                 logger.error("run %s continued as new, but its RunStarted was not read", run_id)
         if run_id in self.terminal:  # an ended run is not replayed: its records need not be kept

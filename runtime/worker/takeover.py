@@ -111,7 +111,9 @@ class Takeover:
         for run_id, (ended, workflow) in rebuilt.to_continue.items():
             # Its successor may not have been submitted before the crash: submit (again).
             owned.first_offsets[run_id] = rebuilt.first_offsets[run_id]
-            self.executor.continuer.submit(owned, ended, workflow)
+            self.executor.continuer.submit(
+                owned, ended, workflow, child_of=rebuilt.continued_child_of.get(run_id)
+            )
         log.info(
             json.dumps(
                 {

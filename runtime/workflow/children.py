@@ -17,7 +17,7 @@ Pure functions and the handle; the run machine keeps positions and history, the 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
 import orjson
@@ -151,6 +151,16 @@ def scheduled_child(command: Intent, run_id: str) -> ChildRunScheduled | ChildRu
         payload=command.args["payload"],
         cancel=command.args["cancel"],
     )
+
+
+def child_command(children: Mapping[str, Intent], run_id: str) -> Intent | None:
+    """The command that started the child ``run_id`` names: the child itself, or a run its chain
+    continued as (``<child id>.<seq>``, ctx.continue_as_new), whose ending ends the child's."""
+    command = children.get(run_id)
+    while command is None and "." in run_id:
+        run_id = run_id.rpartition(".")[0]
+        command = children.get(run_id)
+    return command
 
 
 def resolve(command: Intent, ended: ChildRunEnded, spend: Spend | None) -> None:

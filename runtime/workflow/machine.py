@@ -83,7 +83,7 @@ from runtime.workflow.activation import (
 from runtime.workflow.app import App
 from runtime.workflow.budget import Budget, Spend, call_spend
 from runtime.workflow.canonical import canonical_json
-from runtime.workflow.children import ChildHandle, child_intent, resolve
+from runtime.workflow.children import ChildHandle, child_command, child_intent, resolve
 from runtime.workflow.children import signal_intent as child_signal_intent
 from runtime.workflow.compensation import CANCEL_SIGNAL, Saga, cancelled_by
 from runtime.workflow.context import Context
@@ -299,7 +299,7 @@ class RunMachine:
     def _deliver(self, deliver: Deliver) -> None:
         event = deliver.event
         if isinstance(event, ChildRunEnded):  # the command names the child; the run knows its position
-            command = self._children.get(event.child_run_id)
+            command = child_command(self._children, event.child_run_id)
             if command is None or command.future.done or not self.active:
                 return  # a repeated ending (sent again after a crash): recorded once
             event = dataclasses.replace(event, position=command.position)

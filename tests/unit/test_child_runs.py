@@ -330,3 +330,26 @@ def test_a_child_s_input_and_result_are_sealed_in_the_log_when_contents_are_seal
         client.close()
         worker.stop()
         thread.join(timeout=10)
+
+
+async def test_a_child_that_continues_as_new_reaches_its_parent_through_its_successor() -> None:
+    app = App("family-chain")
+
+    @app.workflow("counter")
+    async def counter(ctx: Context, n: int) -> int:
+        if n < 3:
+            ctx.continue_as_new(n + 1)
+        return n * 100
+
+    @app.workflow("waits_for_counter")
+    async def waits_for_counter(ctx: Context, n: int) -> int:
+        return int(await ctx.child("counter", n))
+
+    h = Harness(app)
+    h.start()
+    run = h.client.submit("waits_for_counter", 1).run_id
+    assert (await h.ended(run)).status == "completed"
+    assert h.client.run(run).result(timeout=1) == 300
+    last = h.status(child_run_id(run, 1)).continued_as
+    assert last is not None and h.status(last).parent_run_id == run
+    await h.stop_all()
