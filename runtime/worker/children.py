@@ -209,6 +209,8 @@ class ChildLinks:
                 # A budgeted parent's child is budgeted too (its calls counted, then added to the
                 # parent's spend when it ends); bound by the parent's budget, not by what is left of it.
                 budget=run.view.spend.budget.to_json() if run.view.spend is not None else None,
+                # A fork's child runs dry too (its effects recorded as skipped): a fork never acts.
+                fork_overrides="{}" if run.view.dry_run else None,
             )
         elif intent.args["cancel"]:
             command = CancelRequested(run_id=intent.key, reason=f"{intent.name} (by parent run {parent})")

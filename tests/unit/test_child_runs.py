@@ -353,3 +353,41 @@ async def test_a_child_that_continues_as_new_reaches_its_parent_through_its_succ
     last = h.status(child_run_id(run, 1)).continued_as
     assert last is not None and h.status(last).parent_run_id == run
     await h.stop_all()
+
+
+async def test_a_fork_s_child_runs_dry_and_calls_no_effect() -> None:
+    app = App("family-fork")
+    refunds: list[str] = []
+
+    @app.tool("lookup")
+    def lookup(order: str) -> str:
+        return f"{order} is late"
+
+    @app.tool("refund", effect=True)
+    def refund(order: str, *, idempotency_key: str) -> str:
+        refunds.append(order)
+        return f"refunded {order}"
+
+    @app.workflow("refunder")
+    async def refunder(ctx: Context, order: str) -> Any:
+        return await ctx.tool("refund", order=order)
+
+    @app.workflow("triage")
+    async def triage(ctx: Context, order: str) -> Any:
+        await ctx.tool("lookup", order=order)
+        return await ctx.child("refunder", order)
+
+    h = Harness(app)
+    h.start()
+    original = h.client.submit("triage", "A-1").run_id
+    assert (await h.ended(original)).status == "completed"
+    assert refunds == ["A-1"]
+    fork = h.client.run(original).fork(2, {}).run_id
+    assert (await h.ended(fork)).status == "completed"
+    assert h.client.run(fork).result(timeout=1) == {"skipped": "fork"}
+    assert refunds == ["A-1"]  # the fork's child called nothing
+    assert (
+        isinstance(started := h.events(child_run_id(fork, 2))[0], RunStarted)
+        and started.fork_overrides == "{}"
+    )
+    await h.stop_all()
