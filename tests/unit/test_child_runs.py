@@ -19,6 +19,7 @@ from runtime.log.records.events import (
     RunStarted,
 )
 from runtime.log.schemas.serde import Serde
+from runtime.worker.children import rejection_command
 from runtime.worker.loop import Worker
 from runtime.workflow.activation import Deliver, Wake
 from runtime.workflow.app import App
@@ -391,3 +392,26 @@ async def test_a_fork_s_child_runs_dry_and_calls_no_effect() -> None:
         and started.fork_overrides == "{}"
     )
     await h.stop_all()
+
+
+def test_a_rejected_child_raises_in_the_parent_with_the_rejection_s_reason() -> None:
+    started = RunStarted(run_id="p", workflow="catches", input="3", command_offset=0, seq=1)
+    parent = new_run(family_app(), started, Stamp(lambda: 0, "w", 0))
+    woken = parent.activate(Wake())
+    assert [e.type for e in woken.records] == ["ChildRunScheduled"]
+    notice = rejection_command("p", child_run_id("p", 1), "bad budget: max_tokens")
+    ended = ChildRunEnded(
+        run_id="p",
+        position=0,
+        child_run_id=notice.child_run_id,
+        child_status=notice.child_status,
+        error_type=notice.error_type,
+        error=notice.error,
+        command_offset=9,
+    )
+    done = parent.activate(Deliver(ended))
+    assert [e.type for e in done.records] == ["ChildRunEnded", "RunCompleted"]
+    assert (
+        done.view.result
+        == f"child run {child_run_id('p', 1)} ('broken') rejected: RunRejected: bad budget: max_tokens"
+    )
