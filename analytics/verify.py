@@ -71,7 +71,9 @@ class Verdict:
         if self.broken_at is None:
             return f"run {self.run_id}: {self.records} records, chain verified"
         at = self.broken_at
-        return f"run {self.run_id}: first bad record {at.where} (seq {at.seq}, {at.type}): {self.kind} -- {self.detail}"
+        return (
+            f"run {self.run_id}: first bad record {at.where} (seq {at.seq}, {at.type}): {self.kind} -- {self.detail}"
+        )
 
 
 def verify_entries(key: ChainKey, run_id: str, entries: Iterable[Entry]) -> Verdict:
