@@ -203,7 +203,8 @@ class Settings(BaseModel):
         ge=1,
         description="Runs a worker keeps in memory across its partitions; past it, the least recently "
         "active runs that wait only on signals or timers are evicted and replayed when something "
-        "reaches them.",
+        "reaches them. Also the most runs busy at once: further submissions and wakes of evicted runs "
+        "are held until one ends or waits.",
     )
     run_snapshot_lag: int = Field(
         default=10_000,

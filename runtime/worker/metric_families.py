@@ -164,6 +164,13 @@ class WorkerCollector(Collector):
         cache.add_metric(["memory"], in_memory)
         cache.add_metric(["evicted"], evicted)
         yield cache
+        held = GaugeMetricFamily(
+            "agentlog_commands_held",
+            "Commands held until the run cache has room for their run: submissions and wakes of evicted "
+            "runs while run_cache_size runs are busy (runtime.worker.admission)",
+        )
+        held.add_metric([], sum(len(partition.admission.queue) for partition in owned))
+        yield held
         yield _plain_counter(
             "agentlog_run_cache_evictions",
             "Waiting runs evicted from memory by the run cache",
