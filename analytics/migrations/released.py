@@ -86,4 +86,11 @@ RELEASED: tuple[Migration, ...] = (
     # PartitionCheckpoint.waiting_runs: the runs waiting at a checkpoint, which a takeover indexes
     # without replaying them (runtime.worker.run_cache).
     load(18, "waiting_runs: the runs a checkpoint lists as waiting", "V0018__checkpoint_waiting_runs.sql"),
+    # PartitionCheckpoint.commands_handled: the commands handled past one held for admission, which
+    # a takeover skips (runtime.worker.admission).
+    load(
+        19,
+        "commands_handled: the commands a checkpoint lists as handled past its commit",
+        "V0019__checkpoint_commands_handled.sql",
+    ),
 )

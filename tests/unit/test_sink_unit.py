@@ -163,8 +163,9 @@ def test_the_shipped_columns_are_read_from_the_migrations() -> None:
     assert shipped["budget"] == "Nullable(String)"  # migration 15
     assert shipped["retry_at"] == "Nullable(DateTime64(3, 'UTC'))"  # migration 17
     assert shipped["waiting_runs"] == shipped["waiting_timers"] == "Map(String, Int64)"  # migration 18
-    # sink, envelope, the fields of 1, 5, 6, 8, 10, 12, 14, 15, 16, 17, 18
-    assert len(shipped) == 10 + 6 + 38 + 2 + 3 + 4 + 11 + 1 + 1 + 1 + 5 + 1 + 2
+    assert shipped["commands_handled"] == "Array(Int64)"  # migration 19
+    # sink, envelope, the fields of 1, 5, 6, 8, 10, 12, 14, 15, 16, 17, 18, 19
+    assert len(shipped) == 10 + 6 + 38 + 2 + 3 + 4 + 11 + 1 + 1 + 1 + 5 + 1 + 2 + 1
 
 
 def test_every_released_event_schema_fits_the_shipped_columns() -> None:
