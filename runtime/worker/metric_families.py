@@ -171,6 +171,13 @@ class WorkerCollector(Collector):
         )
         held.add_metric([], sum(len(partition.admission.queue) for partition in owned))
         yield held
+        peak = GaugeMetricFamily(
+            "agentlog_runs_cached_peak",
+            "The most runs in memory at once since the worker started, after each eviction round: at most "
+            "run_cache_size plus the runs that bypass admission (cancels, signals to runs in memory)",
+        )
+        peak.add_metric([], self.metrics.run_cache_peak)
+        yield peak
         yield _plain_counter(
             "agentlog_run_cache_evictions",
             "Waiting runs evicted from memory by the run cache",

@@ -121,6 +121,7 @@ class RunCache:
             self._idle.pop(run_id, None)
         if len(order) > self.capacity:
             self.evict_over(keep=run_id)
+        self.metrics.run_cache_peak = max(self.metrics.run_cache_peak, len(order))
 
     def drop_partition(self, owned: OwnedPartition) -> None:
         """``owned`` was lost: its runs leave the cache now, not when an eviction round meets them."""

@@ -423,6 +423,7 @@ async def test_submissions_past_the_busy_bound_are_held_and_admitted_in_their_or
     for run in runs:
         assert (await h.ended(run)).status == "completed"
     assert started_order(h, runs) == runs
+    assert worker.executor.metrics.run_cache_peak == 2  # never more in memory than the bound
     assert not owned.admission.queue and not owned.admission.runs and worker.admission.held() == 0
     await h.stop()
 
