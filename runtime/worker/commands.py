@@ -226,7 +226,9 @@ class CommandHandler:
             held = held[1:]
         try:
             for delivery in held:  # in order; one may be held in its turn, the rest behind it again
-                self.handle(owned, delivery)
+                # The submission that waited for its key passed admission already (it may have been
+                # admitted after other held commands: not held behind them again).
+                (self.handle_now if delivery is first else self.handle)(owned, delivery)
         except WorkerError as failure:  # handle() left next_command at the command that stopped it
             self.executor.failure = self.executor.failure or str(failure)
 
