@@ -207,6 +207,7 @@ class Admission:
                 if held.paused and len(held.queue) <= RESUME_AT and self.feed is not None:
                     held.paused = False
                     self.feed.resume(partition)
+                self.runs.metrics.commands_admitted += 1
                 try:
                     self.release(owned, delivery)
                 except Exception as error:  # handle_now raises only to stop the worker

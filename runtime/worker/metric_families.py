@@ -179,6 +179,11 @@ class WorkerCollector(Collector):
         peak.add_metric([], self.metrics.run_cache_peak)
         yield peak
         yield _plain_counter(
+            "agentlog_commands_admitted",
+            "Commands held until the run cache had room for their run, then admitted",
+            self.metrics.commands_admitted,
+        )
+        yield _plain_counter(
             "agentlog_run_cache_evictions",
             "Waiting runs evicted from memory by the run cache",
             self.metrics.run_evictions,

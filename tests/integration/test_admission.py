@@ -57,11 +57,8 @@ def test_a_burst_through_a_cache_of_20_completes_every_run_once_within_the_bound
         for run in runs:  # at once, behind the submissions: a run's signal waits behind its held submission
             client.run(run).signal("go", "approved")
         client.flush()
-        held_seen = 0.0
 
         def all_done() -> bool:
-            nonlocal held_seen
-            held_seen = max(held_seen, gauge(port, "agentlog_commands_held"))
             attempts = tmp_path / "charge-attempts"
             return attempts.exists() and len(attempts.read_text().splitlines()) >= RUNS
 
@@ -72,7 +69,7 @@ def test_a_burst_through_a_cache_of_20_completes_every_run_once_within_the_bound
         keys = Counter(line.split()[0] for line in (tmp_path / "charge-attempts").read_text().splitlines())
         assert len(keys) == RUNS and set(keys.values()) == {1}  # each effect once
         # Commands were held (the burst is far past 20), and memory never passed the bound.
-        assert held_seen > 0
+        assert gauge(port, "agentlog_commands_admitted_total") >= RUNS - CACHE
         peak = gauge(port, "agentlog_runs_cached_peak")
         assert CACHE <= peak <= CACHE + SLACK, peak
         assert gauge(port, "agentlog_commands_held") == 0
