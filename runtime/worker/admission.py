@@ -47,6 +47,7 @@ from runtime.log.port.partitioning import partition_of_key
 from runtime.log.port.protocol import Delivery
 from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.serde import Serde
+from runtime.worker.heap import release_free_heap
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.run_cache import RunCache
 
@@ -59,6 +60,10 @@ PAUSE_AT = 2_000
 RESUME_AT = PAUSE_AT // 2
 
 CANCEL_RECORD = "CancelRequested"
+
+# Admissions after which the C heap's free memory is returned once every queue has drained: a burst
+# worked through the cache frees what its runs held (runtime.worker.heap).
+TRIM_AFTER = 1_000
 
 
 class FeedControl(Protocol):
@@ -102,6 +107,7 @@ class Admission:
         self._waiting: dict[int, OwnedPartition] = {}
         self._timers: deque[tuple[OwnedPartition, tuple[str, int]]] = deque()  # timers due, held
         self._scheduled = False
+        self._admitted_since_trim = 0
         runs.room_made = self.poke
         runs.admit_wake = self._timer_admitted
 
@@ -208,11 +214,15 @@ class Admission:
                     held.paused = False
                     self.feed.resume(partition)
                 self.runs.metrics.commands_admitted += 1
+                self._admitted_since_trim += 1
                 try:
                     self.release(owned, delivery)
                 except Exception as error:  # handle_now raises only to stop the worker
                     self.fail(str(error))
                     return
+        if not self._waiting and not self._timers and self._admitted_since_trim >= TRIM_AFTER:
+            self._admitted_since_trim = 0
+            release_free_heap()
 
     def _timer_admitted(self, owned: OwnedPartition, key: tuple[str, int]) -> bool:
         """Whether the timer ``key`` due now may wake its evicted run; if not, it is held."""

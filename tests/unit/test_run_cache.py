@@ -546,6 +546,26 @@ async def test_a_crash_neither_skips_nor_repeats_a_held_command() -> None:
     await h.stop("w2")
 
 
+async def test_a_timer_due_for_an_evicted_run_waits_for_room_and_fires_once() -> None:
+    gate = asyncio.Event()
+    effects: list[str] = []
+    h = Harness(cache_app(effects, gate), settings=settings(1))
+    worker = h.start()
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    sleeper = await waiting(h, "sleeper", 1)
+    busy = h.client.submit("busy", 2).run_id
+    await until(lambda: "ToolCallScheduled" in h.types(busy), what="the busy run's call to start")
+    owned = owned_of(h)
+    assert sleeper in owned.evicted
+    # Its timer falls due (0.3 s) while the cache is full of the busy run: held, not fired.
+    await until(lambda: worker.admission.held() == 1, what="the sleeper's timer held")
+    assert "TimerFired" not in h.types(sleeper) and sleeper in owned.evicted
+    gate.set()
+    assert (await h.ended(sleeper)).status == "completed"
+    assert h.types(sleeper).count("TimerFired") == 1 and effects == ["1 slept"]
+    await h.stop()
+
+
 def test_a_window_skips_what_was_handled_and_ignores_again_a_signal_older_than_its_run() -> None:
     window = CommandWindow.of(10, 20, {9, 12, 15, 25}, {"late": 15, "early": 11})
     assert window is not None
