@@ -458,6 +458,9 @@ def main() -> None:
     parser.add_argument(
         "--nofile", type=int, default=None, help="the workers' RLIMIT_NOFILE (default: inherited)"
     )
+    parser.add_argument(
+        "--busy-max", type=int, default=None, help="AGENTLOG_RUN_CACHE_BUSY_MAX of the workers (admission)"
+    )
     parser.add_argument("--batch", type=int, default=5000, help="submits and signals per flush")
     parser.add_argument(
         "--wave",
@@ -484,6 +487,12 @@ def main() -> None:
         else:
             say(f"--cache-size {args.cache_size} ignored: this code's Settings has no run_cache_size")
             cache = "n/a"
+    if args.busy_max is not None:
+        if "run_cache_busy_max" in Settings.model_fields:
+            env["AGENTLOG_RUN_CACHE_BUSY_MAX"] = str(args.busy_max)
+            cache += f" (busy {args.busy_max})"
+        else:
+            say(f"--busy-max {args.busy_max} ignored: this code's Settings has no run_cache_busy_max")
     workdir = Path(tempfile.mkdtemp(prefix="waiting-bench-"))
     env["WAITING_DB"] = str(workdir / "effects.db")
     settings = fresh_deployment(partitions=PARTITIONS, prefix="waiting")

@@ -81,9 +81,10 @@ class Worker:
         self.executor = Executor(app, settings, log, self.batcher, self._lose)
         self.shared_permits = self._share_limits(session_timeout_ms) if shared_limits else None
         self.commands = CommandHandler(app, serde, self.batcher, self.executor, self.worker_id)
-        # At most run_cache_size busy runs: further submissions and wakes wait (runtime.worker.admission).
+        # At most run_cache_busy_max (else run_cache_size) busy runs: further submissions and wakes
+        # wait (runtime.worker.admission).
         self.admission = Admission(
-            settings.run_cache_size,
+            settings.run_cache_busy_max or settings.run_cache_size,
             self.executor.runs,
             self.serde,
             settings.partitions,

@@ -428,6 +428,23 @@ async def test_submissions_past_the_busy_bound_are_held_and_admitted_in_their_or
     await h.stop()
 
 
+async def test_run_cache_busy_max_bounds_the_busy_runs_apart_from_the_cache_size() -> None:
+    with pytest.raises(ValueError, match="run_cache_busy_max"):
+        Settings(partitions=1, run_cache_busy_max=0)
+    gate = asyncio.Event()
+    h = Harness(cache_app([], gate), settings=Settings(partitions=1, run_cache_size=10, run_cache_busy_max=3))
+    worker = h.start()
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    runs = [h.client.submit("busy", n).run_id for n in range(5)]
+    owned = owned_of(h)
+    await until(lambda: len(owned.admission.queue) == 2, what="two submissions held")
+    assert set(owned.runs) == set(runs[:3])
+    gate.set()
+    for run in runs:
+        assert (await h.ended(run)).status == "completed"
+    await h.stop()
+
+
 async def test_a_cancel_and_a_signal_to_a_run_in_memory_are_not_starved_behind_held_submissions() -> None:
     gate = asyncio.Event()
     effects: list[str] = []
