@@ -99,4 +99,11 @@ RELEASED: tuple[Migration, ...] = (
     # RunStarted.deadline / RunSubmitted.deadline: when the run is cancelled if it has not ended
     # (runtime.workflow.deadlines), ms since the epoch.
     load(21, "deadline: when a run is cancelled if it has not ended", "V0021__run_deadline.sql"),
+    # PartitionCheckpoint.commands_handled: the commands handled past one held for admission, which
+    # a takeover skips (runtime.worker.admission).
+    load(
+        22,
+        "commands_handled: the commands a checkpoint lists as handled past its commit",
+        "V0022__checkpoint_commands_handled.sql",
+    ),
 )
