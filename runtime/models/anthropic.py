@@ -16,11 +16,15 @@ import asyncio
 from typing import TYPE_CHECKING, Any, cast
 
 import anthropic
+import httpx2
+from anthropic.types import Message
 
 if TYPE_CHECKING:
     from anthropic.types import MessageParam
 
 from runtime.config import Settings
+from runtime.models import anthropic_stream
+from runtime.models.deltas import streaming
 from runtime.models.errors import ModelUnreachable, body_text, status_error
 
 __all__ = ["AnthropicModel", "anthropic_error"]
@@ -80,12 +84,20 @@ class AnthropicModel:
         if system and "system" not in params:
             params["system"] = "\n\n".join(system)
         params.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
+        where = self.base_url or "the Anthropic API"
         try:
             # The workflow's JSON messages, as recorded; the endpoint is the one that validates them.
             sent = cast("list[MessageParam]", chat)
-            answer = await self.client().messages.create(model=model, messages=sent, **params)
+            if streaming():  # someone watches this call: the same answer, read as it forms
+                params.pop("stream", None)
+                async with self.client().messages.stream(model=model, messages=sent, **params) as stream:
+                    answer: Message = await anthropic_stream.read(stream, where)
+            else:
+                answer = await self.client().messages.create(model=model, messages=sent, **params)
         except anthropic.AnthropicError as error:
-            raise anthropic_error(error, self.base_url or "the Anthropic API") from error
+            raise anthropic_error(error, where) from error
+        except httpx2.TransportError as error:  # the connection broke midway through the stream
+            raise ModelUnreachable(f"{where}: the stream broke: {type(error).__name__}: {error}") from error
         texts = [block.text for block in answer.content if block.type == "text"]
         calls = [
             {"id": block.id, "name": block.name, "input": block.input}
