@@ -12,11 +12,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from agents import Agent as SdkAgent
+from agents import function_tool
+from agents.testing import ScriptedModel, assistant_message, function_call
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
 from runtime.config import Settings
+from runtime.integrations.openai_agents import AgentlogRunner
 from runtime.integrations.pydantic_ai import AgentlogDurability, run_in_workflow
 from runtime.log.records.events import Event, ModelCallCompleted, ModelCallScheduled
 from runtime.models.deltas import Delta, deltas_to
@@ -140,3 +144,87 @@ def test_a_pydantic_ai_agents_deltas_change_nothing_recorded() -> None:
 
 def _without_timestamps(result: str) -> str:
     return re.sub(r'"(timestamp|request_timestamp|duration)":\s*"[^"]*"', "", result)
+
+
+# --- OpenAI Agents SDK ------------------------------------------------------------------------
+class CountingModel(ScriptedModel):
+    """The SDK's scripted model, counting the requests it really got (streamed or not)."""
+
+    def __init__(self, steps: list[Any], asked: list[str]) -> None:
+        super().__init__(steps)
+        self.asked = asked
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+        self.asked.append("get_response")
+        return await super().get_response(*args, **kwargs)
+
+    async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        self.asked.append("stream_response")
+        async for event in super().stream_response(*args, **kwargs):
+            yield event
+
+
+def agents_app(asked: list[str]) -> App:
+    app = App("agents-streaming")
+    runner = AgentlogRunner(app, name="support")
+
+    @function_tool
+    def lookup(order: str) -> str:
+        return f"order {order} is late"
+
+    agent = SdkAgent(
+        name="refund_agent",
+        instructions="Refund late orders.",
+        tools=[lookup],
+        model=CountingModel(
+            [
+                [function_call("lookup", {"order": "A-1"}, call_id="c1")],
+                [assistant_message("".join(ANSWER))],
+            ],
+            asked,
+        ),
+    )
+
+    @app.workflow("run_streamed")
+    async def with_run_streamed(ctx: Context, request: dict[str, Any]) -> Any:
+        kinds: list[str] = []
+        result = await runner.run_streamed(
+            ctx, agent, f"refund {request['order']}", on_event=lambda event: kinds.append(event.type)
+        )
+        return {"output": result.final_output, "items": "run_item_stream_event" in kinds}
+
+    @app.workflow("run")
+    async def with_run(ctx: Context, request: dict[str, Any]) -> Any:
+        result = await runner.run(ctx, agent, f"refund {request['order']}")
+        return {"output": result.final_output, "items": True}
+
+    return app
+
+
+def test_an_agents_sdk_run_streamed_streams_deltas_live_and_a_replay_emits_nothing() -> None:
+    asked: list[str] = []
+    deltas: list[Delta] = []
+    result, history = _record(agents_app(asked), "run_streamed", deltas)
+    assert result == {"output": "".join(ANSWER), "items": True}
+    assert asked == ["stream_response", "stream_response"]  # the model streamed, inside its calls
+    tools = [d for d in deltas if d.kind == "tool_args"]
+    assert tools[0].name == "lookup" and {d.index for d in tools} == {0}
+    assert json.loads("".join(d.text for d in tools)) == {"order": "A-1"}
+    text = [d.text for d in deltas if d.kind == "text"]
+    assert text == ["".join(ANSWER)]  # the scripted model streams its text in one delta
+    assert [e.model for e in history if isinstance(e, ModelCallScheduled)] == ["support.model"] * 2
+    fresh_asked: list[str] = []
+    assert _replay_emits_nothing(agents_app(fresh_asked), history) == result
+    assert fresh_asked == []
+
+
+def test_an_agents_sdk_streamed_call_records_what_the_unstreamed_one_does() -> None:
+    """``run`` and ``run_streamed`` of the same agent record the same model calls: the same
+    recorded responses, usage included."""
+    _, streamed = _record(agents_app([]), "run_streamed", [])
+    _, unstreamed = _record(agents_app([]), "run", [])
+    recorded = [
+        [(e.result, e.input_tokens, e.output_tokens) for e in history if isinstance(e, ModelCallCompleted)]
+        for history in (streamed, unstreamed)
+    ]
+    assert len(recorded[0]) == 2 and recorded[0] == recorded[1]
