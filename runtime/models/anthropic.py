@@ -7,7 +7,9 @@ the ``tool_use`` blocks as ``tool_calls`` (id, name, input), the stop reason, th
 and the provider's ``usage`` (``input_tokens``, ``output_tokens``, ``cache_read_input_tokens``:
 the worker copies them into ``ModelCallCompleted``). The SDK's errors become agentlog's
 (``runtime.models.errors``): rate limits, overload, 5xx, timeouts and lost connections are
-retryable, a refused request (400/401/403/404) is terminal. Needs the ``anthropic`` extra.
+retryable, a refused request (400/401/403/404) is terminal. When someone reads the call's deltas
+(``runtime.models.deltas``) it streams (``messages.stream``), emitting them as they come, and
+records the same JSON (``runtime.models.anthropic_stream``). Needs the ``anthropic`` extra.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import asyncio
 from typing import TYPE_CHECKING, Any, cast
 
 import anthropic
-import httpx2
 from anthropic.types import Message
 
 if TYPE_CHECKING:
@@ -96,8 +97,6 @@ class AnthropicModel:
                 answer = await self.client().messages.create(model=model, messages=sent, **params)
         except anthropic.AnthropicError as error:
             raise anthropic_error(error, where) from error
-        except httpx2.TransportError as error:  # the connection broke midway through the stream
-            raise ModelUnreachable(f"{where}: the stream broke: {type(error).__name__}: {error}") from error
         texts = [block.text for block in answer.content if block.type == "text"]
         calls = [
             {"id": block.id, "name": block.name, "input": block.input}

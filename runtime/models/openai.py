@@ -7,7 +7,9 @@ finish reason, the answering model and the provider's ``usage`` -- as plain JSON
 gets recorded (the worker copies the usage into ``ModelCallCompleted``, so the audit store has
 the tokens). The SDK's errors become agentlog's (``runtime.models.errors``): rate limits, 5xx,
 timeouts and lost connections are retryable, a refused request (400/401/403/404) is terminal.
-Needs the ``openai`` extra.
+When someone reads the call's deltas (``runtime.models.deltas``) it streams instead, emitting them
+as they come, and records the same JSON (``runtime.models.openai_stream``). Needs the ``openai``
+extra.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, cast
 
-import httpx2
 import openai
 from openai.types.chat import ChatCompletionMessage
 
@@ -118,10 +119,6 @@ class OpenAIChatModel:
                 done = await openai_stream.read(chunks, self.base_url)
         except openai.OpenAIError as error:
             raise openai_error(error, self.base_url) from error
-        except httpx2.TransportError as error:  # the connection broke midway through the stream
-            raise ModelUnreachable(
-                f"{self.base_url}: the stream broke: {type(error).__name__}: {error}"
-            ) from error
         return _result(done.message, done.finish_reason, done.model or model, done.usage)
 
 

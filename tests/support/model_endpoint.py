@@ -13,14 +13,17 @@ A request with ``"stream": true`` gets the same answer as server-sent events, as
 send them (``runtime.models`` reads them back): OpenAI's ``chat.completion.chunk``s ending with
 ``data: [DONE]`` (usage in a last chunk of its own when ``stream_options.include_usage`` asks),
 Anthropic's ``message_start`` ... ``message_stop``. ``Endpoint.pause_s`` waits between two events;
-a last user message ``cut-<n>`` (the answer is the responder's all the same) sends ``n`` events,
-then closes the connection midway. A streamed request notes how many events were ``sent`` so far
+the body is chunked (``Transfer-Encoding: chunked``, as providers send it). A last user message
+``cut-<n>`` (the answer is the responder's all the same) sends ``n`` events, then closes the
+connection midway through the body; ``end-<n>`` ends the body properly after ``n`` events (a
+stream that stops short of its answer). A streamed request notes how many events were ``sent`` so far
 (and, once all were, their number: ``events``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -143,8 +146,8 @@ def model_endpoint(
                 answer = messages(body)
             if status == 200 and body.get("stream"):
                 request["status"] = status
-                cut_after = int(text.removeprefix("cut-")) if text.startswith("cut-") else None
-                self.stream(request, answer, cut_after)
+                short = re.fullmatch(r"(cut|end)-(\d+)", text)
+                self.stream(request, answer, (short[1], int(short[2])) if short else None)
                 return
             payload = json.dumps(answer).encode()
             try:
@@ -159,9 +162,10 @@ def model_endpoint(
             except (BrokenPipeError, ConnectionResetError):
                 return  # the client gave up (its timeout): nothing left to answer
 
-        def stream(self, request: dict[str, Any], answer: dict[str, Any], cut_after: int | None) -> None:
-            """The answer as server-sent events, on a connection that closes after them (HTTP/1.0:
-            the end of the body is the end of the connection, so a cut is a short body)."""
+        def stream(
+            self, request: dict[str, Any], answer: dict[str, Any], short: tuple[str, int] | None
+        ) -> None:
+            """The answer as server-sent events in a chunked body (the connection closes after it)."""
             if self.path.endswith("/chat/completions"):
                 usage = bool((request["body"].get("stream_options") or {}).get("include_usage"))
                 events = [f"data: {json.dumps(chunk)}\n\n" for chunk in chat_chunks(answer, usage)]
@@ -170,21 +174,25 @@ def model_endpoint(
                 events = [
                     f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in anthropic_events(answer)
                 ]
+            how, after = short or ("", len(events))
             try:
+                self.protocol_version = "HTTP/1.1"  # for a chunked body
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.send_header("Connection", "close")
                 self.end_headers()
-                for n, event in enumerate(events):
-                    if n == cut_after:
-                        self.wfile.flush()
-                        self.connection.shutdown(socket.SHUT_RDWR)  # midway: no end of the answer
-                        return
+                for n, event in enumerate(events[:after]):
                     if n and endpoint.pause_s:
                         time.sleep(endpoint.pause_s)
-                    self.wfile.write(event.encode())
+                    data = event.encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                     self.wfile.flush()
                     request["sent"] = n + 1
+                if how == "cut":
+                    self.connection.shutdown(socket.SHUT_RDWR)  # midway: the body never ends
+                    return
+                self.wfile.write(b"0\r\n\r\n")
                 request["events"] = len(events)
             except (BrokenPipeError, ConnectionResetError):
                 return

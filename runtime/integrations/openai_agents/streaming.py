@@ -29,12 +29,8 @@ from openai.types.responses import (
 )
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
-from runtime.errors import RetryableError
 from runtime.models.deltas import Delta, emit
-
-
-class StreamCut(RetryableError):
-    """The model's stream ended without ``response.completed``: the answer is incomplete."""
+from runtime.models.errors import ModelUnreachable
 
 
 class _Emitter:
@@ -67,7 +63,8 @@ async def streamed_response(events: AsyncIterator[TResponseStreamEvent], where: 
         if isinstance(event, ResponseCompletedEvent):
             final = event.response
     if final is None:
-        raise StreamCut(f"{where}: the model's stream ended without response.completed")
+        # Cut, failed or incomplete: no answer to record; another attempt may give one.
+        raise ModelUnreachable(f"{where}: the model's stream ended without response.completed")
     usage = _response_usage_to_usage(final.usage) if final.usage else Usage()
     return ModelResponse(output=final.output, usage=usage, response_id=final.id)
 
