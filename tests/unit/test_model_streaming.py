@@ -12,11 +12,16 @@ from typing import Any
 
 import pytest
 
+from runtime.config import Settings
 from runtime.errors import RetryableError
+from runtime.log.records.events import ModelCallCompleted
 from runtime.models.anthropic import AnthropicModel
 from runtime.models.deltas import Delta, deltas_to
 from runtime.models.errors import ModelHTTPError, ModelRequestError, ModelUnreachable
 from runtime.models.openai import OpenAIChatModel
+from runtime.workflow.app import App
+from runtime.workflow.context import Context
+from support.memory_worker import serving
 from support.model_endpoint import Endpoint, chat_completion, model_endpoint
 
 pytestmark = pytest.mark.unit
@@ -164,3 +169,31 @@ def test_deltas_reach_the_sink_before_the_answer_has_ended(endpoint: Endpoint, a
     total = endpoint.requests[-1]["events"]
     assert sent_when_seen[0] < total - 2, (sent_when_seen, total)
     assert sent_when_seen == sorted(sent_when_seen)
+
+
+@pytest.mark.parametrize("adapter", [_openai, _anthropic])
+def test_a_watched_call_records_what_an_unwatched_one_does(endpoint: Endpoint, adapter: Any) -> None:
+    """Through the worker (in-memory log): the run whose model call streams to a sink records the
+    same result and token counts as the run nobody watched, and the sink got the deltas."""
+    app = App("streamed-records")
+    app.model("m")(adapter(endpoint))
+
+    @app.workflow("ask")
+    async def ask(ctx: Context, request: dict[str, Any]) -> Any:
+        return await ctx.model("m", messages=_ask("refund?"))
+
+    def record(sink: list[Delta] | None) -> tuple[Any, list[tuple[Any, ...]]]:
+        with serving(app, Settings(partitions=1), sink=None if sink is None else sink.append) as (client, _):
+            handle = client.submit("ask", {})
+            result = handle.result(timeout=30)
+            calls = [
+                (e.event.result, e.event.input_tokens, e.event.output_tokens, e.event.cached_tokens)
+                for e in handle.events()
+                if isinstance(e.event, ModelCallCompleted)
+            ]
+            return result, calls
+
+    deltas: list[Delta] = []
+    assert record(deltas) == record(None)
+    assert "".join(d.text for d in deltas if d.kind == "text") == "refund 41.60"
+    assert [r["body"].get("stream", False) for r in endpoint.requests] == [True, False]
