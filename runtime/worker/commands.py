@@ -51,6 +51,8 @@ from runtime.log.port.partitioning import name_in_partition, partition_of_key
 from runtime.log.port.protocol import Delivery, WriteError
 from runtime.log.records.events import (
     CancelRequested,
+    ChildEnded,
+    ChildRunEnded,
     Event,
     RunRejected,
     RunStarted,
@@ -279,6 +281,27 @@ class CommandHandler:
             completion = run.activate(Deliver(received))
             self.executor.metrics.step(completion.view.workflow)
             self.executor.flush(owned, run, completion)
+        elif isinstance(command, ChildEnded):  # a child's ending (runtime.worker.children)
+            run = self.executor.runs.run(owned, command.run_id)  # woken if it was evicted
+            if run is None:
+                log.info(
+                    "ending of child %s for run %s that is not running: ignored",
+                    command.child_run_id,
+                    command.run_id,
+                )
+                return
+            ended = ChildRunEnded(
+                run_id=command.run_id,
+                position=0,  # the run knows the child's position
+                child_run_id=command.child_run_id,
+                child_status=command.child_status,
+                result=command.result,
+                error_type=command.error_type,
+                error=command.error,
+                spend=command.spend,
+                command_offset=offset,
+            )
+            self.executor.flush(owned, run, run.activate(Deliver(ended)))
         elif isinstance(command, CancelRequested):
             run = self.executor.runs.run(owned, command.run_id)  # woken if it was evicted
             if run is None:
@@ -302,6 +325,8 @@ class CommandHandler:
                 problem = str(error)
         if problem is not None:
             self._reject(owned, command.run_id, command.workflow, problem, command.input, offset)
+            if command.child_of:  # its parent waits for it (runtime.worker.children)
+                self.executor.children.rejected(command.child_of, command.run_id, problem)
             return
         started_at = now_ms()
         started = RunStarted(
@@ -322,6 +347,7 @@ class CommandHandler:
             budget=budget,
             # the submission's or the workflow's deadline, the earlier: a timer the run arms
             deadline=binding(command.deadline, self.app.workflows[command.workflow].deadline_ms, started_at),
+            child_of=command.child_of,
         )
         # A reset's copied events keep their original times (ctx.now() replays as it ran).
         copies = [

@@ -88,6 +88,9 @@ class OwnedPartition:
     # ack may be pending: no call of the run starts before it (runtime.worker.execution), so an
     # effect that ran is never left in doubt behind a later call.
     effect_outcomes: dict[str, asyncio.Future[int]] = field(default_factory=dict)
+    # Run -> its child submissions not acknowledged yet (runtime.worker.children): such a run does
+    # not count as waiting, so no checkpoint indexes it without replay before they are sent.
+    child_sends: dict[str, int] = field(default_factory=dict)
 
     def spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``coroutine`` as a task of this partition (cancelled when the partition is lost)."""

@@ -37,6 +37,7 @@ from runtime.log.records.chain import Chain, chain_key_of
 from runtime.log.records.events import (
     TERMINAL_TYPES,
     CheckpointSnapshots,
+    Command,
     EpochClaimed,
     Event,
     HistorySnapshot,
@@ -50,6 +51,7 @@ from runtime.log.records.payloads import PayloadMissing, inlined, is_outlined, r
 from runtime.log.records.run_index import RUN_KEY_PREFIX
 from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.serde import Serde
+from runtime.worker.children import follow_ups
 from runtime.worker.run_cache import listed_timers
 from runtime.worker.snapshots import (
     SNAPSHOT_KEY_PREFIX,
@@ -87,6 +89,9 @@ class RebuiltPartition:
     unloadable: dict[str, str] = field(default_factory=dict)  # run id -> why it cannot be replayed
     # Runs read that continued as new: their successors are submitted again (idempotent).
     to_continue: dict[str, tuple[RunContinuedAsNew, str]] = field(default_factory=dict)
+    continued_child_of: dict[str, str] = field(default_factory=dict)  # those of them that are child runs
+    # Runs read that ended with a child's ending or children to cancel to send (runtime.worker.children).
+    to_follow_up: dict[str, list[Command]] = field(default_factory=dict)
     records: dict[str, list[bytes]] = field(default_factory=dict)  # active run -> its framed records
     snapshots: dict[str, tuple[int, int]] = field(default_factory=dict)  # run -> (through, count) used
     chain_tips: dict[str, bytes] = field(default_factory=dict)  # active run -> its last record's link
@@ -377,10 +382,14 @@ class _PartitionRebuild:
         self.records_by_run[run_id].append(value)
         if isinstance(event, TERMINAL_TYPES):
             self.terminal.add(run_id)
+            if sent := follow_ups(self.events_by_run[run_id], event):  # sent again: harmless repeats
+                result.to_follow_up[run_id] = sent
         if isinstance(event, RunContinuedAsNew):
             first = self.events_by_run[run_id][0]
             if isinstance(first, RunStarted):
                 result.to_continue[run_id] = (event, first.workflow)
+                if first.child_of:  # a child's successor is its parent's child too
+                    result.continued_child_of[run_id] = first.child_of
             else:
                 logger.error("run %s continued as new, but its RunStarted was not read", run_id)
         if run_id in self.terminal:  # an ended run is not replayed: its records need not be kept

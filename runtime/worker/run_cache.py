@@ -108,7 +108,7 @@ class RunCache:
             order[run_id] = owned
         # A run's waiting() changes only in an activation, and every activation is flushed here:
         # asked once now, it orders the runs that may be evicted without asking again later.
-        if run.view.active and run.waiting():
+        if run.view.active and run.waiting() and run_id not in owned.child_sends:
             self._idle[run_id] = owned
             self._idle.move_to_end(run_id)
         else:
@@ -144,7 +144,7 @@ class RunCache:
                     del order[run_id]
             elif run_id == keep:
                 kept = (run_id, owned)
-            elif run.view.active and run.waiting():  # asked again: cheap, and only when evicting
+            elif run.view.active and run.waiting() and run_id not in owned.child_sends:  # asked again
                 self._evict(owned, run_id, run)
                 evicted += 1
         if kept is not None:
@@ -275,7 +275,7 @@ def waiting_runs(
     for run_id, evicted in owned.evicted.items():
         found[run_id] = (counts.get(run_id, 0), evicted.timers)
     for run_id, run in owned.runs.items():
-        if run.view.active and run.waiting():
+        if run.view.active and run.waiting() and run_id not in owned.child_sends:
             found[run_id] = (counts.get(run_id, 0), run.timers())
     return found
 

@@ -105,10 +105,15 @@ class Takeover:
                 owned.snapshots[run_id] = rebuilt.snapshots[run_id]
             owned.evicted[run_id] = Evicted(UNREPLAYED, timers)
         self.executor.runs.arm_evicted(owned)
+        for run_id, sent in rebuilt.to_follow_up.items():  # runtime.worker.children: may not have been sent
+            owned.first_offsets[run_id] = rebuilt.first_offsets[run_id]
+            self.executor.children.resend(owned, run_id, sent)
         for run_id, (ended, workflow) in rebuilt.to_continue.items():
             # Its successor may not have been submitted before the crash: submit (again).
             owned.first_offsets[run_id] = rebuilt.first_offsets[run_id]
-            self.executor.continuer.submit(owned, ended, workflow)
+            self.executor.continuer.submit(
+                owned, ended, workflow, child_of=rebuilt.continued_child_of.get(run_id)
+            )
         log.info(
             json.dumps(
                 {

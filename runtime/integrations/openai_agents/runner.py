@@ -263,7 +263,10 @@ class AgentlogRunner:
     (``"<name>.model"``, ``"<name>.<tool>"``, ``"<name>.guardrail.<guardrail>"``). ``effects`` names
     the function tools that change the world, each with the arguments that identify its effect
     (``None``: all); such a tool reads its key with ``idempotency_key()``. ``model_retry`` /
-    ``tool_retry``: the agentlog retry policies of the calls."""
+    ``tool_retry``: the agentlog retry policies of the calls. ``delegates`` maps a function tool that
+    hands work to another agent (``Agent.as_tool``) to the workflow that runs that agent: a call of
+    the tool starts that workflow as a child run with the tool's arguments as its input (for
+    ``as_tool``: ``{"input": ...}``) and returns its result, instead of running the agent inline."""
 
     def __init__(
         self,
@@ -273,9 +276,11 @@ class AgentlogRunner:
         effects: Mapping[str, Sequence[str] | None] | None = None,
         model_retry: RetryPolicy | None = None,
         tool_retry: RetryPolicy | None = None,
+        delegates: Mapping[str, str] | None = None,
     ) -> None:
         self.app = app
         self.name = name
+        self.delegates = dict(delegates or {})  # tool -> the workflow its delegate runs as (a child run)
         self.effects = {tool: None if args is None else tuple(args) for tool, args in (effects or {}).items()}
         self.model_retry = model_retry
         self.tool_retry = tool_retry
@@ -406,6 +411,8 @@ class AgentlogRunner:
             except json.JSONDecodeError:
                 parsed = {"raw_arguments": arguments}  # the SDK reports the bad JSON to the model
             args = tool_args(parsed if isinstance(parsed, dict) else {"value": parsed}, tool.name, UNIT_ARG)
+            if tool.name in self.delegates:  # agent as a tool: the delegate runs as a child run
+                return await run.wait_for(run.ctx.child(self.delegates[tool.name], args))
 
             async def body() -> Any:
                 return as_json(await original(tool_context, arguments), f"tool {name!r} result")

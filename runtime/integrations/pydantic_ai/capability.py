@@ -108,6 +108,10 @@ class AgentlogDurability(BaseDurabilityCapability[AgentDepsT]):
     each other event is handed over in a recorded call -- a replay serves them, it does not call
     the handler again. ``prompt_version`` is recorded with each model call (``agentlog upgrade
     check`` and ``audit cost --by prompt_version`` show it): bump it when the instructions change.
+    ``delegates`` maps a tool that hands work to another agent (agent as a tool) to the workflow that
+    runs that agent: a call of the tool starts that workflow as a child run with the tool's arguments
+    as its input and returns its result -- the delegate gets its own durable history -- instead of
+    running the tool's body (docs/integrations.md, "Delegation as child runs").
     """
 
     engine_spec = DurabilityEngineSpec(
@@ -143,6 +147,7 @@ class AgentlogDurability(BaseDurabilityCapability[AgentDepsT]):
         tool_retry: RetryPolicy | None = None,
         event_stream_handler: EventStreamHandler[AgentDepsT] | None = None,
         prompt_version: str | None = None,
+        delegates: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(models=models, name=name, event_stream_handler=event_stream_handler)
         self.app = app
@@ -152,6 +157,7 @@ class AgentlogDurability(BaseDurabilityCapability[AgentDepsT]):
         self.model_retry = model_retry
         self.tool_retry = tool_retry
         self.prompt_version = prompt_version
+        self.delegates = dict(delegates or {})  # tool -> the workflow its delegate runs as (a child run)
 
     # --- the durable container: an agent run inside an agentlog workflow -----------------------
     @property
@@ -302,6 +308,10 @@ class _Backend(CallableOperationBackend[None]):
     ) -> object:
         durability = self._durability
         tool, arguments = str(cache_key[0]), cache_key[1]
+        if tool in durability.delegates:  # agent as a tool: the delegate runs as a child run
+            child = run.ctx.child(durability.delegates[tool], tool_args(arguments, tool, UNIT_ARG))
+            # Its result as the tool's outcome, in the form a tool call's is recorded in (the codec's).
+            return {"kind": "tool_return", "result": await run.wait_for(child)}
         agentlog_tool = durability.tool_name(operation_id, tool)
         effect = tool in durability.effects
         register_tool(
