@@ -21,7 +21,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
 from runtime.config import Settings
 from runtime.integrations.openai_agents import AgentlogRunner
-from runtime.integrations.pydantic_ai import AgentlogDurability, run_in_workflow
+from runtime.integrations.pydantic_ai import AgentlogDurability, run_agent, run_in_workflow
 from runtime.log.records.events import Event, ModelCallCompleted, ModelCallScheduled
 from runtime.models.deltas import Delta, deltas_to
 from runtime.replay.replayer import Replayer
@@ -51,10 +51,16 @@ def _replay_emits_nothing(app: App, history: list[Event]) -> Any:
 
 
 # --- PydanticAI -------------------------------------------------------------------------------
-def pydantic_ai_app(asked: list[int]) -> App:
+def pydantic_ai_app(asked: list[int], handled: list[str] | None = None) -> App:
     """An agent whose model streams a lookup call (its arguments in two pieces), then the answer
-    in three; ``asked`` counts the requests the model really got."""
+    in three; ``asked`` counts the requests the model really got. With ``handled``, the agent has
+    an ``event_stream_handler`` that notes the kinds of the events it sees."""
     app = App("pydantic-ai-streaming")
+
+    async def handler(ctx: Any, events: Any) -> None:
+        async for event in events:
+            assert handled is not None
+            handled.append(type(event).__name__)
 
     async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
         step = sum(isinstance(m, ModelResponse) for m in messages)
@@ -72,7 +78,7 @@ def pydantic_ai_app(asked: list[int]) -> App:
     agent = Agent(
         FunctionModel(unstreamed, stream_function=stream),
         name="streamer",
-        capabilities=[AgentlogDurability(app)],
+        capabilities=[AgentlogDurability(app, event_stream_handler=handler if handled is not None else None)],
     )
 
     @agent.tool_plain
@@ -87,6 +93,10 @@ def pydantic_ai_app(asked: list[int]) -> App:
                 return {"texts": texts, "output": await result.get_output()}
 
         return await run_in_workflow(ctx, agent, answer)
+
+    @app.workflow("run")
+    async def with_run(ctx: Context, request: dict[str, Any]) -> Any:
+        return {"output": (await run_agent(ctx, agent, f"refund {request['order']}")).output}
 
     @app.workflow("iter")
     async def with_iter(ctx: Context, request: dict[str, Any]) -> Any:
@@ -125,6 +135,20 @@ def test_a_pydantic_ai_agent_streams_deltas_live_and_a_replay_emits_nothing(work
     fresh_asked: list[int] = []
     assert _replay_emits_nothing(pydantic_ai_app(fresh_asked), history) == result
     assert fresh_asked == []
+
+
+def test_a_pydantic_ai_event_stream_handler_still_sees_every_event_while_deltas_are_emitted() -> None:
+    """``run_agent`` with an ``event_stream_handler`` streams its requests: the deltas go out and
+    the handler sees the model's events as before (the deltas are taken on the way through)."""
+    handled: list[str] = []
+    deltas: list[Delta] = []
+    result, history = _record(pydantic_ai_app([], handled), "run", deltas)
+    assert result == {"output": "".join(ANSWER)}
+    assert [d.text for d in deltas if d.kind == "text"] == ANSWER
+    assert handled.count("PartDeltaEvent") >= len(ANSWER) and "FunctionToolCallEvent" in handled
+    handled_again: list[str] = []
+    assert _replay_emits_nothing(pydantic_ai_app([], handled_again), history) == result
+    assert handled_again == []
 
 
 def test_a_pydantic_ai_agents_deltas_change_nothing_recorded() -> None:
