@@ -247,15 +247,21 @@ def history_size(store: QueryStore, settings: Settings, over: str | None = None,
     return _rows(result)
 
 
-def runs(store: QueryStore, status: str | None = None, limit: int = 50) -> Rows:
-    """Runs, most recently active first; ``status``: only runs in that status (runtime.log.records.status)."""
+def runs(store: QueryStore, status: str | None = None, limit: int = 50, parent: str | None = None) -> Rows:
+    """Runs, most recently active first; ``status``: only runs in that status (runtime.log.records.status);
+    ``parent``: only the child runs that run started (ctx.child), its tree one level down."""
     if status and status not in RUN_STATES:
         raise AuditError(f"--status {status!r}: expected one of {', '.join(RUN_STATES)}")
-    where = "WHERE status = {status:String}" if status else ""
+    conditions = [
+        c
+        for c, on in (("status = {status:String}", status), ("parent_run_id = {parent:String}", parent))
+        if on
+    ]
+    where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
     result = store.query(
-        f"SELECT run_id, workflow, status, started_at, ended_at, events, bytes FROM {DATABASE}.runs {where} "
-        "ORDER BY last_event_at DESC LIMIT {limit:UInt32}",
-        {"status": status or "", "limit": limit},
+        f"SELECT run_id, workflow, status, started_at, ended_at, events, bytes, parent_run_id FROM {DATABASE}.runs "
+        f"{where} ORDER BY last_event_at DESC LIMIT {{limit:UInt32}}",
+        {"status": status or "", "limit": limit, "parent": parent or ""},
     )
     return _rows(result)
 

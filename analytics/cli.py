@@ -59,6 +59,7 @@ def add_audit_commands(subparsers: Subparsers) -> None:
         "--status", help="running, completed, failed, cancelled, parked, rejected, continued_as_new"
     )
     runs.add_argument("--limit", type=int, default=50)
+    runs.add_argument("--parent", metavar="RUN", help="only the child runs RUN started (ctx.child)")
     runs.set_defaults(func=_audit_runs)
 
     diff = commands.add_parser(
@@ -165,7 +166,7 @@ def _audit_history_size(args: argparse.Namespace, settings: Settings) -> int:
 
 def _audit_runs(args: argparse.Namespace, settings: Settings) -> int:
     with unseal.reading(_dsn(args, settings), settings) as store:
-        return _print(args, audit.runs(store, args.status, args.limit))
+        return _print(args, audit.runs(store, args.status, args.limit, args.parent))
 
 
 def _audit_sql(args: argparse.Namespace, settings: Settings) -> int:

@@ -17,6 +17,7 @@ _EXPORTS = {
     "App": "runtime.workflow.app",
     "Budget": "runtime.workflow.budget",
     "CallFailed": "runtime.errors",
+    "ChildRunFailed": "runtime.errors",
     "Client": "runtime.client",
     "ConfigError": "runtime.config",
     "Context": "runtime.workflow.context",
@@ -48,6 +49,7 @@ __all__ = [
     "App",
     "Budget",
     "CallFailed",
+    "ChildRunFailed",
     "Client",
     "ConfigError",
     "Context",
@@ -82,6 +84,7 @@ if TYPE_CHECKING:
     from runtime.errors import (
         AgentlogError,
         CallFailed,
+        ChildRunFailed,
         DecisionOutOfBounds,
         NonDeterminismError,
         RetryableError,

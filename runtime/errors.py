@@ -76,3 +76,13 @@ class RunCannotGoOn(AgentlogError):
     """The worker lacks what the run needs to go on (a descriptor for a framework agent's loop):
     raised out of workflow code, the run is parked with the reason -- not failed for a lack of the
     worker's, not waited on forever -- for an operator to reset or fork once the worker has it."""
+
+
+class ChildRunFailed(AgentlogError):
+    """A child run (``ctx.child``) ended without a result -- failed, cancelled, or rejected by its
+    worker; raised into the parent's workflow code at the await, which may catch it."""
+
+    def __init__(self, child_run_id: str, workflow: str, status: str, error_type: str, message: str) -> None:
+        super().__init__(f"child run {child_run_id} ({workflow!r}) {status}: {error_type}: {message}")
+        self.child_run_id, self.workflow, self.status = child_run_id, workflow, status
+        self.error_type, self.message = error_type, message

@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from runtime.log.records.events import (
+    ChildRunEnded,
+    ChildRunScheduled,
     Event,
     ModelCallCompleted,
     ModelCallFailed,
@@ -243,6 +245,26 @@ class ForkOrigin:
 
 
 @dataclass(frozen=True)
+class ChildRun:
+    """A child run this run started (ctx.child), as the run's own history tells it: ``running``
+    until its ending reached the run, then completed, failed, cancelled or rejected."""
+
+    run_id: str
+    workflow: str
+    position: int
+    status: str
+    parent_close: str
+    tokens: int = 0  # a budgeted child's, once it ended: counted in the parent's budget
+    model_calls: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        return f"{self.run_id} {self.workflow!r} {self.status} (position {self.position}, parent_close={self.parent_close})"
+
+
+@dataclass(frozen=True)
 class BudgetUse:
     """The budget that binds a run (RunStarted.budget) and what its record says it used: tokens as
     its model calls reported them, and its model calls. Cost is the audit store's to price
@@ -286,6 +308,8 @@ class RunStatus:
     waiting_for: tuple[PermitWait, ...] = ()  # calls of a running run waiting for a limit's permit
     retrying: tuple[RetryWait, ...] = ()  # calls of a running run waiting out a rate limit
     heartbeats: tuple[CallHeartbeat, ...] = ()  # tool calls of a running run: their last heartbeat
+    parent_run_id: str | None = None  # a child run: the run that started it (ctx.child)
+    children: tuple[ChildRun, ...] = ()  # the child runs this run started, in the order it started them
 
     def as_dict(self) -> dict[str, Any]:
         """The keys and values of ``agentlog status --json``."""
@@ -309,6 +333,8 @@ class RunStatus:
             "waiting_for": [entry.as_dict() for entry in self.waiting_for],
             "retrying": [entry.as_dict() for entry in self.retrying],
             "heartbeats": [entry.as_dict() for entry in self.heartbeats],
+            "parent_run_id": self.parent_run_id,
+            "children": [child.as_dict() for child in self.children],
         }
 
     def to_json(self) -> str:
@@ -337,8 +363,25 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
     waits: dict[int, PermitWait] = {}  # position -> its call's wait for a permit, until granted
     retrying: dict[int, RetryWait] = {}  # position -> the rate limit its call waits out
     beats: dict[int, CallHeartbeat] = {}  # position -> its call's last heartbeat, until it ends
+    parent_run_id: str | None = None
+    children: dict[str, ChildRun] = {}
     for item in logged:
         event = item.event
+        if isinstance(event, ChildRunScheduled):
+            children[event.child_run_id] = ChildRun(
+                event.child_run_id, event.workflow, event.position, "running", event.parent_close
+            )
+        elif isinstance(event, ChildRunEnded) and event.child_run_id in children:
+            calls = json.loads(event.spend) if event.spend else []
+            tokens = sum(call[2] + call[3] for call in calls)
+            spent[0] += tokens
+            spent[1] += len(calls)
+            children[event.child_run_id] = dataclasses.replace(
+                children[event.child_run_id],
+                status=event.child_status,
+                tokens=tokens,
+                model_calls=len(calls),
+            )
         if isinstance(event, ModelCallCompleted):
             spent[0] += (event.input_tokens or 0) + (event.output_tokens or 0)
             spent[1] += 1
@@ -367,6 +410,7 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
             )
         elif isinstance(event, RunStarted):
             workflow, budget = event.workflow, event.budget
+            parent_run_id = event.child_of
             if event.fork_overrides is not None:  # a fork is a reset that skips effects
                 overrides = json.loads(event.fork_overrides) if event.fork_overrides else {}
                 forked_from = ForkOrigin(event.parent_run_id, event.reset_position, overrides)
@@ -443,6 +487,8 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
         waiting_for=tuple(waits.values()) if status == "running" else (),
         retrying=tuple(retrying.values()) if status == "running" else (),
         heartbeats=tuple(beats.values()) if status == "running" else (),
+        parent_run_id=parent_run_id,
+        children=tuple(children.values()),
     )
 
 

@@ -105,6 +105,9 @@ class Timeline:
     events: int
     parent_run_id: str | None = None  # the run this one was reset or continued from
     reset_position: int | None = None
+    child_of: str | None = None  # a child run: the run that started it (ctx.child)
+    # The child runs this run started: child run id -> [workflow, status as this run's history tells it].
+    children: dict[str, list[str]] = field(default_factory=dict)
 
     def step_calls(self, step: int) -> list[Call]:
         return [c for c in self.calls if c.step == step]
@@ -146,6 +149,7 @@ def build(
     last_epoch: int | None = None
     times: list[int] = []
     parent: tuple[str | None, int | None] = (None, None)
+    family: dict[str, list[str]] = {}  # "" -> [the parent of a child run]; child run id -> [workflow, status]
     for event in events:
         kind = event.get("type")
         at = _int(event.get("occurred_at"))
@@ -168,6 +172,8 @@ def build(
                     )
                 )
             last_epoch = epoch
+        if kind in ("RunStarted", "ChildRunScheduled", "ChildRunEnded"):
+            _note_family(family, kind, event)
         if kind == "RunStarted" and event.get("parent_run_id"):
             parent = (str(event.get("parent_run_id")), _int(event.get("reset_position")) or None)
         position = _int(event.get("position"))
@@ -228,7 +234,20 @@ def build(
         step,
         len(times),
         *parent,
+        next(iter(family.pop("", [])), None),
+        family,
     )
+
+
+def _note_family(family: dict[str, list[str]], kind: str, event: Mapping[str, JsonValue]) -> None:
+    """A child run's parent, a run's children and their endings (runtime.workflow.children)."""
+    if kind == "RunStarted":
+        if event.get("child_of"):
+            family[""] = [str(event.get("child_of"))]
+    elif kind == "ChildRunScheduled" and event.get("child_run_id"):
+        family[str(event.get("child_run_id"))] = [str(event.get("workflow") or ""), "running"]
+    elif str(event.get("child_run_id")) in family:
+        family[str(event.get("child_run_id"))][1] = str(event.get("child_status") or "ended")
 
 
 _FLAG_KINDS = {

@@ -86,10 +86,24 @@ RELEASED: tuple[Migration, ...] = (
     # PartitionCheckpoint.waiting_runs: the runs waiting at a checkpoint, which a takeover indexes
     # without replaying them (runtime.worker.run_cache).
     load(18, "waiting_runs: the runs a checkpoint lists as waiting", "V0018__checkpoint_waiting_runs.sql"),
+    # Child runs (ctx.child): the fields of ChildRunScheduled / ChildRunEnded / ChildRunSignalled and
+    # RunStarted.child_of; the runs view names each run's parent, so `audit runs --parent` lists a tree.
+    load(
+        19,
+        "child runs: their records' fields, and each run's parent on the runs view",
+        "V0019__child_runs.sql",
+    ),
     # ToolCallHeartbeat (a tool call's progress, heartbeat(details)): its details and when the tool
     # reported them, so `audit` can show how far a long call got.
     load(20, "heartbeats: a tool call's reported progress and when", "V0020__heartbeat_columns.sql"),
     # RunStarted.deadline / RunSubmitted.deadline: when the run is cancelled if it has not ended
     # (runtime.workflow.deadlines), ms since the epoch.
     load(21, "deadline: when a run is cancelled if it has not ended", "V0021__run_deadline.sql"),
+    # PartitionCheckpoint.commands_handled: the commands handled past one held for admission, which
+    # a takeover skips (runtime.worker.admission).
+    load(
+        22,
+        "commands_handled: the commands a checkpoint lists as handled past its commit",
+        "V0022__checkpoint_commands_handled.sql",
+    ),
 )

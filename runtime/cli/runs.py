@@ -280,6 +280,10 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
         print(f"continued from {status.continued_from}")
     if status.continued_as:
         print(f"continued as   {status.continued_as}")
+    if status.parent_run_id:
+        print(f"parent    {status.parent_run_id}")
+    for child in status.children:
+        print(f"child     {child.describe()}")
     for entry in status.redecided:
         print(f"redecided at position {entry.position}: {entry.reason}")
     for drift in status.drift:

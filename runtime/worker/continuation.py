@@ -49,24 +49,31 @@ class Continuer:
         ended: RunContinuedAsNew,
         workflow: str,
         durable: asyncio.Future[int] | None,
+        child_of: str | None = None,
     ) -> None:
-        """Submit ``ended``'s successor once ``durable`` (the ack of its record) resolves."""
+        """Submit ``ended``'s successor once ``durable`` (the ack of its record) resolves.
+        ``child_of``: a child run's parent, whose child the successor is too (runtime.worker.children)."""
         owned.continuing.add(ended.run_id)
         # Now, while the ended run's key id is known: the worker forgets it as the run ends.
         key_id = self.serde.sealer.key_id_for(ended.run_id) if self.serde.sealer is not None else None
         if durable is None:
-            self.submit(owned, ended, workflow, key_id)
+            self.submit(owned, ended, workflow, key_id, child_of)
             return
 
         def acked(future: asyncio.Future[int]) -> None:
             if future.cancelled() or future.exception() is not None or owned.lost:
                 return  # not durable: the worker stops on it, and a rebuild decides again
-            self.submit(owned, ended, workflow, key_id)
+            self.submit(owned, ended, workflow, key_id, child_of)
 
         durable.add_done_callback(acked)
 
     def submit(
-        self, owned: OwnedPartition, ended: RunContinuedAsNew, workflow: str, key_id: str | None = None
+        self,
+        owned: OwnedPartition,
+        ended: RunContinuedAsNew,
+        workflow: str,
+        key_id: str | None = None,
+        child_of: str | None = None,
     ) -> None:
         """Produce the successor's RunSubmitted (``ended`` is durable). ``key_id``: the key the
         ended run's contents are sealed under (by default the one its records named). A data
@@ -86,6 +93,7 @@ class Continuer:
             workflow=workflow,
             input=ended.input,
             continued_from=ended.run_id,
+            child_of=child_of,
         )
         try:
             value = self.serde.encode(command)

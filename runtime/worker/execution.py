@@ -51,6 +51,7 @@ from runtime.worker.budgets import BudgetGuard, PriceBook
 from runtime.worker.call_pool import CallPool
 from runtime.worker.calls import attempt_once, completed, failed, retry_policy, skipped_in_fork
 from runtime.worker.cancellation import CallTasks, cancels
+from runtime.worker.children import SENT_BY_CHILDREN, ChildLinks
 from runtime.worker.continuation import Continuer
 from runtime.worker.heartbeats import CallBeats
 from runtime.worker.limits.gate import PermitGate
@@ -111,9 +112,15 @@ class Executor:
         self.runs = RunCache(
             app, settings, batcher.serde, log, self.metrics, self.flush, batcher.append, self._fail
         )
+        self.children = ChildLinks(settings, batcher.serde, log, self._fail, self._retouch)
 
     def _fail(self, why: str) -> None:
         self.failure = self.failure or why
+
+    def _retouch(self, owned: OwnedPartition, run_id: str) -> None:
+        run = owned.runs.get(run_id)
+        if run is not None and run.view.active:
+            self.runs.touch(owned, run_id, run)  # its child submissions are sent: it may wait now
 
     def start(self, pool: CallPool, ownership: OwnershipCheck) -> None:
         self.pool, self.ownership = pool, ownership
@@ -154,13 +161,18 @@ class Executor:
             if continued is not None:  # its first offset stays until the successor is submitted
                 owned.runs.pop(view.run_id, None)
                 owned.sizes.pop(view.run_id, None)
-                self.continuer.after(owned, continued, view.workflow, durable)
+                self.continuer.after(owned, continued, view.workflow, durable, view.parent_run_id)
+            elif self.children.after_end(owned, run, view, events, durable):
+                owned.runs.pop(view.run_id, None)  # listed until its parent or children hear of it
+                owned.sizes.pop(view.run_id, None)
             else:
                 owned.forget(view.run_id)
             if self.batcher.serde.sealer is not None:  # its records are encoded: its ciphers are done
                 self.batcher.serde.sealer.forget_run(view.run_id)
         if view.run_id in self.call_tasks and cancels(events):  # the calls the cancel stopped
             self.call_tasks.cancel(view.run_id)
+        if ready and view.active:
+            self.children.note_issued(owned, view.run_id, ready)
         for intent in ready:
             task = owned.spawn(self._carry_out(owned, run, intent, durable))
             if intent.kind in ("model", "tool"):
@@ -213,9 +225,14 @@ class Executor:
         # An effect, a timer or a signal wait, or a call behind an effect's unacknowledged outcome,
         # starts after its Scheduled ack; any other call waits for it before its outcome is recorded.
         acked_first = (
-            intent.effect or intent.kind in ("timer", "signal") or _behind_effect(owned, run.view.run_id)
+            intent.effect
+            or intent.kind in ("timer", "signal", *SENT_BY_CHILDREN)
+            or _behind_effect(owned, run.view.run_id)
         )
         if acked_first and ack.pending is not None and not await self._acked(run, intent, ack):
+            return
+        if intent.kind in SENT_BY_CHILDREN and not owned.lost:  # runtime.worker.children
+            self.children.carry_out(owned, run, intent)  # a run_on child of an ended run starts too
             return
         if not self._recordable(owned, run):
             return

@@ -86,6 +86,8 @@ class WorkerMetrics:
         # The run cache (runtime.worker.run_cache): runs evicted from memory, and evicted runs woken.
         self.run_evictions = 0
         self.run_wakes = 0
+        self.commands_admitted = 0  # commands held for room in the run cache, then admitted
+        self.run_cache_peak = 0  # the most runs in memory after an eviction round (admission's bound)
         # Limits (runtime.worker.limits.gate), by limit name and dimension: only calls that waited.
         self.permits_waiting: dict[tuple[str, str], int] = {}  # calls waiting now
         self.permit_waits: dict[tuple[str, str], Histogram] = {}  # how long each wait lasted

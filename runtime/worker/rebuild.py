@@ -37,6 +37,7 @@ from runtime.log.records.chain import Chain, chain_key_of
 from runtime.log.records.events import (
     TERMINAL_TYPES,
     CheckpointSnapshots,
+    Command,
     EpochClaimed,
     Event,
     HistorySnapshot,
@@ -50,6 +51,7 @@ from runtime.log.records.payloads import PayloadMissing, inlined, is_outlined, r
 from runtime.log.records.run_index import RUN_KEY_PREFIX
 from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.serde import Serde
+from runtime.worker.children import follow_ups
 from runtime.worker.run_cache import listed_timers
 from runtime.worker.snapshots import (
     SNAPSHOT_KEY_PREFIX,
@@ -87,12 +89,21 @@ class RebuiltPartition:
     unloadable: dict[str, str] = field(default_factory=dict)  # run id -> why it cannot be replayed
     # Runs read that continued as new: their successors are submitted again (idempotent).
     to_continue: dict[str, tuple[RunContinuedAsNew, str]] = field(default_factory=dict)
+    continued_child_of: dict[str, str] = field(default_factory=dict)  # those of them that are child runs
+    # Runs read that ended with a child's ending or children to cancel to send (runtime.worker.children).
+    to_follow_up: dict[str, list[Command]] = field(default_factory=dict)
     records: dict[str, list[bytes]] = field(default_factory=dict)  # active run -> its framed records
     snapshots: dict[str, tuple[int, int]] = field(default_factory=dict)  # run -> (through, count) used
     chain_tips: dict[str, bytes] = field(default_factory=dict)  # active run -> its last record's link
     # Runs indexed without replay (step 5): run -> (position, fire_at) of the timers it waits for;
     # their framed records are in ``records``, their first offsets and sizes beside the others'.
     waiting: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    # Where commands resume (runtime.worker.admission): the checkpoint's commit point, the offsets at
+    # or after it handled already (the checkpoint's list and the events' command offsets), and
+    # run -> the offset of the submission that started it there. ``commands_offset`` is the highest.
+    commands_from: int = 0
+    commands_handled: set[int] = field(default_factory=set)
+    started_by: dict[str, int] = field(default_factory=dict)
 
 
 def claim(settings: Settings, serde: Serde, log: EventLog, partition: int, worker: str) -> Future[int]:
@@ -236,6 +247,9 @@ class _PartitionRebuild:
             set(read.known_runs),
             checkpoint=checkpoint,
         )
+        if checkpoint is not None:
+            result.commands_from = checkpoint.commands_offset
+            result.commands_handled.update(checkpoint.commands_handled)
         self.fence = FenceFilter()
         self.undecodable_runs: dict[str, str] = {}  # run id -> why
         self.events_by_run: dict[str, list[Event]] = defaultdict(list)
@@ -363,6 +377,10 @@ class _PartitionRebuild:
         offset_of_command = getattr(event, "command_offset", None)
         if isinstance(offset_of_command, int):
             result.commands_offset = max(result.commands_offset, offset_of_command + 1)
+            if offset_of_command >= result.commands_from:
+                result.commands_handled.add(offset_of_command)
+                if isinstance(event, RunStarted):
+                    result.started_by[run_id] = offset_of_command
         if isinstance(event, RunRejected):
             self.terminal.add(run_id)
             return None
@@ -377,10 +395,14 @@ class _PartitionRebuild:
         self.records_by_run[run_id].append(value)
         if isinstance(event, TERMINAL_TYPES):
             self.terminal.add(run_id)
+            if sent := follow_ups(self.events_by_run[run_id], event):  # sent again: harmless repeats
+                result.to_follow_up[run_id] = sent
         if isinstance(event, RunContinuedAsNew):
             first = self.events_by_run[run_id][0]
             if isinstance(first, RunStarted):
                 result.to_continue[run_id] = (event, first.workflow)
+                if first.child_of:  # a child's successor is its parent's child too
+                    result.continued_child_of[run_id] = first.child_of
             else:
                 logger.error("run %s continued as new, but its RunStarted was not read", run_id)
         if run_id in self.terminal:  # an ended run is not replayed: its records need not be kept

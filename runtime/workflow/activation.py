@@ -113,6 +113,7 @@ class RunView:
     spend: Spend | None = None
     # (limit name, key) of each limit keyed by a field of the run's input (app.limit(per=...)).
     limit_keys: tuple[tuple[str, str], ...] = ()
+    parent_run_id: str | None = None  # a child run's parent (runtime.workflow.children)
     # What the run exposes to queries (ctx.expose; runtime.workflow.exposed): grown in place by the
     # machine, like spend; None for a run made without one.
     exposed: Exposed | None = None
@@ -150,6 +151,11 @@ class RunInstance(Protocol):
     def timers(self) -> tuple[tuple[int, int], ...]:
         """(position, fire_at ms) of each recorded timer or signal timeout the run still waits for:
         what a run cache keeps of a run it evicts, to fire them without the run in memory."""
+        ...
+
+    def open_children(self) -> tuple[tuple[str, str], ...]:
+        """(child run id, parent_close policy) of each child the run started that has not ended:
+        what the worker cancels (policy "cancel") once the run's ending is durable."""
         ...
 
     def close(self) -> None:

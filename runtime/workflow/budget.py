@@ -139,6 +139,19 @@ def call_spend(event: ModelCallCompleted, command: Intent) -> CallSpend:
     )
 
 
+def spend_json(calls: list[CallSpend]) -> str:
+    """A child's calls as its ending carries them to its parent (ChildEnded.spend)."""
+    return json.dumps(
+        [[list(c.names), c.at_ms, c.input_tokens, c.output_tokens, c.cached_tokens] for c in calls],
+        separators=(",", ":"),
+    )
+
+
+def spend_from_json(text: str) -> list[CallSpend]:
+    """The calls ``spend_json`` wrote."""
+    return [CallSpend(tuple(names), at, i, o, c) for names, at, i, o, c in json.loads(text)]
+
+
 @dataclass(slots=True)
 class Spend:
     """What a run's record holds of its spending so far: its model calls, their tokens, and each

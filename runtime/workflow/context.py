@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from runtime.errors import AgentlogError, DecisionOutOfBounds
 from runtime.workflow.app import App
 from runtime.workflow.canonical import NAMESPACE, canonical_json, sha256_hex
+from runtime.workflow.children import ChildHandle, ParentClose
 from runtime.workflow.exposed import Exposed
 from runtime.workflow.futures import DurableFuture, GatherFuture
 
@@ -47,6 +48,10 @@ class RunHost(Protocol):
     def issue_timer(self, duration_ms: int) -> DurableFuture: ...
 
     def issue_signal_wait(self, name: str, timeout_ms: int | None) -> DurableFuture: ...
+
+    def issue_child(self, workflow: str, input: Any, parent_close: str) -> ChildHandle:
+        """A child run started (runtime.workflow.children)."""
+        ...
 
     def overrides_now(self) -> dict[str, Any]: ...
 
@@ -133,13 +138,30 @@ class Context:
         """The payload of the next signal ``name``; raises TimeoutError after ``timeout`` seconds."""
         return self._machine.issue_signal_wait(name, None if timeout is None else int(timeout * 1000))
 
+    def start_child(
+        self, workflow: str, input: Any = None, *, parent_close: ParentClose = "cancel"
+    ) -> ChildHandle:
+        """Start a run of ``workflow`` as a child of this one: a handle to await later (its result;
+        a child that fails, is cancelled or rejected raises ``ChildRunFailed`` naming it), to
+        ``signal`` or to ``cancel``. The child has its own history and partition; its id derives
+        from this run and the call's position, so a replayed or recovered parent starts it once.
+        ``parent_close``: what the child does if this run ends first -- "cancel" (a cancel naming
+        this run is sent to it) or "run_on". An unregistered workflow, or an input that does not
+        fit it, raises TerminalError here."""
+        return self._machine.issue_child(workflow, input, parent_close)
+
+    def child(self, workflow: str, input: Any = None, *, parent_close: ParentClose = "cancel") -> ChildHandle:
+        """``await ctx.child("refund", input)``: start a child run and wait for its result (see
+        ``start_child``). Several at once: ``await ctx.gather(ctx.child(...), ctx.child(...))``."""
+        return self.start_child(workflow, input, parent_close=parent_close)
+
     def gather(self, *calls: Awaitable[Any]) -> GatherFuture:
         """Wait for several calls issued in parallel; results come back in issue order."""
         children = []
         for call in calls:
             if not isinstance(call, DurableFuture):
                 raise TypeError(
-                    "ctx.gather takes the results of ctx.model/ctx.tool/ctx.sleep/ctx.wait_signal"
+                    "ctx.gather takes the results of ctx.model/ctx.tool/ctx.sleep/ctx.wait_signal/ctx.child"
                 )
             children.append(call)
         return GatherFuture(children)

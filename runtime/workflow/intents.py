@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from runtime.log.records.events import (
+    ChildRunScheduled,
+    ChildRunSignalled,
     Event,
     ModelCallScheduled,
     PatchRecorded,
@@ -25,7 +27,7 @@ class Intent:
     """One thing workflow code asked for, at its position."""
 
     position: int
-    kind: str  # model | tool | timer | signal | patch
+    kind: str  # model | tool | timer | signal | patch | child | child_signal
     name: str
     args: Any
     hash: str
@@ -92,6 +94,16 @@ def record_signature(event: Event) -> tuple[str, str, str]:
         return ("signal", name, timer_hash("signal", name, event.duration_ms))
     if isinstance(event, PatchRecorded):
         return ("patch", event.patch_id, args_hash("patch", event.patch_id, None))
+    if isinstance(event, ChildRunScheduled):  # runtime.workflow.children
+        return ("child", event.workflow, event.args_hash)
+    if isinstance(event, ChildRunSignalled):
+        args = {
+            "child": event.child_run_id,
+            "name": event.name,
+            "payload": event.payload,
+            "cancel": event.cancel,
+        }
+        return ("child_signal", event.name, args_hash("child_signal", event.name, args))
     return (event.type, "", "")
 
 

@@ -37,6 +37,9 @@ import orjson
 from runtime.config import Settings
 from runtime.errors import AgentlogError, CallFailed, NonDeterminismError
 from runtime.log.records.events import (
+    ChildRunEnded,
+    ChildRunScheduled,
+    ChildRunSignalled,
     EpochClaimed,
     Event,
     ModelCallCompleted,
@@ -82,6 +85,8 @@ from runtime.workflow.app import App
 from runtime.workflow.budget import Budget, Spend, call_spend
 from runtime.workflow.cancellation import RunCancelledError, cancelled_ending, in_flight, stopped
 from runtime.workflow.canonical import canonical_json
+from runtime.workflow.children import ChildHandle, child_command, child_intent, resolve
+from runtime.workflow.children import signal_intent as child_signal_intent
 from runtime.workflow.compensation import CANCEL_SIGNAL, Saga, cancelled_by
 from runtime.workflow.context import Context
 from runtime.workflow.deadlines import DEADLINE_POSITION, deadline_intent
@@ -113,7 +118,14 @@ from runtime.workflow.scheduling import (
 from runtime.workflow.stepping import Ended, step
 
 E = TypeVar("E", bound=Event)
-SCHEDULED_TYPES = (ModelCallScheduled, ToolCallScheduled, TimerScheduled, PatchRecorded)
+SCHEDULED_TYPES = (
+    ModelCallScheduled,
+    ToolCallScheduled,
+    TimerScheduled,
+    PatchRecorded,
+    ChildRunScheduled,
+    ChildRunSignalled,
+)
 # ctx.history_near_limit(): the warn threshold of Settings unless the worker passes its own.
 HISTORY_WARN_EVENTS: int = Settings.model_fields["history_warn_events"].default
 
@@ -158,6 +170,8 @@ class RunMachine:
         self.old_patches: list[str] = []  # patch ids whose old branch this run keeps (recorded before)
         # A budgeted run's spending as its record holds it (the worker checks it before a model call).
         self.spend = Spend(Budget.from_json(started.budget)) if started.budget else None
+        self.parent_run_id = started.child_of  # a child run's parent (runtime.workflow.children)
+        self._children: dict[str, Intent] = {}  # child run id -> the command that started it
         self.exposed = Exposed()  # ctx.expose's values, grown in place like spend (runtime.workflow.exposed)
         self._position = 0
         self._identical: Counter[str] = Counter()
@@ -192,6 +206,7 @@ class RunMachine:
             self.status,
             spend=self.spend,
             limit_keys=self.limit_keys,
+            parent_run_id=self.parent_run_id,
             exposed=self.exposed,
         )
         self._ctx = Context(self)
@@ -237,6 +252,7 @@ class RunMachine:
                 tuple(self.old_patches),
                 self.spend,
                 limit_keys=self.limit_keys,
+                parent_run_id=self.parent_run_id,
                 exposed=self.exposed,
             )
         return view
@@ -250,7 +266,7 @@ class RunMachine:
         futures = blocked.children if isinstance(blocked, GatherFuture) else [blocked]
         commands = self.commands
         kinds = [commands[f.position].kind for f in futures if not f.done and f.position in commands]
-        return bool(kinds) and all(kind in ("timer", "signal") for kind in kinds)
+        return bool(kinds) and all(kind in ("timer", "signal", "child") for kind in kinds)
 
     def timers(self) -> tuple[tuple[int, int], ...]:
         """(position, fire_at) of each recorded timer or signal timeout the run still waits for."""
@@ -262,6 +278,14 @@ class RunMachine:
         if self.deadline is not None and self.cancelled is None and self.active:
             timers += ((DEADLINE_POSITION, self.deadline),)
         return timers
+
+    def open_children(self) -> tuple[tuple[str, str], ...]:
+        """(child run id, parent_close policy) of each child the run started that has not ended."""
+        return tuple(
+            (run_id, command.args["parent_close"])
+            for run_id, command in self._children.items()
+            if not command.future.done
+        )
 
     def close(self) -> None:
         """Let the run go from memory (a run cache evicts it): GeneratorExit into the workflow
@@ -292,7 +316,13 @@ class RunMachine:
             self.ready.append(deadline_intent(self.deadline))  # armed by the worker like a timer
 
     def _deliver(self, deliver: Deliver) -> None:
-        self.record(deliver.event, deliver.result_text)
+        event = deliver.event
+        if isinstance(event, ChildRunEnded):  # the command names the child; the run knows its position
+            command = child_command(self._children, event.child_run_id)
+            if command is None or command.future.done or not self.active:
+                return  # a repeated ending (sent again after a crash): recorded once
+            event = dataclasses.replace(event, position=command.position)
+        self.record(event, deliver.result_text)
 
     def _timer_due(self, due: TimerDue) -> None:
         if due.position == DEADLINE_POSITION:  # the run's deadline: cancelled, once
@@ -475,6 +505,14 @@ class RunMachine:
                 self._signals.setdefault(event.name, deque()).append(event.payload)
         self._drive()
 
+    def _apply_child_ended(self, event: ChildRunEnded) -> None:
+        self._resumed_by(event)
+        command = self._command_for(event.position, event)
+        if command is None:
+            return
+        resolve(command, event, self.spend)
+        self._drive()
+
     def _apply_ending(self, event: Event) -> None:
         self._resumed_by(event)
         self._terminate(event)
@@ -574,6 +612,18 @@ class RunMachine:
             return command.future
         self._waiters.setdefault(name, deque()).append(command)
         return self._issue(command)
+
+    def issue_child(self, workflow: str, input: Any, parent_close: str) -> ChildHandle:
+        command = child_intent(
+            self.app, self._next_position, self.run_id, workflow, input, parent_close, self
+        )
+        assert command.key is not None and isinstance(command.future, ChildHandle)
+        self._children[command.key] = command
+        self._issue(command)
+        return command.future
+
+    def issue_child_signal(self, handle: ChildHandle, name: str, payload: Any, cancel: bool) -> DurableFuture:
+        return self._issue(child_signal_intent(self._next_position(), handle, name, payload, cancel))
 
     def patched(self, change_id: str) -> bool:
         position = self._position + 1
@@ -812,6 +862,7 @@ _APPLY: dict[type[Event], Callable[[RunMachine, Any], None]] = {
     PermitGranted: RunMachine._apply_permit,
     ToolCallHeartbeat: RunMachine._apply_heartbeat,
     SignalReceived: RunMachine._apply_signal,
+    ChildRunEnded: RunMachine._apply_child_ended,
     **dict.fromkeys(
         (RunCompleted, RunFailed, RunCancelled, RunContinuedAsNew, RunParked), RunMachine._apply_ending
     ),

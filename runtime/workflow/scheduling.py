@@ -32,6 +32,7 @@ from runtime.workflow.canonical import (
     idempotency_key,
     sha256_hex,
 )
+from runtime.workflow.children import CHILD, CHILD_SIGNAL, scheduled_child
 from runtime.workflow.earlier_form import Messages
 from runtime.workflow.futures import DurableFuture
 from runtime.workflow.intents import Drift, Intent, timer_hash
@@ -186,6 +187,8 @@ def scheduled_record(
         )
     if command.kind == "patch":
         return PatchRecorded(run_id=run_id, position=command.position, patch_id=command.name)
+    if command.kind in (CHILD, CHILD_SIGNAL):
+        return scheduled_child(command, run_id)
     raise AgentlogError(f"no record schedules a {command.kind!r} command")
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from runtime.client import Client
 from runtime.config import Settings
@@ -46,6 +47,17 @@ class Erased:
     before: list[dict[str, object]]
     refusal: str
     key: bytes  # the erased run's data key, as the keys topic held it
+
+
+def _roll_segments_every(settings: Settings, topic: str, ms: int) -> None:
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[ConfigEntry("segment.ms", str(ms), incremental_operation=AlterConfigOpType.SET)],
+    )
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
 
 
 def raw_bytes(settings: Settings, topic: str) -> bytes:
@@ -148,10 +160,13 @@ def test_the_erased_text_is_in_no_table_of_the_store(erased: Erased) -> None:
 
 
 def test_the_erased_key_leaves_the_keys_topic_once_compacted(erased: Erased) -> None:
-    """The tombstone's work: the key's bytes are gone from the topic (segment.ms 60 s, then the
-    log cleaner). A record appended now and then rolls the segment, as a deployment's traffic does."""
+    """The tombstone's work: the key's bytes are gone from the topic once its segment rolls and the
+    log cleaner runs. A record appended now and then rolls the segment, as a deployment's traffic
+    does. The deployment rolls every 60 s (infra.topics); this test's topic every 2 s, so the wait
+    is the cleaner's, not a minute of the clock."""
     s = erased.settings
     assert len(erased.key) == 32
+    _roll_segments_every(s, s.keys_topic, ms=2000)
     log = KafkaLog(s)  # its writer's delivery thread keeps it, and its producer, open until closed
     keys = KeyStore(log, s.keys_topic, s.partitions)
     fillers = iter(range(1000))

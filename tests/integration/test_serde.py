@@ -87,7 +87,7 @@ def test_every_record_type_round_trips_through_kafka_and_the_registry(deployment
         consumer.close()
     # Each schema is the first version of its subject: the decoded records say so.
     assert sorted(got, key=lambda r: r.seq) == [dataclasses.replace(r, schema_version=1) for r in records]
-    assert len(got) == len(RECORD_TYPES) == 32
+    assert len(got) == len(RECORD_TYPES) == 36
 
 
 def _read(consumer: Consumer, serde: Serde, topic: str, wanted: int) -> list[Record]:

@@ -167,3 +167,49 @@ def test_a_guardrail_is_a_recorded_call_and_its_tripwire_is_replayed() -> None:
     assert len(checked) == 1
     assert Replayer(app=app).replay(events).result == {"stopped": "InputGuardrailTripwireTriggered"}
     assert len(checked) == 1  # served from the log
+
+
+def test_an_agent_as_a_tool_runs_as_a_child_run_when_delegated() -> None:
+    app = App("agents-delegation")
+    runner = AgentlogRunner(app, name="desk", delegates={"ask_refunds": "refunds"})
+    refunds = Agent(
+        name="refunds", instructions="Refund.", model=ScriptedModel([[assistant_message("refunded A-1")]])
+    )
+    triage_model = ScriptedModel(
+        [
+            [function_call("ask_refunds", {"input": "refund A-1"}, call_id="t1")],
+            [assistant_message("handed over")],
+        ]
+    )
+    triage = Agent(
+        name="triage",
+        instructions="Hand refunds over.",
+        tools=[refunds.as_tool(tool_name="ask_refunds", tool_description="Hand a refund over.")],
+        model=triage_model,
+    )
+
+    @app.workflow("refunds")
+    async def refunds_workflow(ctx: Context, request: dict[str, Any]) -> str:
+        return str((await runner.run(ctx, refunds, request["input"])).final_output)
+
+    @app.workflow("desk")
+    async def desk(ctx: Context, question: str) -> list[Any]:
+        result = await runner.run(ctx, triage, question)
+        outputs = [str(item.output) for item in result.new_items if item.type == "tool_call_output_item"]
+        return [result.final_output, outputs]
+
+    async def scenario() -> tuple[list[str], list[str], Any]:
+        harness = Harness(app)
+        harness.start()
+        run_id = harness.client.submit("desk", "refund A-1 please").run_id
+        await harness.ended(run_id, timeout=20)
+        (child,) = harness.status(run_id).children
+        types = harness.types(run_id), harness.types(child.run_id)
+        result = harness.client.run(run_id).result(timeout=1), child.status
+        await harness.stop_all()
+        return *types, result
+
+    parent_types, child_types, (result, child_status) = asyncio.run(scenario())
+    assert result == ["handed over", ["refunded A-1"]] and child_status == "completed"
+    assert "ChildRunScheduled" in parent_types and "ToolCallScheduled" not in parent_types
+    assert "ModelCallCompleted" in child_types  # the delegate's model call is in its own history

@@ -481,3 +481,60 @@ def test_mcp_tool_listings_and_calls_are_recorded_and_replay_needs_no_server(tmp
     replayed = Replayer(app=make(tmp_path / "no-such-server.py")).replay(events)
     assert replayed.ok and replayed.result == '{"order_status":"order a is late"}'
     assert calls_log.read_text().splitlines() == ["a"]
+
+
+def test_an_agent_delegating_to_another_runs_the_delegate_as_a_child_run() -> None:
+    app = App("pydantic-ai-delegation")
+    body_ran: list[str] = []
+    seen_by_triage: list[Any] = []
+
+    def triage_answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if not any(isinstance(m, ModelResponse) for m in messages):
+            return ModelResponse(parts=[ToolCallPart("ask_refunds", {"order": "A-1"}, tool_call_id="d1")])
+        seen_by_triage.extend(
+            p.content for m in messages for p in getattr(m, "parts", []) if p.part_kind == "tool-return"
+        )
+        return ModelResponse(parts=[TextPart("handed over")])
+
+    refunds = Agent(
+        scripted([TextPart("refunded A-1")]),
+        name="refunds",
+        capabilities=[AgentlogDurability(app)],
+    )
+    triage = Agent(
+        FunctionModel(triage_answer),
+        name="triage",
+        capabilities=[AgentlogDurability(app, delegates={"ask_refunds": "refunds"})],
+    )
+
+    @triage.tool_plain
+    async def ask_refunds(order: str) -> str:
+        body_ran.append(order)  # what runs outside agentlog; durably, the child run does the work
+        return str((await refunds.run(f"refund {order}")).output)
+
+    @app.workflow("refunds")
+    async def refunds_workflow(ctx: Context, request: dict[str, Any]) -> str:
+        return str((await run_agent(ctx, refunds, f"refund {request['order']}")).output)
+
+    @app.workflow("triage")
+    async def triage_workflow(ctx: Context, prompt: str) -> str:
+        return str((await run_agent(ctx, triage, prompt)).output)
+
+    async def scenario() -> tuple[list[str], list[str], str]:
+        harness = Harness(app)
+        harness.start()
+        run_id = harness.client.submit("triage", "my order A-1 was late").run_id
+        await harness.ended(run_id, timeout=20)
+        child = harness.status(run_id).children[0].run_id
+        parent_types, child_types = harness.types(run_id), harness.types(child)
+        result = harness.client.run(run_id).result(timeout=1)
+        await harness.stop_all()
+        return parent_types, child_types, result
+
+    parent_types, child_types, result = asyncio.run(scenario())
+    assert result == "handed over"
+    assert seen_by_triage == ["refunded A-1"]  # the child's result is the tool's return
+    assert body_ran == []  # the tool's body is replaced by the child run
+    assert "ChildRunScheduled" in parent_types and "ChildRunEnded" in parent_types
+    assert "ToolCallScheduled" not in parent_types  # the delegation is not a tool call
+    assert child_types[0] == "RunStarted" and "ModelCallCompleted" in child_types  # its own history

@@ -54,6 +54,7 @@ def test_public_api_is_pinned() -> None:
         "App",
         "Budget",
         "CallFailed",
+        "ChildRunFailed",
         "Client",
         "ConfigError",
         "Context",

@@ -154,6 +154,8 @@ def test_run_status_as_dict_keeps_the_status_json_keys() -> None:
         "waiting_for": [],
         "retrying": [],
         "heartbeats": [],
+        "parent_run_id": None,
+        "children": [],
     }
 
 

@@ -278,3 +278,23 @@ def test_a_call_that_waited_for_a_permit_says_how_long_and_for_what() -> None:
     ]
     assert [f.kind for f in line.calls[0].flags] == ["permit_wait"]
     assert "waited for a permit" in svg.render(line)
+
+
+def test_a_run_page_names_a_child_s_parent_and_a_parent_s_children() -> None:
+    parent = Events()
+    parent.add("RunStarted", 0, workflow="triage")
+    for position in (1, 2):
+        parent.add(
+            "ChildRunScheduled",
+            position,
+            position=position,
+            child_run_id=f"p.child{position}",
+            workflow="refund",
+        )
+    parent.add("ChildRunEnded", 5, position=1, child_run_id="p.child1", child_status="failed")
+    line = timeline.build(parent.out)
+    assert line.child_of is None
+    assert line.children == {"p.child1": ["refund", "failed"], "p.child2": ["refund", "running"]}
+    child = Events()
+    child.add("RunStarted", 0, workflow="refund", child_of="p")
+    assert timeline.build(child.out).child_of == "p"

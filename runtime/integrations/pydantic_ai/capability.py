@@ -65,6 +65,7 @@ from runtime.integrations.calls import (
     register_tool,
     tool_args,
 )
+from runtime.integrations.pydantic_ai.deltas import emitting
 from runtime.integrations.pydantic_ai.units import (
     UNIT_ARG,
     mapped_errors,
@@ -72,10 +73,12 @@ from runtime.integrations.pydantic_ai.units import (
     recorded_parameters,
     recorded_response,
 )
+from runtime.models.deltas import streaming
 from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.context import Context
 
 OutputT = TypeVar("OutputT")
+T = TypeVar("T")
 _deferred_results = TypeAdapter(DeferredToolResults)
 
 
@@ -105,6 +108,10 @@ class AgentlogDurability(BaseDurabilityCapability[AgentDepsT]):
     each other event is handed over in a recorded call -- a replay serves them, it does not call
     the handler again. ``prompt_version`` is recorded with each model call (``agentlog upgrade
     check`` and ``audit cost --by prompt_version`` show it): bump it when the instructions change.
+    ``delegates`` maps a tool that hands work to another agent (agent as a tool) to the workflow that
+    runs that agent: a call of the tool starts that workflow as a child run with the tool's arguments
+    as its input and returns its result -- the delegate gets its own durable history -- instead of
+    running the tool's body (docs/integrations.md, "Delegation as child runs").
     """
 
     engine_spec = DurabilityEngineSpec(
@@ -140,6 +147,7 @@ class AgentlogDurability(BaseDurabilityCapability[AgentDepsT]):
         tool_retry: RetryPolicy | None = None,
         event_stream_handler: EventStreamHandler[AgentDepsT] | None = None,
         prompt_version: str | None = None,
+        delegates: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(models=models, name=name, event_stream_handler=event_stream_handler)
         self.app = app
@@ -149,6 +157,7 @@ class AgentlogDurability(BaseDurabilityCapability[AgentDepsT]):
         self.model_retry = model_retry
         self.tool_retry = tool_retry
         self.prompt_version = prompt_version
+        self.delegates = dict(delegates or {})  # tool -> the workflow its delegate runs as (a child run)
 
     # --- the durable container: an agent run inside an agentlog workflow -----------------------
     @property
@@ -191,6 +200,12 @@ class AgentlogDurability(BaseDurabilityCapability[AgentDepsT]):
 
     def get_durable_operation_backend(self) -> DurableOperationBackend[Any]:
         return _Backend(self)
+
+    def _model_stream_event_handler(self) -> EventStreamHandler[AgentDepsT] | None:
+        # Called inside a streamed model request's call, where the worker's sink is (live only):
+        # its parts are emitted as deltas as they form (runtime.integrations.pydantic_ai.deltas).
+        handler = super()._model_stream_event_handler()
+        return emitting(handler) if streaming() else handler
 
     # --- agentlog names ---------------------------------------------------------------------------
     def model_name(self, model_id: str | None) -> str:
@@ -293,6 +308,10 @@ class _Backend(CallableOperationBackend[None]):
     ) -> object:
         durability = self._durability
         tool, arguments = str(cache_key[0]), cache_key[1]
+        if tool in durability.delegates:  # agent as a tool: the delegate runs as a child run
+            child = run.ctx.child(durability.delegates[tool], tool_args(arguments, tool, UNIT_ARG))
+            # Its result as the tool's outcome, in the form a tool call's is recorded in (the codec's).
+            return {"kind": "tool_return", "result": await run.wait_for(child)}
         agentlog_tool = durability.tool_name(operation_id, tool)
         effect = tool in durability.effects
         register_tool(
@@ -386,4 +405,33 @@ async def run_agent(
     return await run
 
 
-__all__ = ["AgentlogDurability", "run_agent"]
+async def run_in_workflow(ctx: Context, agent: Agent[AgentDepsT, Any], body: Callable[[], Awaitable[T]]) -> T:
+    """Run ``body`` -- your code that drives ``agent`` with ``run_stream``, ``iter`` or ``run`` --
+    inside the workflow of ``ctx``, as ``run_agent`` runs ``agent.run``::
+
+        async def answer() -> str:
+            async with agent.run_stream(prompt) as result:
+                async for text in result.stream_text(delta=True):
+                    ...  # the recorded answer's text (deterministic: the same on a replay)
+                return await result.get_output()
+
+        output = await run_in_workflow(ctx, agent, answer)
+
+    Each model request is one recorded call either way. A streamed one (``run_stream``,
+    ``node.stream`` in ``iter``) streams inside its call, where its text and tool arguments are
+    emitted as deltas to the run's watchers as they form (first execution only); ``body`` reads
+    the recorded response, streamed back to it, live and on a replay alike. ``body`` runs on the
+    agent loop: like agent code, it may await only the agent (no I/O of its own)."""
+    if AgentlogDurability.from_agent(agent) is None:
+        raise TerminalError(
+            f"agent {agent.name!r} has no AgentlogDurability capability: "
+            "Agent(..., capabilities=[AgentlogDurability(app)])"
+        )
+
+    async def start() -> T:
+        return await body()
+
+    return await AgentRun(ctx, start, name=agent.name or "agent")
+
+
+__all__ = ["AgentlogDurability", "run_agent", "run_in_workflow"]

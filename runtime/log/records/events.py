@@ -69,6 +69,55 @@ class CancelRequested(Command):
 
 
 @record_type
+class ChildEnded(Command):
+    """A child run ended: sent by its worker to the parent's partition, keyed by the parent's id."""
+
+    child_run_id: str
+    child_status: str  # completed, failed, cancelled or rejected
+    result: str | None = None
+    error_type: str | None = None
+    error: str | None = None
+    spend: str | None = None  # a budgeted child's calls (runtime.workflow.budget.spend_json)
+
+
+@record_type
+class ChildRunEnded(Event):
+    """A child run this run started has ended; resolves the call that waits for it."""
+
+    position: int
+    child_run_id: str
+    child_status: str  # completed, failed, cancelled or rejected
+    result: str | None = None
+    error_type: str | None = None
+    error: str | None = None
+    spend: str | None = None  # a budgeted child's calls, added to this run's spend
+    command_offset: int
+
+
+@record_type
+class ChildRunScheduled(Event):
+    """The run started a child run; durable before the child's submission is sent."""
+
+    position: int
+    child_run_id: str
+    workflow: str
+    args_hash: str
+    input: str
+    parent_close: str = "cancel"
+
+
+@record_type
+class ChildRunSignalled(Event):
+    """The run sent a signal (or a cancel) to a child run it started."""
+
+    position: int
+    child_run_id: str
+    name: str
+    payload: str
+    cancel: bool = False
+
+
+@record_type
 class EpochClaimed(Event):
     """A worker took ownership of this partition; its epoch is this record's offset. Records of older epochs that follow are a fenced writer's and are ignored."""
 
@@ -147,6 +196,8 @@ class PartitionCheckpoint(Event):
     # and "<run id>@<position>" -> fire_at of the timers they wait for (runtime.worker.run_cache).
     waiting_runs: dict[str, int] = field(default_factory=dict)
     waiting_timers: dict[str, int] = field(default_factory=dict)
+    # Commands at or after commands_offset already handled (runtime.worker.admission): skipped.
+    commands_handled: list[int] = field(default_factory=list)
 
 
 @record_type
@@ -267,6 +318,7 @@ class RunStarted(Event):
     fork_overrides: str | None = None
     budget: str | None = None  # JSON (runtime.workflow.budget): the budget that binds the run
     deadline: int | None = None  # ms since the epoch (runtime.workflow.deadlines): the run is cancelled at it
+    child_of: str | None = None  # a child run's parent (runtime.workflow.children)
 
 
 @record_type
@@ -283,6 +335,7 @@ class RunSubmitted(Command):
     fork_overrides: str | None = None
     budget: str | None = None  # JSON (runtime.workflow.budget): the submission's budget override
     deadline: int | None = None  # ms since the epoch (runtime.workflow.deadlines): the submission's
+    child_of: str | None = None  # a child run's parent (runtime.workflow.children)
 
 
 @record_type
@@ -371,8 +424,11 @@ class ToolCallScheduled(Event):
     compensates: int | None = None
 
 
-COMMAND_TYPES: tuple[type[Command], ...] = (RunSubmitted, SignalSent, CancelRequested)
+COMMAND_TYPES: tuple[type[Command], ...] = (RunSubmitted, SignalSent, CancelRequested, ChildEnded)
 EVENT_TYPES: tuple[type[Event], ...] = (
+    ChildRunEnded,
+    ChildRunScheduled,
+    ChildRunSignalled,
     EpochClaimed,
     ModelCallCompleted,
     ModelCallFailed,

@@ -30,6 +30,11 @@ CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
     "ToolCallCompleted": ("result",),
     "SignalSent": ("payload",),
     "SignalReceived": ("payload",),
+    # Child runs (runtime.workflow.children): a ChildEnded is sealed under the parent's key.
+    "ChildRunScheduled": ("input",),
+    "ChildRunEnded": ("result",),
+    "ChildRunSignalled": ("payload",),
+    "ChildEnded": ("result",),
 }
 
 # Every field a value is sealed as: the records' content fields, and the payloads topic's values.
