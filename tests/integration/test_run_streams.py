@@ -21,6 +21,7 @@ from runtime.client import Client, QueryError, StreamEvent, UnknownRun
 from runtime.config import Settings
 from runtime.log.kafka.stream import StreamFollower, StreamGap, StreamProducer
 from runtime.log.records.stream import decode, encode
+from support.model_endpoint import model_endpoint
 from support.services import agentlog, make_deployment
 from support.wait import wait_until
 from support.workers import WorkerProcess
@@ -287,3 +288,34 @@ def test_with_streams_off_a_watcher_still_sees_each_step_from_the_log(
                 client.query(run, "progress")
     finally:
         worker.stop()
+
+
+def test_the_openai_adapter_streams_to_the_caller_before_the_provider_has_finished(
+    services: Settings, world: tuple[Settings, Path]
+) -> None:
+    """The real adapter (runtime.models.openai, streaming because a sink is set) against the tests'
+    own OpenAI-compatible server, which sends its answer a word every 0.3 s."""
+    deployment, where = make_deployment(services, partitions=1), world[1]
+    with model_endpoint() as endpoint:
+        endpoint.pause_s = 0.3
+        worker = WorkerProcess(
+            deployment,
+            "support.endpoint_app:app",
+            "openai",
+            where / "openai.log",
+            TEST_MODEL_URL=endpoint.url,
+        )
+        try:
+            worker.wait_ready(1)
+            with Client(deployment) as client:
+                run = client.submit("ask", {"order": "A-1", "text": "refund?"}).run_id
+                watcher = Watcher(client, run)
+                watcher.first("delta", 1)
+                request = endpoint.requests[-1]
+                assert request["body"]["stream"] is True
+                assert "events" not in request, "the provider had sent its whole answer already"
+                events = watcher.ended()
+                assert watcher.text(1) == client.run(run).result() == "refund 41.60"
+                assert _steps(events) == [("started", 1), ("attempt", 1), ("completed", 1), ("ended", -1)]
+        finally:
+            worker.stop()
