@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Generator, Iterator, Mapping
 from typing import Any
 
@@ -71,7 +72,9 @@ class RunHandle:
             while (event := await asyncio.to_thread(next, events, None)) is not None:
                 yield event
         finally:
-            events.close()
+            # cancelled mid-read, its thread still holds it (ValueError): closed when collected
+            with contextlib.suppress(ValueError):
+                events.close()
 
     def query(self, name: str) -> Any:
         """The latest value the run exposed under ``name`` (``ctx.expose``), at once, without
