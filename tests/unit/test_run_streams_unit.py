@@ -15,7 +15,7 @@ from runtime.log.records.stream import StreamEvent, StreamFormatError, decode, e
 from runtime.models.deltas import Delta, emit
 from runtime.stream_seam import Seam, compact, resume_from_ms, unfinished
 from runtime.worker.streaming import RunStreams
-from runtime.workflow.app import App
+from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.context import Context
 from runtime.workflow.exposed import MAX_EXPOSED_BYTES, Exposed
 from support.memory_harness import Harness, until
@@ -269,3 +269,37 @@ async def test_a_worker_publishes_live_steps_and_deltas_and_a_takeover_s_replay_
         ("ended", "completed"),
     ]
     await h.stop_all()
+
+
+async def test_a_retried_attempt_is_marked_superseded_before_the_next_one_starts() -> None:
+    app = App("streaming-retry")
+    tries: list[int] = []
+
+    @app.model("flaky", retry=RetryPolicy(attempts=3, initial_backoff=0.01))
+    async def flaky(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
+        tries.append(1)
+        emit(Delta("text", f"try {len(tries)}"))
+        if len(tries) == 1:
+            raise ConnectionError("the provider hung up mid-answer")
+        return {"text": "try 2"}
+
+    @app.workflow("once")
+    async def once(ctx: Context, request: dict[str, Any]) -> Any:
+        return await ctx.model("flaky", messages=[{"role": "user", "content": "hi"}])
+
+    h = Harness(app)
+    out = Collected()
+    h.start("w1").executor.stream = RunStreams(h.settings, out)
+    run = h.client.submit("once", {}).run_id
+    await h.ended(run)
+    await h.stop_all()
+    assert [(e.kind, e.attempt, e.data.get("text")) for e in out.stream() if e.position == 1] == [
+        ("started", 0, None),
+        ("attempt", 1, None),
+        ("delta", 1, "try 1"),
+        ("failed", 1, None),
+        ("superseded", 1, None),
+        ("attempt", 2, None),
+        ("delta", 2, "try 2"),
+        ("completed", 2, None),
+    ]
