@@ -51,7 +51,7 @@ COPIED: dict[str, type[Event]] = {
         Redecided,
     )
 }
-_RESTAMPED = {"run_id", "seq", "worker", "epoch", "schema_version", "chain"}  # the new run's writer sets them
+_RESTAMPED = {"run_id", "seq", "worker", "epoch", "schema_version", "chain", "signature"}  # the new run's writer sets them
 
 
 class SeedError(TerminalError, ValueError):

@@ -259,6 +259,7 @@ class RunCancelled(Event):
 
     reason: str = ""
     command_offset: int
+    signature: bytes = b""  # the workers' signature (runtime.log.records.signing), as read
 
 
 @record_type
@@ -266,6 +267,7 @@ class RunCompleted(Event):
     """The workflow returned."""
 
     result: str
+    signature: bytes = b""  # the workers' signature (runtime.log.records.signing), as read
 
 
 @record_type
@@ -274,6 +276,7 @@ class RunContinuedAsNew(Event):
 
     new_run_id: str
     input: str
+    signature: bytes = b""  # the workers' signature (runtime.log.records.signing), as read
 
 
 @record_type
@@ -282,6 +285,7 @@ class RunFailed(Event):
 
     error_type: str
     error: str
+    signature: bytes = b""  # the workers' signature (runtime.log.records.signing), as read
 
 
 @record_type
@@ -290,6 +294,7 @@ class RunParked(Event):
 
     reason: str
     position: int = 0
+    signature: bytes = b""  # the workers' signature (runtime.log.records.signing), as read
 
 
 @record_type
@@ -300,6 +305,7 @@ class RunRejected(Event):
     workflow: str | None = None
     raw: str = ""
     command_offset: int
+    signature: bytes = b""  # the workers' signature (runtime.log.records.signing), as read
 
 
 @record_type
@@ -317,6 +323,7 @@ class RunStarted(Event):
     budget: str | None = None  # JSON (runtime.workflow.budget): the budget that binds the run
     deadline: int | None = None  # ms since the epoch (runtime.workflow.deadlines): the run is cancelled at it
     child_of: str | None = None  # a child run's parent (runtime.workflow.children)
+    signature: bytes = b""  # the workers' signature (runtime.log.records.signing), as read
 
 
 @record_type
