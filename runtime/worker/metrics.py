@@ -86,6 +86,9 @@ class WorkerMetrics:
         # The run cache (runtime.worker.run_cache): runs evicted from memory, and evicted runs woken.
         self.run_evictions = 0
         self.run_wakes = 0
+        # Records in an owned partition this worker did not write (runtime.worker.foreign), by what
+        # was done: "parked" (its run), "named" (an ended run's), "named_unknown_run".
+        self.foreign_records: dict[str, int] = {}
         # Limits (runtime.worker.limits.gate), by limit name and dimension: only calls that waited.
         self.permits_waiting: dict[tuple[str, str], int] = {}  # calls waiting now
         self.permit_waits: dict[tuple[str, str], Histogram] = {}  # how long each wait lasted
