@@ -9,8 +9,17 @@
 
 from runtime.client.client import Client
 from runtime.client.commands import new_run_id
-from runtime.client.endings import RunError
+from runtime.client.endings import ForgedRecord, RunError
 from runtime.client.handle import RunHandle
 from runtime.run_status import LoggedEvent, RunStatus, summarize
 
-__all__ = ["Client", "LoggedEvent", "RunError", "RunHandle", "RunStatus", "new_run_id", "summarize"]
+__all__ = [
+    "Client",
+    "ForgedRecord",
+    "LoggedEvent",
+    "RunError",
+    "RunHandle",
+    "RunStatus",
+    "new_run_id",
+    "summarize",
+]

@@ -157,7 +157,7 @@ def test_keys_load_from_base64_and_pem_and_a_bad_one_is_named() -> None:
             assert public is not None
             public.verify(key.sign(message), message)
     assert signing_key_of("") is None and verify_key_of("") is None
-    with pytest.raises(BadKey, match="AGENTLOG_VERIFY_KEY.*16 bytes"):
+    with pytest.raises(BadKey, match=r"AGENTLOG_VERIFY_KEY.*16 bytes"):
         verify_key_of(base64.b64encode(b"x" * 16).decode())
     with pytest.raises(BadKey, match="AGENTLOG_SIGNING_KEY"):
         signing_key_of("not a key!")
