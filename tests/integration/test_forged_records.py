@@ -164,6 +164,10 @@ def test_a_forgery_after_a_run_ended_is_named_by_reads_and_by_a_fresh_workers_re
     run.signal("approve", True)
     assert run.result(timeout=30) == {"refunded": 12.5}
     assert len(payments(tmp_path)) == 1
+    # An auditor with the public key only (no chain key, nothing that can write) checks the signatures.
+    audited = agentlog(deployment, "audit", "verify", run.run_id, AGENTLOG_VERIFY_KEY=VERIFY_KEY)
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    assert "2 status records signed by the workers" in audited.stdout, audited.stdout
 
     # The live owner names one forged after the end (it has no run left to park).
     live = _forge_completion(forger, client, run.run_id, '{"refunded": 1250.0}')
@@ -194,6 +198,10 @@ def test_a_forgery_after_a_run_ended_is_named_by_reads_and_by_a_fresh_workers_re
         history = handle.history()
         flagged = [e for e in history if "forged" in e]
         assert [e["offset"] for e in flagged] == [int(live.split("@")[1].split()[0]), offset], flagged
+
+    audited = agentlog(deployment, "audit", "verify", run.run_id, AGENTLOG_VERIFY_KEY=VERIFY_KEY)
+    assert audited.returncode == 1, audited.stdout + audited.stderr
+    assert f"first bad record {live.split(' (')[0]}" in audited.stdout and "forged" in audited.stdout
 
     second = _worker(deployment, workers, tmp_path, "w2")
     # The rebuild names the run's first record past its end that breaks its chain: the first
