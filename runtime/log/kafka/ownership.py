@@ -66,6 +66,10 @@ class KafkaOwnershipCheck:
             reader_config(settings, **{"enable.partition.eof": False, "fetch.wait.max.ms": 5})
         )
         self._foreign_check: Callable[[int, bytes], bool] | None = None
+        # Partition -> the first offset the foreign-record check has not met: a read starts again from
+        # ``verified_upto``, which the loop advances a moment later, and a record met twice would be
+        # foreign the second time (the check forgets a link once it meets it). The tail thread's own.
+        self._unchecked: dict[int, int] = {}
         self._foreign_report: Callable[[Foreign], None] | None = None
         self._next_sweep = 0.0
         self._thread = threading.Thread(target=self._run, name="agentlog-ownership", daemon=True)
@@ -78,6 +82,7 @@ class KafkaOwnershipCheck:
 
     def watch(self, partition: int, epoch: int) -> None:
         self._watches[partition] = _Watch(epoch, epoch + 1)
+        self._unchecked[partition] = epoch + 1
 
     def unwatch(self, partition: int) -> None:
         watch = self._watches.pop(partition, None)
@@ -170,14 +175,10 @@ class KafkaOwnershipCheck:
             if partition not in fenced:
                 progress[partition] = offset + 1
                 key, value = message.key(), message.value()
-                if (
-                    check is not None
-                    and key is not None
-                    and value
-                    and offset > watch.epoch
-                    and check(partition, value)
-                ):
-                    foreign.append((partition, offset, key, value))
+                if check is not None and offset >= self._unchecked.get(partition, watch.epoch + 1):
+                    self._unchecked[partition] = offset + 1
+                    if key is not None and value and check(partition, value):
+                        foreign.append((partition, offset, key, value))
         if progress or fenced:
             self.loop.call_soon_threadsafe(self._advance, progress, fenced)
         if foreign and self._foreign_report is not None:
