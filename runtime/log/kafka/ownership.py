@@ -35,6 +35,7 @@ from runtime.log.kafka.config import know_topic, offset_of, reader_config
 log = logging.getLogger("agentlog.ownership")
 
 SWEEP_S = 1.0  # with a foreign-record check: the longest a record goes unread with no check waiting
+SWEEP_READ_S = 0.2  # the longest one sweep keeps the partitions assigned
 
 # (partition, offset, key, value) of each keyed record the foreign-record check did not recognise
 Foreign = list[tuple[int, int, bytes, bytes]]
@@ -136,15 +137,18 @@ class KafkaOwnershipCheck:
                 self._consumer.incremental_unassign([TopicPartition(topic, p) for p in starts])
 
     def _sweep(self) -> None:
-        """Read every owned partition up to its end (nothing waits for it): the foreign-record check."""
+        """Read the owned partitions towards their end (nothing waits for it): the foreign-record check."""
         self._next_sweep = time.monotonic() + SWEEP_S
         topic = self.settings.events_topic
         starts = {p: w.verified_upto for p, w in list(self._watches.items()) if not w.fenced}
         if not starts:
             return
         self._consumer.incremental_assign([TopicPartition(topic, p, o) for p, o in starts.items()])
+        # At most SWEEP_READ_S a sweep: under steady writes the end moves on, and an assigned
+        # consumer's fetches slow every step; the next sweep (or check) goes on from there.
+        until = time.monotonic() + SWEEP_READ_S
         try:
-            while self._running and self._read_some(starts, 0.05):
+            while self._running and self._read_some(starts, 0.05) and time.monotonic() < until:
                 pass
         finally:
             self._consumer.incremental_unassign([TopicPartition(topic, p) for p in starts])
