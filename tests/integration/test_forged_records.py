@@ -174,6 +174,9 @@ def test_a_forgery_after_a_run_ended_is_named_by_reads_and_by_a_fresh_workers_re
     wait_until(
         lambda: live in first.log_path.read_text(), 5, "the owner to name the forgery", process=first.proc
     )
+    # Its own records, read back the same way, are never taken for foreign ones.
+    noticed = [line for line in first.log_path.read_text().splitlines() if '"foreign_record"' in line]
+    assert len(noticed) == 1 and live.split(" (")[0] in noticed[0], noticed
     first.kill()
     # Forged while no worker owns the partition: the next owner's rebuild reads it.
     last = _events(client, run.run_id)[-1]
