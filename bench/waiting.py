@@ -93,11 +93,12 @@ def free_port() -> int:
         return port
 
 
-def rss_mb(pid: int | str) -> float:
+def rss_mb(pid: int | str, field: str = "VmRSS") -> float:
+    """``field`` of /proc/PID/status in MB: VmRSS now, or VmHWM, the peak RSS of the process's life."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
-    raise SystemExit(f"no VmRSS in /proc/{pid}/status")
+    raise SystemExit(f"no {field} in /proc/{pid}/status")
 
 
 def driver_memory() -> str:
@@ -115,6 +116,7 @@ class Sample:
     threads: int
     fds: int
     cpu_s: float
+    peak_mb: float  # VmHWM: the highest RSS of the process so far
 
     @classmethod
     def of(cls, pid: int) -> Sample:
@@ -123,6 +125,7 @@ class Sample:
             threads=len(os.listdir(f"/proc/{pid}/task")),
             fds=len(os.listdir(f"/proc/{pid}/fd")),
             cpu_s=cpu_seconds(pid),
+            peak_mb=rss_mb(pid, "VmHWM"),
         )
 
 
@@ -345,13 +348,14 @@ class Bench:
             f["in_memory"] = cached(metrics, "memory")
             f["evicted"] = cached(metrics, "evicted")
             f["rss_mb"] = waiting.rss_mb
+            f["peak_to_wait_mb"] = waiting.peak_mb
             f["kb_per_run"] = (waiting.rss_mb - idle.rss_mb) * 1024 / n
             f["threads"], f["fds"] = waiting.threads, waiting.fds
             f["cpu_wait_ms"] = (waiting.cpu_s - idle.cpu_s) * 1000 / n
             say(
                 f"all {n} waiting {f['to_wait_s']:.2f} s after the first submit (agentlog_runs waiting: "
                 f"{f['waiting_gauge']:.0f}; in memory / evicted: {f['in_memory']} / {f['evicted']}): RSS {waiting.rss_mb:.1f} MB ({f['kb_per_run']:.1f} KB/run over idle), "
-                f"{waiting.threads} threads, {waiting.fds} fds, CPU {f['cpu_wait_ms']:.3f} ms/run"
+                f"{waiting.threads} threads, {waiting.fds} fds, CPU {f['cpu_wait_ms']:.3f} ms/run; peak RSS {waiting.peak_mb:.1f} MB"
             )
 
             # 4. kill -9, a fresh worker; the probe approved at once. The runs have waited a few
@@ -401,9 +405,12 @@ class Bench:
             done = Sample.of(second.pid)
             f["cpu_complete_ms"] = (done.cpu_s - at_ready.cpu_s) * 1000 / n
             f["rss_done_mb"] = done.rss_mb
+            # the fresh worker's peak: its takeover and the approval burst (the burst is the larger)
+            f["peak_done_mb"] = done.peak_mb
             say(
                 f"all {n} completed {f['complete_s']:.2f} s after the first of the other signals: CPU "
-                f"{f['cpu_complete_ms']:.3f} ms/run; RSS {done.rss_mb:.1f} MB, {done.threads} threads, {done.fds} fds"
+                f"{f['cpu_complete_ms']:.3f} ms/run; RSS {done.rss_mb:.1f} MB (peak {done.peak_mb:.1f} MB), "
+                f"{done.threads} threads, {done.fds} fds"
             )
         finally:
             client.close()
@@ -451,6 +458,9 @@ def main() -> None:
     parser.add_argument(
         "--nofile", type=int, default=None, help="the workers' RLIMIT_NOFILE (default: inherited)"
     )
+    parser.add_argument(
+        "--busy-max", type=int, default=None, help="AGENTLOG_RUN_CACHE_BUSY_MAX of the workers (admission)"
+    )
     parser.add_argument("--batch", type=int, default=5000, help="submits and signals per flush")
     parser.add_argument(
         "--wave",
@@ -477,6 +487,12 @@ def main() -> None:
         else:
             say(f"--cache-size {args.cache_size} ignored: this code's Settings has no run_cache_size")
             cache = "n/a"
+    if args.busy_max is not None:
+        if "run_cache_busy_max" in Settings.model_fields:
+            env["AGENTLOG_RUN_CACHE_BUSY_MAX"] = str(args.busy_max)
+            cache += f" (busy {args.busy_max})"
+        else:
+            say(f"--busy-max {args.busy_max} ignored: this code's Settings has no run_cache_busy_max")
     workdir = Path(tempfile.mkdtemp(prefix="waiting-bench-"))
     env["WAITING_DB"] = str(workdir / "effects.db")
     settings = fresh_deployment(partitions=PARTITIONS, prefix="waiting")

@@ -225,7 +225,16 @@ class Settings(BaseModel):
         ge=1,
         description="Runs a worker keeps in memory across its partitions; past it, the least recently "
         "active runs that wait only on signals or timers are evicted and replayed when something "
-        "reaches them.",
+        "reaches them. Also the most runs busy at once unless run_cache_busy_max says otherwise.",
+    )
+    run_cache_busy_max: int | None = Field(
+        # Framework runs are costly while busy (a PydanticAI run woken rebuilds its agent loop):
+        # a lower bound than the cache's trades concurrency for a burst's peak (docs/concepts.md).
+        default=None,
+        ge=1,
+        description="Runs a worker keeps busy at once (a call in flight, a signal being applied); further "
+        "submissions and wakes of evicted runs are held, in their partition's order, until one ends or "
+        "waits (runtime.worker.admission). Default: run_cache_size.",
     )
     run_snapshot_lag: int = Field(
         default=10_000,

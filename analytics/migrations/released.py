@@ -99,11 +99,18 @@ RELEASED: tuple[Migration, ...] = (
     # RunStarted.deadline / RunSubmitted.deadline: when the run is cancelled if it has not ended
     # (runtime.workflow.deadlines), ms since the epoch.
     load(21, "deadline: when a run is cancelled if it has not ended", "V0021__run_deadline.sql"),
+    # PartitionCheckpoint.commands_handled: the commands handled past one held for admission, which
+    # a takeover skips (runtime.worker.admission).
+    load(
+        22,
+        "commands_handled: the commands a checkpoint lists as handled past its commit",
+        "V0022__checkpoint_commands_handled.sql",
+    ),
     # The workers' signature on each record that sets a run's status (runtime.log.records.signing),
     # so the store holds what `audit verify` and a reader with the verify key check.
     load(
-        22,
+        23,
         "signature: the workers' signature on a run's status-bearing records",
-        "V0022__signature_column.sql",
+        "V0023__signature_column.sql",
     ),
 )

@@ -7,7 +7,9 @@ the ``tool_use`` blocks as ``tool_calls`` (id, name, input), the stop reason, th
 and the provider's ``usage`` (``input_tokens``, ``output_tokens``, ``cache_read_input_tokens``:
 the worker copies them into ``ModelCallCompleted``). The SDK's errors become agentlog's
 (``runtime.models.errors``): rate limits, overload, 5xx, timeouts and lost connections are
-retryable, a refused request (400/401/403/404) is terminal. Needs the ``anthropic`` extra.
+retryable, a refused request (400/401/403/404) is terminal. When someone reads the call's deltas
+(``runtime.models.deltas``) it streams (``messages.stream``), emitting them as they come, and
+records the same JSON (``runtime.models.anthropic_stream``). Needs the ``anthropic`` extra.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ import asyncio
 from typing import TYPE_CHECKING, Any, cast
 
 import anthropic
+from anthropic.types import Message
 
 if TYPE_CHECKING:
     from anthropic.types import MessageParam
 
 from runtime.config import Settings
+from runtime.models import anthropic_stream
+from runtime.models.deltas import streaming
 from runtime.models.errors import ModelUnreachable, body_text, status_error
 
 __all__ = ["AnthropicModel", "anthropic_error"]
@@ -80,12 +85,18 @@ class AnthropicModel:
         if system and "system" not in params:
             params["system"] = "\n\n".join(system)
         params.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
+        where = self.base_url or "the Anthropic API"
         try:
             # The workflow's JSON messages, as recorded; the endpoint is the one that validates them.
             sent = cast("list[MessageParam]", chat)
-            answer = await self.client().messages.create(model=model, messages=sent, **params)
+            if streaming():  # someone watches this call: the same answer, read as it forms
+                params.pop("stream", None)
+                async with self.client().messages.stream(model=model, messages=sent, **params) as stream:
+                    answer: Message = await anthropic_stream.read(stream, where)
+            else:
+                answer = await self.client().messages.create(model=model, messages=sent, **params)
         except anthropic.AnthropicError as error:
-            raise anthropic_error(error, self.base_url or "the Anthropic API") from error
+            raise anthropic_error(error, where) from error
         texts = [block.text for block in answer.content if block.type == "text"]
         calls = [
             {"id": block.id, "name": block.name, "input": block.input}

@@ -7,7 +7,9 @@ finish reason, the answering model and the provider's ``usage`` -- as plain JSON
 gets recorded (the worker copies the usage into ``ModelCallCompleted``, so the audit store has
 the tokens). The SDK's errors become agentlog's (``runtime.models.errors``): rate limits, 5xx,
 timeouts and lost connections are retryable, a refused request (400/401/403/404) is terminal.
-Needs the ``openai`` extra.
+When someone reads the call's deltas (``runtime.models.deltas``) it streams instead, emitting them
+as they come, and records the same JSON (``runtime.models.openai_stream``). Needs the ``openai``
+extra.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ import asyncio
 from typing import TYPE_CHECKING, Any, cast
 
 import openai
+from openai.types.chat import ChatCompletionMessage
 
 if TYPE_CHECKING:
-    from openai.types.chat import ChatCompletionMessageParam
+    from openai.types.chat import ChatCompletionMessageParam, ChatCompletionStreamOptionsParam
 
 from runtime.config import Settings
+from runtime.models import openai_stream
+from runtime.models.deltas import streaming
 from runtime.models.errors import (
     ModelHTTPError,
     ModelRequestError,
@@ -80,6 +85,8 @@ class OpenAIChatModel:
 
     async def __call__(self, messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
         model = params.pop("model", self.model)
+        if streaming():  # someone watches this call: the same answer, read as it forms
+            return await self._streamed(model, messages, params)
         try:
             completion = await self.client().chat.completions.create(
                 # The workflow's JSON messages, as recorded; the endpoint is the one that validates them.
@@ -90,11 +97,39 @@ class OpenAIChatModel:
         except openai.OpenAIError as error:
             raise openai_error(error, self.base_url) from error
         choice = completion.choices[0]
-        message = choice.message
-        return {
-            "content": message.content,
-            "tool_calls": [call.model_dump(mode="json") for call in message.tool_calls or []],
-            "finish_reason": choice.finish_reason,
-            "model": completion.model or model,
-            "usage": completion.usage.model_dump(mode="json", exclude_none=True) if completion.usage else {},
-        }
+        usage = completion.usage.model_dump(mode="json", exclude_none=True) if completion.usage else {}
+        return _result(choice.message, choice.finish_reason, completion.model or model, usage)
+
+    async def _streamed(
+        self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``stream=True``, deltas emitted as chunks come (runtime.models.openai_stream); the result
+        is the unstreamed call's."""
+        params.pop("stream", None)
+        options = {**(params.pop("stream_options", None) or {}), "include_usage": True}
+        try:
+            chunks = await self.client().chat.completions.create(
+                model=model,
+                messages=cast("list[ChatCompletionMessageParam]", messages),
+                stream=True,
+                stream_options=cast("ChatCompletionStreamOptionsParam", options),
+                **params,
+            )
+            async with chunks:
+                done = await openai_stream.read(chunks, self.base_url)
+        except openai.OpenAIError as error:
+            raise openai_error(error, self.base_url) from error
+        return _result(done.message, done.finish_reason, done.model or model, done.usage)
+
+
+def _result(
+    message: ChatCompletionMessage, finish_reason: str, model: str, usage: dict[str, Any]
+) -> dict[str, Any]:
+    """What a call records, streamed or not."""
+    return {
+        "content": message.content,
+        "tool_calls": [call.model_dump(mode="json") for call in message.tool_calls or []],
+        "finish_reason": finish_reason,
+        "model": model,
+        "usage": usage,
+    }

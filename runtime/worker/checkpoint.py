@@ -32,6 +32,7 @@ from runtime.log.port.protocol import Committer, EventLog
 from runtime.log.records.events import PartitionCheckpoint
 from runtime.log.records.run_index import run_key
 from runtime.log.schemas.serde import Serde
+from runtime.worker.admission import commit_point
 from runtime.worker.batching import send_partition
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.rebuild import checkpoint_key
@@ -101,7 +102,8 @@ class Checkpointer:
             runs = [*owned.live_runs(), *owned.continuing]
             counts = live_record_counts(owned)
             waiting = waiting_runs(owned, counts)
-            next_command = owned.next_command
+            next_command = commit_point(owned)  # the first command held, if one is (admission)
+            handled_past = owned.admission.handled_above(next_command)
             owned.writes_since_checkpoint = 0
             owned.listed_at_checkpoint = set(runs)
             owned.listed_records = sum(owned.sizes.get(run, (0, 0))[0] for run in runs)
@@ -120,6 +122,7 @@ class Checkpointer:
                 partition=owned.partition,
                 covered_offset=last + 1,
                 commands_offset=next_command,
+                commands_handled=handled_past,
                 active_runs=active,
                 waiting_runs={run: count for run, (count, _) in waiting.items() if run in active},
                 waiting_timers={

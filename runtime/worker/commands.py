@@ -65,6 +65,7 @@ from runtime.log.schemas.serde import Serde
 from runtime.log.sealing.keys import KEY_ARRIVAL_TIMEOUT
 from runtime.log.sealing.sealer import KeyPending
 from runtime.replay.reset import SeedError, decode_seed
+from runtime.worker.admission import Admission
 from runtime.worker.batching import TurnBatcher
 from runtime.worker.budgets import binding_budget
 from runtime.worker.execution import Executor
@@ -108,6 +109,7 @@ class CommandHandler:
         if serde.sealer is not None:
             # A submission's key not cached yet is fetched off the loop, its command held meanwhile.
             serde.sealer.wait_for_keys = False
+        self.admission: Admission | None = None  # set by the worker (runtime.worker.admission)
 
     def handle(self, owned: OwnedPartition, delivery: Delivery) -> None:
         """Apply one command; a failure ends it as RunRejected (see the module docstring)."""
@@ -117,7 +119,17 @@ class CommandHandler:
         if owned.held:  # a submission waits for its key: the partition's commands queue behind it
             owned.held.append(delivery)
             return
-        owned.next_command = offset + 1
+        if self.admission is not None and self.admission.takes(owned, delivery):
+            return  # held until the run cache has room, or handled before a takeover
+        self.handle_now(owned, delivery)
+
+    def handle_now(self, owned: OwnedPartition, delivery: Delivery) -> None:
+        """Apply one command now (``handle`` in its turn, or admitted after being held)."""
+        offset = delivery.offset
+        if self.admission is not None:
+            self.admission.note_handled(owned, offset)
+        else:
+            owned.next_command = offset + 1
         key = delivery.key
         if key:
             home = partition_of_key(key, self.executor.settings.partitions)
@@ -217,7 +229,9 @@ class CommandHandler:
             held = held[1:]
         try:
             for delivery in held:  # in order; one may be held in its turn, the rest behind it again
-                self.handle(owned, delivery)
+                # The submission that waited for its key passed admission already (it may have been
+                # admitted after other held commands: not held behind them again).
+                (self.handle_now if delivery is first else self.handle)(owned, delivery)
         except WorkerError as failure:  # handle() left next_command at the command that stopped it
             self.executor.failure = self.executor.failure or str(failure)
 
@@ -264,7 +278,11 @@ class CommandHandler:
         if isinstance(command, RunSubmitted):
             self._submit(owned, command, offset)
         elif isinstance(command, SignalSent):
-            run = self.executor.runs.run(owned, command.run_id)  # woken if it was evicted
+            run = (
+                None
+                if _started_after(owned, command.run_id, offset)
+                else self.executor.runs.run(owned, command.run_id)
+            )
             if run is None:
                 log.info("signal %r for run %s that is not running: ignored", command.name, command.run_id)
                 return
@@ -303,7 +321,11 @@ class CommandHandler:
             )
             self.executor.flush(owned, run, run.activate(Deliver(ended)))
         elif isinstance(command, CancelRequested):
-            run = self.executor.runs.run(owned, command.run_id)  # woken if it was evicted
+            run = (
+                None
+                if _started_after(owned, command.run_id, offset)
+                else self.executor.runs.run(owned, command.run_id)
+            )
             if run is None:
                 log.info("cancel for run %s that is not running: ignored", command.run_id)
                 return
@@ -398,6 +420,12 @@ class CommandHandler:
 def keyless_run_id(partition: int, offset: int, partitions: int) -> str:
     """The run id of the rejection of the keyless command at ``partition``@``offset``."""
     return name_in_partition(f"keyless-{partition}-{offset}", partition, partitions)
+
+
+def _started_after(owned: OwnedPartition, run_id: str, offset: int) -> bool:
+    """A command at ``offset`` read again after a takeover, for a run started by a later submission:
+    it was ignored the first time (runtime.worker.admission), and is again."""
+    return owned.window is not None and owned.window.started_after(run_id, offset)
 
 
 def _run_id_of(key: bytes | None) -> str | None:

@@ -75,6 +75,7 @@ class CommandIntake:
         self._running = False
         self._thread: threading.Thread | None = None
         self._commits: dict[int, int] = {}  # partition -> offset, queued for the thread
+        self._pauses: dict[int, bool] = {}  # partition -> paused (True) or resumed, queued likewise
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -114,11 +115,27 @@ class CommandIntake:
         except BaseException as error:  # the loop stops on it (Worker.serve checks ``failure``)
             self.failure = error
 
+    def pause(self, partition: int) -> None:
+        """``feed.pause``, made by the thread before its next poll (runtime.worker.admission)."""
+        with self._lock:
+            self._pauses[partition] = True
+
+    def resume(self, partition: int) -> None:
+        """``feed.resume``, made by the thread before its next poll."""
+        with self._lock:
+            self._pauses[partition] = False
+
     def _commit_queued(self) -> None:
         with self._lock:
             commits, self._commits = self._commits, {}
+            pauses, self._pauses = self._pauses, {}
         for partition, offset in commits.items():
             self.feed.commit(partition, offset)
+        for partition, paused in pauses.items():
+            if paused:
+                self.feed.pause([partition])
+            else:
+                self.feed.resume([partition])
 
     def _rejoin_after(self, fenced: MembershipFenced) -> None:
         now = time.monotonic()
@@ -135,6 +152,7 @@ class CommandIntake:
         self._in_loop(self.on_revoke, held)  # calls in flight end in doubt; the next claim fences them
         with self._lock:
             self._commits.clear()  # positions of the fenced membership: the new one commits its own
+            self._pauses.clear()
         self.feed.close()
         self.feed = self.rejoin()
         self.feed.bind(self._assigned, self._revoked)

@@ -25,6 +25,7 @@ from runtime.log.port.protocol import CommandFeed, Delivery, EventLog
 from runtime.log.records.events import EpochClaimed
 from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.serde import Serde
+from runtime.worker.admission import Admission
 from runtime.worker.batching import TurnBatcher
 from runtime.worker.call_pool import CallPool
 from runtime.worker.checkpoint import Checkpointer
@@ -81,6 +82,17 @@ class Worker:
         self.executor = Executor(app, settings, log, self.batcher, self._lose)
         self.shared_permits = self._share_limits(session_timeout_ms) if shared_limits else None
         self.commands = CommandHandler(app, serde, self.batcher, self.executor, self.worker_id)
+        # At most run_cache_busy_max (else run_cache_size) busy runs: further submissions and wakes
+        # wait (runtime.worker.admission).
+        self.admission = Admission(
+            settings.run_cache_busy_max or settings.run_cache_size,
+            self.executor.runs,
+            self.serde,
+            settings.partitions,
+            self.commands.handle_now,
+            self._admission_failed,
+        )
+        self.commands.admission = self.admission
         self.takeover = Takeover(app, settings, serde, log, self.executor, self.worker_id)
         # Records the owner did not write, noticed and their runs parked (needs the chain key).
         self.foreign = ForeignRecords(self.executor, self.owned.get) if self.batcher.chain_key else None
@@ -150,6 +162,7 @@ class Worker:
             self.feed, loop, self._deliver_all, self._on_assign, self._on_revoke, self._rejoin
         )
         stagemarks.start("serving")
+        self.admission.feed = intake  # a partition with too many held commands is paused
         intake.start()
         try:
             while not self._stopping and not (stop is not None and stop.is_set()):
@@ -212,6 +225,9 @@ class Worker:
         owned = self.owned.get(delivery.partition)
         if owned is not None:
             self.commands.handle(owned, delivery)
+
+    def _admission_failed(self, why: str) -> None:
+        self.executor.failure = self.executor.failure or why  # the loop stops on it
 
     def _rejoin(self) -> CommandFeed:
         """A new membership of the workers' group, after the group fenced the last one."""

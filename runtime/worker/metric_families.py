@@ -164,6 +164,25 @@ class WorkerCollector(Collector):
         cache.add_metric(["memory"], in_memory)
         cache.add_metric(["evicted"], evicted)
         yield cache
+        held = GaugeMetricFamily(
+            "agentlog_commands_held",
+            "Commands held until the run cache has room for their run: submissions and wakes of evicted "
+            "runs while run_cache_size runs are busy (runtime.worker.admission)",
+        )
+        held.add_metric([], sum(len(partition.admission.queue) for partition in owned))
+        yield held
+        peak = GaugeMetricFamily(
+            "agentlog_runs_cached_peak",
+            "The most runs in memory at once since the worker started, after each eviction round: at most "
+            "run_cache_size plus the runs that bypass admission (cancels, signals to runs in memory)",
+        )
+        peak.add_metric([], self.metrics.run_cache_peak)
+        yield peak
+        yield _plain_counter(
+            "agentlog_commands_admitted",
+            "Commands held until the run cache had room for their run, then admitted",
+            self.metrics.commands_admitted,
+        )
         yield _plain_counter(
             "agentlog_run_cache_evictions",
             "Waiting runs evicted from memory by the run cache",

@@ -86,6 +86,8 @@ class WorkerMetrics:
         # The run cache (runtime.worker.run_cache): runs evicted from memory, and evicted runs woken.
         self.run_evictions = 0
         self.run_wakes = 0
+        self.commands_admitted = 0  # commands held for room in the run cache, then admitted
+        self.run_cache_peak = 0  # the most runs in memory after an eviction round (admission's bound)
         # Records in an owned partition this worker did not write (runtime.worker.foreign), by what
         # was done: "parked" (its run), "named" (an ended run's), "named_unknown_run".
         self.foreign_records: dict[str, int] = {}

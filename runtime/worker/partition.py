@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from runtime.log.port.protocol import Delivery
 from runtime.log.records.run_index import RunLocation
+from runtime.worker.held_commands import CommandWindow, HeldCommands
 from runtime.workflow.activation import RunInstance
 from runtime.workflow.intents import Stamp
 
@@ -91,6 +92,10 @@ class OwnedPartition:
     # Run -> its child submissions not acknowledged yet (runtime.worker.children): such a run does
     # not count as waiting, so no checkpoint indexes it without replay before they are sent.
     child_sends: dict[str, int] = field(default_factory=dict)
+    # Commands held while the run cache is full of busy runs (runtime.worker.admission), and after a
+    # takeover the commands handled before it that are read again (skipped).
+    admission: HeldCommands = field(default_factory=HeldCommands)
+    window: CommandWindow | None = None
 
     def spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``coroutine`` as a task of this partition (cancelled when the partition is lost)."""

@@ -98,6 +98,12 @@ class RebuiltPartition:
     # Runs indexed without replay (step 5): run -> (position, fire_at) of the timers it waits for;
     # their framed records are in ``records``, their first offsets and sizes beside the others'.
     waiting: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    # Where commands resume (runtime.worker.admission): the checkpoint's commit point, the offsets at
+    # or after it handled already (the checkpoint's list and the events' command offsets), and
+    # run -> the offset of the submission that started it there. ``commands_offset`` is the highest.
+    commands_from: int = 0
+    commands_handled: set[int] = field(default_factory=set)
+    started_by: dict[str, int] = field(default_factory=dict)
     # Runs not resumed (ended, or never started here) with a record that breaks their chain after
     # their end: run -> the first such record. Named, not replayed (runtime.worker.foreign).
     forged_ended: dict[str, str] = field(default_factory=dict)
@@ -244,6 +250,9 @@ class _PartitionRebuild:
             set(read.known_runs),
             checkpoint=checkpoint,
         )
+        if checkpoint is not None:
+            result.commands_from = checkpoint.commands_offset
+            result.commands_handled.update(checkpoint.commands_handled)
         self.fence = FenceFilter()
         self.undecodable_runs: dict[str, str] = {}  # run id -> why
         self.events_by_run: dict[str, list[Event]] = defaultdict(list)
@@ -371,6 +380,10 @@ class _PartitionRebuild:
         offset_of_command = getattr(event, "command_offset", None)
         if isinstance(offset_of_command, int):
             result.commands_offset = max(result.commands_offset, offset_of_command + 1)
+            if offset_of_command >= result.commands_from:
+                result.commands_handled.add(offset_of_command)
+                if isinstance(event, RunStarted):
+                    result.started_by[run_id] = offset_of_command
         if isinstance(event, RunRejected):
             self.terminal.add(run_id)
             return None

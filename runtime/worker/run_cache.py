@@ -97,6 +97,10 @@ class RunCache:
         self._idle: OrderedDict[str, OwnedPartition] = OrderedDict()
         self._workflows: dict[str, str] = {}  # one string per workflow name for every evicted run
         self._evicted_since_trim = 0
+        # Admission control (runtime.worker.admission): told when a busy run ends or begins
+        # waiting, and asked before a timer wakes an evicted run.
+        self.room_made: Callable[[], None] | None = None
+        self.admit_wake: Callable[[OwnedPartition, tuple[str, int]], bool] | None = None
 
     # ------------------------------------------------------------------ in memory
     def touch(self, owned: OwnedPartition, run_id: str, run: RunInstance) -> None:
@@ -111,10 +115,13 @@ class RunCache:
         if run.view.active and run.waiting() and run_id not in owned.child_sends:
             self._idle[run_id] = owned
             self._idle.move_to_end(run_id)
+            if self.room_made is not None:
+                self.room_made()
         else:
             self._idle.pop(run_id, None)
         if len(order) > self.capacity:
             self.evict_over(keep=run_id)
+        self.metrics.run_cache_peak = max(self.metrics.run_cache_peak, len(order))
 
     def drop_partition(self, owned: OwnedPartition) -> None:
         """``owned`` was lost: its runs leave the cache now, not when an eviction round meets them."""
@@ -123,11 +130,15 @@ class RunCache:
                 del self._order[run_id]
             if self._idle.get(run_id) is owned:
                 del self._idle[run_id]
+        if self.room_made is not None:
+            self.room_made()
 
     def drop(self, run_id: str) -> None:
         """``run_id`` ended (or left memory otherwise): no longer counted."""
         self._order.pop(run_id, None)
         self._idle.pop(run_id, None)
+        if self.room_made is not None:
+            self.room_made()
 
     def evict_over(self, keep: str | None = None) -> int:
         """Evict waiting runs, least recently active first, until at most ``capacity`` are in
@@ -166,6 +177,10 @@ class RunCache:
 
     def in_memory(self) -> int:
         return len(self._order)
+
+    def busy(self) -> int:
+        """Runs in memory that do not wait only on signals or timers: not evictable."""
+        return len(self._order) - len(self._idle)
 
     # ------------------------------------------------------------------ waking
     def run(self, owned: OwnedPartition, run_id: str) -> RunInstance | None:
@@ -249,9 +264,21 @@ class RunCache:
         # Disarmed first: the wake below re-issues the run's timers, and this one is done with
         # once TimerDue is applied (Executor skips arming an intent whose future is done).
         owned.timers.pop(key, None)
+        self.fire(owned, key)
+
+    def fire(self, owned: OwnedPartition, key: tuple[str, int], admitted: bool = False) -> None:
+        """Apply the timer ``key`` that fell due, waking its run first if it was evicted -- unless
+        admission control holds the wake (then it calls back with ``admitted``)."""
         run_id, position = key
         try:
             if owned.lost:
+                return
+            if (
+                not admitted
+                and run_id in owned.evicted
+                and self.admit_wake is not None
+                and not self.admit_wake(owned, key)
+            ):
                 return
             run = self.run(owned, run_id)  # wakes it if it was evicted
             if run is None:

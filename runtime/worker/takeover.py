@@ -16,6 +16,7 @@ from runtime.log.schemas.serde import Serde
 from runtime.worker.commands import now_ms
 from runtime.worker.execution import Executor
 from runtime.worker.heap import release_free_heap
+from runtime.worker.held_commands import CommandWindow
 from runtime.worker.partition import Evicted, OwnedPartition
 from runtime.worker.rebuild import RebuiltPartition, claim, rebuild_partitions
 from runtime.worker.resources import wake_failure
@@ -62,7 +63,12 @@ class Takeover:
         started = time.perf_counter()
         partition = rebuilt.partition
         stamp = Stamp(now_ms, self.worker_id, rebuilt.epoch)
-        owned = OwnedPartition(partition, rebuilt.epoch, stamp, rebuilt.commands_offset, rebuilt.known_runs)
+        # Commands resume at the checkpoint's commit point; those handled since are skipped
+        # (runtime.worker.admission: a command held there may precede them).
+        owned = OwnedPartition(partition, rebuilt.epoch, stamp, rebuilt.commands_from, rebuilt.known_runs)
+        owned.window = CommandWindow.of(
+            rebuilt.commands_from, rebuilt.commands_offset, rebuilt.commands_handled, rebuilt.started_by
+        )
         in_doubt: list[dict[str, Any]] = []
         for run_id, events in rebuilt.active.items():
             started_event = events[0]

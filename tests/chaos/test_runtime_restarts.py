@@ -30,7 +30,7 @@ def test_nondeterminism_by_arguments_at_step_1_parks_the_run(
     first.proc.wait()
     start_worker(deployment, workers, tmp_path, DIVERGE_STEP="2")  # the code changed under an in-flight run
     with pytest.raises(RunError) as parked:
-        client.run(run_id).result(timeout=30)
+        client.run(run_id).result(timeout=90)  # a takeover: a session timeout and a worker's start
     assert parked.value.status == "parked"
     detected = [e for e in client.run(run_id).history() if e["type"] == "NonDeterminismDetected"]
     assert len(detected) == 1 and detected[0]["position"] == 1

@@ -182,3 +182,28 @@ def test_a_cancelled_parent_cancels_its_cancel_child_and_its_run_on_child_comple
         (cancel_child, "cancelled", parent),
         (run_on_child, "completed", parent),
     ]
+
+
+def test_a_parent_past_its_deadline_is_cancelled_with_its_cancel_child(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    """A deadline is a cancel like a client's: the parent's reason names the deadline, and its
+    parent-close policy cancels the ``cancel`` child and leaves the ``run_on`` one running."""
+    start(deployment, workers, tmp_path, "w1")
+    client = Client(deployment)
+    try:
+        parent = client.submit("two_policies", 0, run_id="parent-deadline", deadline=4).run_id
+        cancel_child, run_on_child = child_run_id(parent, 1), child_run_id(parent, 2)
+        child = wait_until(
+            lambda: (s := client.run(cancel_child).status()).status == "cancelled" and s,
+            60,
+            "the parent's deadline to cancel its cancel-policy child",
+            detail=lambda: logs(workers),
+        )
+        ended = client.run(parent).status()
+        left = client.run(run_on_child).status()
+    finally:
+        client.close()
+    assert ended.status == "cancelled" and "deadline" in (ended.reason or ""), ended
+    assert parent in (child.reason or ""), child.reason
+    assert left.status == "running"

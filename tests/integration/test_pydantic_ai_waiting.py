@@ -37,6 +37,7 @@ def _count(reader: LogReader, settings: Settings, event_type: str) -> int:
     )
 
 
+@pytest.mark.timeout(420)  # ~50 s alone; the bound is for a loaded machine
 def test_a_thousand_waiting_pydantic_ai_runs_fit_in_256_descriptors_and_all_complete(
     deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
 ) -> None:

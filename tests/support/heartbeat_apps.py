@@ -18,6 +18,9 @@ from runtime import App, Context, RetryPolicy, heartbeat, last_heartbeat
 app = App("heartbeat-tests")
 
 ITEM_S = 0.1  # each item's work: a 60-item call lasts about 6 s
+# The first attempt stops after this many items and waits to be killed: on a loaded machine the
+# test's kill could otherwise come after the call's end (nothing left in flight to resume).
+FIRST_ATTEMPT_ITEMS = 12
 
 
 def store() -> sqlite3.Connection:
@@ -44,6 +47,8 @@ def process_items(items: int, *, idempotency_key: str) -> dict[str, Any]:
             time.sleep(ITEM_S)
             db.execute("INSERT OR IGNORE INTO items VALUES (?, ?, ?)", (idempotency_key, item, os.getpid()))
             heartbeat({"done": item})
+            while resumed is None and item >= FIRST_ATTEMPT_ITEMS:  # until the test's kill -9
+                time.sleep(0.05)
     finally:
         db.close()
     return {"processed": items, "resumed_from": done}

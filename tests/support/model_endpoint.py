@@ -8,11 +8,23 @@ the first request of a conversation (its messages) with a 429 whose body asks, a
 with a ``Retry-After: <seconds>`` header and a body naming no wait. Every request is kept in
 ``requests``, with its arrival time (``at``, ``time.time()``) and the status answered, so a test
 can count what reached the endpoint, and when.
+
+A request with ``"stream": true`` gets the same answer as server-sent events, as the providers
+send them (``runtime.models`` reads them back): OpenAI's ``chat.completion.chunk``s ending with
+``data: [DONE]`` (usage in a last chunk of its own when ``stream_options.include_usage`` asks),
+Anthropic's ``message_start`` ... ``message_stop``. ``Endpoint.pause_s`` waits between two events;
+the body is chunked (``Transfer-Encoding: chunked``, as providers send it). A last user message
+``cut-<n>`` (the answer is the responder's all the same) sends ``n`` events, then closes the
+connection midway through the body; ``end-<n>`` ends the body properly after ``n`` events (a
+stream that stops short of its answer). A streamed request notes how many events were ``sent`` so far
+(and, once all were, their number: ``events``).
 """
 
 from __future__ import annotations
 
 import json
+import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +32,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from support.model_stream import anthropic_events, chat_chunks
 
 Responder = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -73,6 +87,7 @@ class Endpoint:
     url: str
     requests: list[dict[str, Any]] = field(default_factory=list)
     rate_limited: set[str] = field(default_factory=set)  # conversations answered 429 once
+    pause_s: float = 0.0  # between two events of a streamed answer
 
     def first_time(self, body: dict[str, Any]) -> bool:
         """True once per conversation (the request's messages)."""
@@ -129,6 +144,11 @@ def model_endpoint(
                 answer = chat(body)
             else:
                 answer = messages(body)
+            if status == 200 and body.get("stream"):
+                request["status"] = status
+                short = re.fullmatch(r"(cut|end)-(\d+)", text)
+                self.stream(request, answer, (short[1], int(short[2])) if short else None)
+                return
             payload = json.dumps(answer).encode()
             try:
                 request["status"] = status
@@ -141,6 +161,41 @@ def model_endpoint(
                 self.wfile.write(payload)
             except (BrokenPipeError, ConnectionResetError):
                 return  # the client gave up (its timeout): nothing left to answer
+
+        def stream(
+            self, request: dict[str, Any], answer: dict[str, Any], short: tuple[str, int] | None
+        ) -> None:
+            """The answer as server-sent events in a chunked body (the connection closes after it)."""
+            if self.path.endswith("/chat/completions"):
+                usage = bool((request["body"].get("stream_options") or {}).get("include_usage"))
+                events = [f"data: {json.dumps(chunk)}\n\n" for chunk in chat_chunks(answer, usage)]
+                events.append("data: [DONE]\n\n")
+            else:
+                events = [
+                    f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in anthropic_events(answer)
+                ]
+            how, after = short or ("", len(events))
+            try:
+                self.protocol_version = "HTTP/1.1"  # for a chunked body
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for n, event in enumerate(events[:after]):
+                    if n and endpoint.pause_s:
+                        time.sleep(endpoint.pause_s)
+                    data = event.encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
+                    request["sent"] = n + 1
+                if how == "cut":
+                    self.connection.shutdown(socket.SHUT_RDWR)  # midway: the body never ends
+                    return
+                self.wfile.write(b"0\r\n\r\n")
+                request["events"] = len(events)
+            except (BrokenPipeError, ConnectionResetError):
+                return
 
         def log_message(self, *args: Any) -> None:
             return

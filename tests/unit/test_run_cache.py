@@ -16,11 +16,15 @@ import pytest
 from pydantic import SecretStr
 
 from runtime.config import Settings
+from runtime.log.port.protocol import Delivery
 from runtime.worker import run_cache
+from runtime.worker.admission import commit_point
+from runtime.worker.held_commands import CommandWindow
 from runtime.worker.partition import OwnedPartition
 from runtime.worker.rebuild import checkpoint_key, latest_checkpoint, rebuild
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
+from runtime.workflow.intents import Stamp
 from support.memory_harness import Harness, until
 
 pytestmark = pytest.mark.unit
@@ -138,11 +142,12 @@ async def test_a_run_with_a_call_in_flight_is_never_evicted() -> None:
     await until(lambda: worker.owned, what="the worker to own the partition")
     busy = h.client.submit("busy", 7).run_id
     await until(lambda: "ToolCallScheduled" in h.types(busy), what="the slow call to start")
-    idle = await waiting(h, "approval", 1)
+    idle = h.client.submit("approval", 1).run_id
     owned = owned_of(h)
-    # Over the size by one: the only run it may evict is the waiting one just stepped (kept, as
-    # the most recently active), and never the one whose call is in flight.
-    assert busy in owned.runs and not owned.evicted
+    # The cache is full of a busy run: the next submission is held (admission control), and the
+    # run whose call is in flight is never evicted for it.
+    await until(lambda: owned.admission.queue, what="the submission held")
+    assert busy in owned.runs and not owned.evicted and h.types(idle) == []
     gate.set()
     assert (await h.ended(busy)).status == "completed"
     h.client.run(idle).signal("go", "ok")
@@ -378,3 +383,228 @@ async def test_a_takeover_leaves_the_snapshots_of_listed_waiting_runs_undecoded(
         [*(f"{n} later" for n in range(4)), *["10 timed out", "11 timed out", "12 timed out"]]
     )
     await h.stop("w2")
+
+
+# ------------------------------------------------------------------ admission control
+# At most run_cache_size busy runs: further submissions and wakes of evicted runs are held, in
+# their partition's order, and admitted as busy runs end or begin waiting (runtime.worker.admission).
+
+
+def started_order(h: Harness, runs: list[str]) -> list[str]:
+    """``runs`` in the order of their RunStarted records in the events topic."""
+    offsets = {}
+    for run in runs:
+        logged = next(e for e in h.client.run(run).events() if e.event.type == "RunStarted")
+        offsets[run] = logged.offset
+    return sorted(runs, key=offsets.__getitem__)
+
+
+def command_offset(h: Harness, run: str, type_: str) -> int:
+    event = next(e for e in h.events(run) if e.type == type_)
+    offset = getattr(event, "command_offset", None)
+    assert isinstance(offset, int)
+    return offset
+
+
+async def test_submissions_past_the_busy_bound_are_held_and_admitted_in_their_order() -> None:
+    gate = asyncio.Event()
+    h = Harness(cache_app([], gate), settings=settings(2))
+    worker = h.start()
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    runs = [h.client.submit("busy", n).run_id for n in range(6)]
+    owned = owned_of(h)
+    await until(lambda: len(owned.admission.queue) == 4, what="four submissions held")
+    # Two busy runs in memory, the other four not started: no RunStarted, held in offset order.
+    assert set(owned.runs) == set(runs[:2]) and worker.executor.runs.busy() == 2
+    assert worker.admission.held() == 4
+    assert [d.key for d in owned.admission.queue] == [r.encode() for r in runs[2:]]
+    assert all(h.types(r) == [] for r in runs[2:])
+    gate.set()
+    for run in runs:
+        assert (await h.ended(run)).status == "completed"
+    assert started_order(h, runs) == runs
+    assert worker.executor.metrics.run_cache_peak == 2  # never more in memory than the bound
+    assert not owned.admission.queue and not owned.admission.runs and worker.admission.held() == 0
+    await h.stop()
+
+
+async def test_run_cache_busy_max_bounds_the_busy_runs_apart_from_the_cache_size() -> None:
+    with pytest.raises(ValueError, match="run_cache_busy_max"):
+        Settings(partitions=1, run_cache_busy_max=0)
+    gate = asyncio.Event()
+    h = Harness(cache_app([], gate), settings=Settings(partitions=1, run_cache_size=10, run_cache_busy_max=3))
+    worker = h.start()
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    runs = [h.client.submit("busy", n).run_id for n in range(5)]
+    owned = owned_of(h)
+    await until(lambda: len(owned.admission.queue) == 2, what="two submissions held")
+    assert set(owned.runs) == set(runs[:3])
+    gate.set()
+    for run in runs:
+        assert (await h.ended(run)).status == "completed"
+    await h.stop()
+
+
+async def test_a_cancel_and_a_signal_to_a_run_in_memory_are_not_starved_behind_held_submissions() -> None:
+    gate = asyncio.Event()
+    effects: list[str] = []
+    h = Harness(cache_app(effects, gate), settings=settings(1))
+    worker = h.start(checkpoint_interval_s=0)
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    evicted = await waiting(h, "approval", 1)
+    busy = h.client.submit("busy", 2).run_id
+    await until(lambda: "ToolCallScheduled" in h.types(busy), what="the busy run's call to start")
+    owned = owned_of(h)
+    assert evicted in owned.evicted and busy in owned.runs  # the cache is full of one busy run
+    held = h.client.submit("approval", 3).run_id
+    woken = await waiting_held(h, owned, 1)
+    assert woken == held
+    # Behind the held submission: a cancel of the evicted run and a signal to the busy one.
+    h.client.run(evicted).cancel("not needed")
+    h.client.run(busy).signal("note", "hi")
+    assert (await h.ended(evicted)).status == "cancelled"
+    await until(lambda: "SignalReceived" in h.types(busy), what="the signal to the busy run")
+    assert h.types(held) == [] and len(owned.admission.queue) == 1  # still held meanwhile
+    # The checkpoint commits no offset past the held submission, and lists those handled past it.
+    held_at = owned.admission.queue[0].offset
+    handled = {command_offset(h, evicted, "RunCancelled"), command_offset(h, busy, "SignalReceived")}
+    checkpoint = await until(
+        lambda: (c := h.checkpoints()) and handled <= set(c[-1].commands_handled) and c[-1],
+        what="a checkpoint listing the commands handled past the held one",
+    )
+    assert checkpoint.commands_offset == held_at
+    assert all(offset > held_at for offset in checkpoint.commands_handled)
+    gate.set()
+    assert (await h.ended(busy)).status == "completed"
+    await until(lambda: "ToolCallCompleted" in h.types(held), what="the held run admitted, to its wait")
+    h.client.run(held).signal("go", "yes")
+    assert (await h.ended(held)).status == "completed"
+    assert effects == ["3 yes"]
+    last = await until(
+        lambda: (c := h.checkpoints()) and c[-1].commands_offset > max(handled) and c[-1],
+        what="a checkpoint past every command",
+    )
+    assert last.commands_handled == []
+    await h.stop()
+
+
+async def waiting_held(h: Harness, owned: OwnedPartition, count: int) -> str:
+    await until(lambda: len(owned.admission.queue) == count, what=f"{count} command(s) held")
+    key = owned.admission.queue[-1].key
+    assert key is not None
+    return key.decode()
+
+
+async def test_a_signal_waits_behind_its_runs_held_command() -> None:
+    gate = asyncio.Event()
+    effects: list[str] = []
+    h = Harness(cache_app(effects, gate), settings=settings(1))
+    worker = h.start()
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    first = await waiting(h, "twice", 1)
+    busy = h.client.submit("busy", 2).run_id
+    await until(lambda: "ToolCallScheduled" in h.types(busy), what="the busy run's call to start")
+    owned = owned_of(h)
+    assert first in owned.evicted
+    h.client.run(first).signal("a", "one")  # a wake: held
+    await waiting_held(h, owned, 1)
+    # Its run woken meanwhile (a cancel would; here: by hand, as a timer would), the second signal
+    # still goes behind the first: a run's commands keep their order.
+    worker.executor.runs.run(owned, first)
+    assert first in owned.runs
+    h.client.run(first).signal("b", "two")
+    await waiting_held(h, owned, 2)
+    gate.set()
+    assert (await h.ended(first)).status == "completed"
+    assert effects == ["1 one two"]
+    await h.stop()
+
+
+async def test_a_crash_neither_skips_nor_repeats_a_held_command() -> None:
+    gate = asyncio.Event()
+    effects: list[str] = []
+    h = Harness(cache_app(effects, gate), settings=settings(1))
+    worker = h.start(checkpoint_interval_s=0)
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    evicted = await waiting(h, "approval", 1)
+    busy = h.client.submit("busy", 2).run_id
+    await until(lambda: "ToolCallScheduled" in h.types(busy), what="the busy run's call to start")
+    owned = owned_of(h)
+    held = h.client.submit("approval", 3).run_id
+    await waiting_held(h, owned, 1)
+    h.client.run(evicted).cancel("not needed")  # handled past the held submission
+    assert (await h.ended(evicted)).status == "cancelled"
+    h.client.run("never-submitted").signal("go", "x")  # ignored past it: no record
+    h.client.run(busy).signal("note", "once")  # to a run in memory, active at the crash
+    await until(lambda: "SignalReceived" in h.types(busy), what="the signal to the busy run")
+    cancelled_at = command_offset(h, evicted, "RunCancelled")
+    await until(
+        lambda: (c := h.checkpoints()) and cancelled_at in c[-1].commands_handled,
+        what="a checkpoint listing the cancel",
+    )
+    h.client.run(held).signal("go", "after the crash")  # behind its held submission
+    await waiting_held(h, owned, 2)
+    last_command = owned.next_command
+    await h.stop()  # the held submission and its signal were never handled
+
+    second = h.start("w2")  # the busy run still busy: the signal to it would apply again
+    await until(
+        lambda: second.owned and second.owned[0].next_command >= last_command,
+        what="the successor to read every command again",
+    )
+    gate.set()
+    assert (await h.ended(held, timeout=5)).status == "completed"
+    assert (await h.ended(busy, timeout=5)).status == "completed"
+    assert effects == ["3 after the crash"]
+    assert h.types(held).count("RunStarted") == 1 and h.types(held).count("SignalReceived") == 1
+    assert h.types(evicted).count("RunCancelled") == 1  # the cancel skipped, not applied again
+    assert h.types(busy).count("SignalReceived") == 1  # nor the signal
+    assert not second.owned[0].admission.queue
+    await h.stop("w2")
+
+
+async def test_a_timer_due_for_an_evicted_run_waits_for_room_and_fires_once() -> None:
+    gate = asyncio.Event()
+    effects: list[str] = []
+    h = Harness(cache_app(effects, gate), settings=settings(1))
+    worker = h.start()
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    sleeper = await waiting(h, "sleeper", 1)
+    busy = h.client.submit("busy", 2).run_id
+    await until(lambda: "ToolCallScheduled" in h.types(busy), what="the busy run's call to start")
+    owned = owned_of(h)
+    assert sleeper in owned.evicted
+    # Its timer falls due (0.3 s) while the cache is full of the busy run: held, not fired.
+    await until(lambda: worker.admission.held() == 1, what="the sleeper's timer held")
+    assert "TimerFired" not in h.types(sleeper) and sleeper in owned.evicted
+    gate.set()
+    assert (await h.ended(sleeper)).status == "completed"
+    assert h.types(sleeper).count("TimerFired") == 1 and effects == ["1 slept"]
+    await h.stop()
+
+
+def test_a_window_skips_what_was_handled_and_ignores_again_a_signal_older_than_its_run() -> None:
+    window = CommandWindow.of(10, 20, {9, 12, 15, 25}, {"late": 15, "early": 11})
+    assert window is not None
+    assert window.handled == {12, 15}  # below the commit point or past the window: not its business
+    assert window.skips(12) and not window.skips(13) and not window.skips(25)
+    # A signal at 13 found "late" not started (its submission is at 15): ignored again; one at 16
+    # came after it. A run started before the window is not in it.
+    assert window.started_after("late", 13) and not window.started_after("late", 16)
+    assert not window.started_after("early", 13) and not window.started_after("old", 13)
+    assert CommandWindow.of(20, 20, {}, {}) is None
+
+
+def test_the_commit_point_is_the_first_held_command_and_handled_offsets_past_it_are_listed() -> None:
+    owned = OwnedPartition(0, 1, Stamp(lambda: 0, "w1", 1), 5, set())
+    assert commit_point(owned) == 5
+    held = owned.admission
+    held.hold(Delivery(0, 5, b"a", b""), "a")
+    owned.next_command = 6
+    held.note_handled(6, commit_point(owned))  # handled past the held one
+    owned.next_command = 7
+    assert commit_point(owned) == 5 and held.handled_above(5) == [6]
+    assert held.release().offset == 5 and not held.runs
+    owned.next_command = 8
+    held.note_handled(7, commit_point(owned))  # nothing held before it: not listed
+    assert commit_point(owned) == 8 and held.handled_above(8) == []

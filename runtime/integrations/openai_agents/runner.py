@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from agents import (
@@ -43,10 +43,12 @@ from agents import (
     RunContextWrapper,
     Runner,
     RunResult,
+    RunResultStreaming,
+    StreamEvent,
     Tool,
     Usage,
 )
-from agents.items import TResponseInputItem, TResponseOutputItem
+from agents.items import TResponseInputItem, TResponseOutputItem, TResponseStreamEvent
 from agents.lifecycle import RunHooks
 from agents.models.multi_provider import MultiProvider
 from agents.run import DEFAULT_MAX_TURNS
@@ -54,6 +56,7 @@ from pydantic import TypeAdapter
 
 from runtime.integrations.bridge import AgentRun, current_run
 from runtime.integrations.calls import ModelResult, UnitRef, as_json, register_model, register_tool, tool_args
+from runtime.integrations.openai_agents import streaming
 from runtime.integrations.openai_agents.compact import compact_item, compact_usage
 from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.context import Context
@@ -183,6 +186,59 @@ class _RecordedModel(Model):
         async def body() -> dict[str, Any]:
             return _recorded_response(await ask())
 
+        return await self._recorded(
+            run, agent, body, system_instructions, input, model_settings, tools, output_schema, handoffs
+        )
+
+    async def stream_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: list[Tool],
+        output_schema: Any,
+        handoffs: list[Handoff[Any, Any]],
+        tracing: Any,
+        **kwargs: Any,
+    ) -> AsyncIterator[TResponseStreamEvent]:
+        """``run_streamed``'s model request: the same recorded call as ``get_response``'s, whose
+        answering model streams inside it (its deltas emitted, live only); the SDK gets the recorded
+        response as one ``response.completed`` (runtime.integrations.openai_agents.streaming)."""
+        agent = self._speaker.agent
+
+        def ask() -> AsyncIterator[TResponseStreamEvent]:
+            model = self._model_of(agent)
+            return model.stream_response(
+                system_instructions, input, model_settings, tools, output_schema, handoffs, tracing, **kwargs
+            )
+
+        run = current_run()
+        if run is None:
+            async for event in ask():
+                yield event
+            return
+
+        async def body() -> dict[str, Any]:
+            return _recorded_response(await streaming.streamed_response(ask(), self._runner.model_name))
+
+        response = await self._recorded(
+            run, agent, body, system_instructions, input, model_settings, tools, output_schema, handoffs
+        )
+        yield streaming.completed_event(response)
+
+    async def _recorded(
+        self,
+        run: AgentRun[Any],
+        agent: Agent[Any] | None,
+        body: Callable[[], Awaitable[dict[str, Any]]],
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: list[Tool],
+        output_schema: Any,
+        handoffs: list[Handoff[Any, Any]],
+    ) -> ModelResponse:
+        """The model request as one agentlog call: ``body`` answers it in the worker."""
         runner = self._runner
         name = runner.model_name
         register_model(runner.app, name, unit_arg=UNIT_ARG, retry=runner.model_retry, recorded=_recorded_call)
@@ -198,11 +254,6 @@ class _RecordedModel(Model):
             run.ctx.model(name, messages=_messages(system_instructions, input), **params)
         )
         return _response(recorded)
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(
-            "AgentlogRunner records whole responses: use AgentlogRunner.run (Runner.run), not run_streamed"
-        )
 
 
 class AgentlogRunner:
@@ -267,6 +318,48 @@ class AgentlogRunner:
                 hooks=_TrackingHooks(speaker, hooks),
                 run_config=recorded_config,
             )
+
+        return await AgentRun(ctx, start, name=self.name)
+
+    async def run_streamed(
+        self,
+        ctx: Context,
+        agent: Agent[Any],
+        input: str | list[TResponseInputItem],
+        *,
+        on_event: Callable[[StreamEvent], Awaitable[None] | None] | None = None,
+        context: Any = None,
+        max_turns: int = DEFAULT_MAX_TURNS,
+        hooks: RunHooks[Any] | None = None,
+        run_config: RunConfig | None = None,
+    ) -> RunResultStreaming:
+        """``Runner.run_streamed(agent, input, ...)`` in the run of ``ctx``: its ``stream_events()``
+        are read to the end inside the workflow, each handed to ``on_event`` (sync or async; it runs
+        on the agent loop, so it may do no I/O), and the finished ``RunResultStreaming`` is returned.
+        Each model request is the same recorded call as ``run``'s; its answering model streams
+        inside it, the text and tool arguments emitted as deltas to the run's watchers as they form
+        (first execution only). The events the workflow reads come from the recorded responses --
+        the run's items, one ``response.completed`` per model request -- the same on a replay."""
+        config = run_config or RunConfig(tracing_disabled=True)
+        speaker = _Speaker()
+        provider = config.model_provider if config.model_provider is not None else MultiProvider()
+        recorded_config = dataclasses.replace(config, model=_RecordedModel(self, speaker, provider))
+        wrapped = self._wrap_agent(agent, {})
+
+        async def start() -> RunResultStreaming:
+            result = Runner.run_streamed(
+                wrapped,
+                input,
+                context=context,
+                max_turns=max_turns,
+                hooks=_TrackingHooks(speaker, hooks),
+                run_config=recorded_config,
+            )
+            async for event in result.stream_events():
+                handled = on_event(event) if on_event is not None else None
+                if isinstance(handled, Awaitable):
+                    await handled
+            return result
 
         return await AgentRun(ctx, start, name=self.name)
 

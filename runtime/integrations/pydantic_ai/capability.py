@@ -65,6 +65,7 @@ from runtime.integrations.calls import (
     register_tool,
     tool_args,
 )
+from runtime.integrations.pydantic_ai.deltas import emitting
 from runtime.integrations.pydantic_ai.units import (
     UNIT_ARG,
     mapped_errors,
@@ -72,10 +73,12 @@ from runtime.integrations.pydantic_ai.units import (
     recorded_parameters,
     recorded_response,
 )
+from runtime.models.deltas import streaming
 from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.context import Context
 
 OutputT = TypeVar("OutputT")
+T = TypeVar("T")
 _deferred_results = TypeAdapter(DeferredToolResults)
 
 
@@ -197,6 +200,12 @@ class AgentlogDurability(BaseDurabilityCapability[AgentDepsT]):
 
     def get_durable_operation_backend(self) -> DurableOperationBackend[Any]:
         return _Backend(self)
+
+    def _model_stream_event_handler(self) -> EventStreamHandler[AgentDepsT] | None:
+        # Called inside a streamed model request's call, where the worker's sink is (live only):
+        # its parts are emitted as deltas as they form (runtime.integrations.pydantic_ai.deltas).
+        handler = super()._model_stream_event_handler()
+        return emitting(handler) if streaming() else handler
 
     # --- agentlog names ---------------------------------------------------------------------------
     def model_name(self, model_id: str | None) -> str:
@@ -396,4 +405,33 @@ async def run_agent(
     return await run
 
 
-__all__ = ["AgentlogDurability", "run_agent"]
+async def run_in_workflow(ctx: Context, agent: Agent[AgentDepsT, Any], body: Callable[[], Awaitable[T]]) -> T:
+    """Run ``body`` -- your code that drives ``agent`` with ``run_stream``, ``iter`` or ``run`` --
+    inside the workflow of ``ctx``, as ``run_agent`` runs ``agent.run``::
+
+        async def answer() -> str:
+            async with agent.run_stream(prompt) as result:
+                async for text in result.stream_text(delta=True):
+                    ...  # the recorded answer's text (deterministic: the same on a replay)
+                return await result.get_output()
+
+        output = await run_in_workflow(ctx, agent, answer)
+
+    Each model request is one recorded call either way. A streamed one (``run_stream``,
+    ``node.stream`` in ``iter``) streams inside its call, where its text and tool arguments are
+    emitted as deltas to the run's watchers as they form (first execution only); ``body`` reads
+    the recorded response, streamed back to it, live and on a replay alike. ``body`` runs on the
+    agent loop: like agent code, it may await only the agent (no I/O of its own)."""
+    if AgentlogDurability.from_agent(agent) is None:
+        raise TerminalError(
+            f"agent {agent.name!r} has no AgentlogDurability capability: "
+            "Agent(..., capabilities=[AgentlogDurability(app)])"
+        )
+
+    async def start() -> T:
+        return await body()
+
+    return await AgentRun(ctx, start, name=agent.name or "agent")
+
+
+__all__ = ["AgentlogDurability", "run_agent", "run_in_workflow"]

@@ -47,6 +47,7 @@ class KafkaCommandFeed:
         self.consumer = Consumer(consumer_config(settings, worker_id, session_timeout_ms))
         self._on_assign: AssignCallback | None = None
         self._on_revoke: RevokeCallback | None = None
+        self._paused: set[int] = set()  # partitions paused (runtime.worker.admission)
         self.fenced = False
         self.consumer.subscribe(
             [self.topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
@@ -92,6 +93,21 @@ class KafkaCommandFeed:
     def commit(self, partition: int, offset: int) -> None:
         self.consumer.commit(offsets=[TopicPartition(self.topic, partition, offset)], asynchronous=True)
 
+    def pause(self, partitions: list[int]) -> None:
+        # librdkafka's pause: its fetch queue of those partitions is purged, and fetching resumes
+        # at the next record not delivered. A partition revoked meanwhile is not assigned: left alone.
+        assigned = {tp.partition for tp in self.consumer.assignment()}
+        wanted = [p for p in partitions if p in assigned]
+        if wanted:
+            self.consumer.pause([TopicPartition(self.topic, p) for p in wanted])
+            self._paused.update(wanted)
+
+    def resume(self, partitions: list[int]) -> None:
+        wanted = [p for p in partitions if p in self._paused]
+        if wanted:
+            self.consumer.resume([TopicPartition(self.topic, p) for p in wanted])
+            self._paused.difference_update(wanted)
+
     def close(self) -> None:
         if not self.fenced:
             self.consumer.close()
@@ -113,6 +129,8 @@ class KafkaCommandFeed:
         consumer.incremental_assign(partitions)
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # A paused partition is resumed as it goes: assigned here again later, it must be fetched.
+        self.resume([tp.partition for tp in partitions])
         del consumer
         if self._on_revoke is not None:
             self._on_revoke([tp.partition for tp in partitions])

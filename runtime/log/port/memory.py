@@ -284,6 +284,7 @@ class MemoryCommandFeed:
         self._on_assign: AssignCallback | None = None
         self._on_revoke: RevokeCallback | None = None
         self._positions: dict[int, int] = {}  # partition -> next offset to deliver
+        self.paused: set[int] = set()
         self.closed = False
         self.fenced = False
 
@@ -296,6 +297,7 @@ class MemoryCommandFeed:
         owner = self.log.group.owner is self and not self.closed
         if not owner and self._positions:
             partitions, self._positions = sorted(self._positions), {}
+            self.paused.clear()
             if self._on_revoke is not None:
                 self._on_revoke(partitions)
         if not owner:
@@ -314,6 +316,8 @@ class MemoryCommandFeed:
         deliveries: list[Delivery] = []
         topic = self.log.settings.commands_topic
         for partition, position in self._positions.items():
+            if partition in self.paused:
+                continue
             for record in self.log.read(
                 topic, partition, start=position, end=position + max_records - len(deliveries)
             ):
@@ -325,6 +329,12 @@ class MemoryCommandFeed:
 
     def commit(self, partition: int, offset: int) -> None:
         self.log.group.committed[partition] = offset
+
+    def pause(self, partitions: list[int]) -> None:
+        self.paused.update(partitions)
+
+    def resume(self, partitions: list[int]) -> None:
+        self.paused.difference_update(partitions)
 
     def close(self) -> None:
         self.closed = True

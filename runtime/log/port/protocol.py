@@ -107,6 +107,12 @@ class CommandFeed(Protocol):
     def commit(self, partition: int, offset: int) -> None:
         """Record that a restarted member may resume ``partition`` at ``offset`` (asynchronous)."""
 
+    def pause(self, partitions: list[int]) -> None:
+        """Fetch no more of ``partitions`` until resumed (those not assigned are left alone)."""
+
+    def resume(self, partitions: list[int]) -> None:
+        """Fetch ``partitions`` again from where their delivery stopped."""
+
     def close(self) -> None: ...
 
 

@@ -196,6 +196,8 @@ class PartitionCheckpoint(Event):
     # and "<run id>@<position>" -> fire_at of the timers they wait for (runtime.worker.run_cache).
     waiting_runs: dict[str, int] = field(default_factory=dict)
     waiting_timers: dict[str, int] = field(default_factory=dict)
+    # Commands at or after commands_offset already handled (runtime.worker.admission): skipped.
+    commands_handled: list[int] = field(default_factory=list)
 
 
 @record_type
