@@ -114,18 +114,27 @@ def _audit_run(args: argparse.Namespace, settings: Settings) -> int:
 
 def _audit_verify(args: argparse.Namespace, settings: Settings) -> int:
     """Exit 0 only if every source asked holds the run and its chain verifies."""
-    from runtime.client import Client
-
     from . import verify
 
-    client = Client(settings)
+    reader = verify.read_only(settings)  # the sink's read-only role is enough
     try:
-        verdicts = [("kafka", verify.verify_log(client, args.run_id))]
+        checks = verify.checks(reader)
+        # "kafka" / "store" for the chain (as before); "... signatures" for the workers' signatures
+        verdicts = [
+            (f"kafka{'' if c == 'chain' else ' ' + c}", verify.verify_log(reader, args.run_id, c))
+            for c in checks
+        ]
         if args.from_store:
             with connect(_dsn(args, settings)) as store:  # the sealed bytes, which the chain covers
-                verdicts.append(("store", verify.verify_store(client, store, args.run_id)))
+                verdicts += [
+                    (
+                        f"store{'' if c == 'chain' else ' ' + c}",
+                        verify.verify_store(reader, store, args.run_id, c),
+                    )
+                    for c in checks
+                ]
     finally:
-        client.close()
+        reader.close()
     if args.json:
         render.as_json(
             [

@@ -6,6 +6,11 @@ records left out as every reader leaves them out. From the store (``--from-store
 first turned back into the bytes it was decoded from -- the writer schema of its ``schema_id``
 encodes the row's columns, and Avro has one encoding per value -- so a column altered in
 ClickHouse no longer matches the link the worker sealed.
+
+With the workers' public key (``verify_key``) the run's status-bearing records are checked against
+their signatures too (runtime.log.records.signing) -- all an auditor without the chain key can
+check, and it needs nothing that can write: ``audit verify`` reads with the sink's read-only role
+(its start check asks for the sink's permissions, not a submitter's) and no ``Client``.
 """
 
 from __future__ import annotations
@@ -18,11 +23,16 @@ from typing import Any
 
 from fastavro import parse_schema, schemaless_writer
 
-from runtime.client import Client
+from runtime.config import Settings
 from runtime.errors import TerminalError
+from runtime.log.kafka.access import check_access
+from runtime.log.kafka.backend import KafkaLog
+from runtime.log.port.partitioning import partition_for
+from runtime.log.port.protocol import EventLog
 from runtime.log.records.chain import LINK_SIZE, Chain, ChainKey
-from runtime.log.records.events import Event
+from runtime.log.records.events import Event, RunRejected, RunStarted
 from runtime.log.records.fencing import FenceFilter
+from runtime.log.records.signing import SIGNED_TYPES, Vouching, verify_key_of
 from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.frame import frame_header
 from runtime.log.schemas.serde import Serde
@@ -37,9 +47,29 @@ class ChainKeyMissing(TerminalError):
 
     def __init__(self) -> None:
         super().__init__(
-            "agentlog audit verify needs the workers' chain key: set AGENTLOG_CHAIN_KEY "
-            "(the key the workers seal the runs' records with)"
+            "agentlog audit verify needs the workers' chain key or their public key: set AGENTLOG_CHAIN_KEY "
+            "(the key the workers seal the runs' records with: every record is checked) or AGENTLOG_VERIFY_KEY "
+            "(the workers' public signing key: the records that set a run's status are checked)"
         )
+
+
+@dataclass
+class Reader:
+    """What a verification reads through: the deployment's settings, its log and serde (a ``Client``
+    has the same three)."""
+
+    settings: Settings
+    log: EventLog
+    serde: Serde
+
+    def close(self) -> None:
+        self.log.close()
+
+
+def read_only(settings: Settings) -> Reader:
+    """A reader of the events topic with the sink's permissions (read only), checked at start."""
+    check_access(settings, "sink")
+    return Reader(settings, KafkaLog(settings), Serde(settings))
 
 
 @dataclass(frozen=True)
@@ -60,6 +90,7 @@ class Verdict:
     broken_at: Entry | None
     kind: str = ""
     detail: str = ""
+    checked: str = "chain verified"  # what was verified, when nothing broke
 
     @property
     def ok(self) -> bool:
@@ -69,7 +100,7 @@ class Verdict:
         if self.records == 0:
             return f"run {self.run_id}: no records found"
         if self.broken_at is None:
-            return f"run {self.run_id}: {self.records} records, chain verified"
+            return f"run {self.run_id}: {self.records} records, {self.checked}"
         at = self.broken_at
         return (
             f"run {self.run_id}: first bad record {at.where} (seq {at.seq}, {at.type}): {self.kind} -- {self.detail}"
@@ -100,17 +131,52 @@ def verify_entries(key: ChainKey, run_id: str, entries: Iterable[Entry]) -> Verd
     return Verdict(run_id, count, None)
 
 
-def chain_key_of(client: Client) -> ChainKey:
-    secret = client.settings.chain_key.get_secret_value()
-    if not secret:
+def verify_signatures(reader: Reader, run_id: str, entries: Iterable[Entry]) -> Verdict:
+    """The first of ``entries`` (the run's records in log order) that no worker signed although
+    it sets the run's status (or follows its signed ending); with the workers' verify key."""
+    key = verify_key_of(reader.settings.verify_key)
+    assert key is not None
+    vouching = Vouching(key, run_id)
+    count = signed = 0
+    for entry in entries:
+        count += 1
+        if entry.value is None:
+            return Verdict(run_id, count, entry, "unreadable", entry.problem)
+        forged = vouching.admit(
+            entry.value, entry.type, first=entry.type in (RunStarted.__name__, RunRejected.__name__)
+        )
+        if forged is not None:
+            return Verdict(run_id, count, entry, "forged", forged)
+        signed += entry.type in SIGNED_TYPES and vouching.complete
+    if count and not vouching.complete:
+        return Verdict(run_id, count, None, checked="no RunStarted read: signatures not checked")
+    return Verdict(run_id, count, None, checked=f"{signed} status records signed by the workers")
+
+
+def checks(reader: Reader) -> list[str]:
+    """What ``reader``'s settings let it verify: "chain" (the chain key), "signatures" (the verify key)."""
+    found = [
+        *(["chain"] if reader.settings.chain_key.get_secret_value() else []),
+        *(["signatures"] if reader.settings.verify_key else []),
+    ]
+    if not found:
         raise ChainKeyMissing()
-    return ChainKey(secret.encode())
+    return found
 
 
-def log_entries(client: Client, run_id: str) -> Iterator[Entry]:
+def verify(reader: Reader, run_id: str, check: str, entries: Iterable[Entry]) -> Verdict:
+    """``check`` ("chain" or "signatures") over ``entries``."""
+    if check == "chain":
+        return verify_entries(
+            ChainKey(reader.settings.chain_key.get_secret_value().encode()), run_id, entries
+        )
+    return verify_signatures(reader, run_id, entries)
+
+
+def log_entries(client: Reader, run_id: str) -> Iterator[Entry]:
     """The run's records in the events topic, bytes as written, fenced records left out."""
     settings = client.settings
-    partition = client.run(run_id).partition
+    partition = partition_for(run_id, settings.partitions)
     key = run_id.encode()
     fence = FenceFilter()
     topic = settings.events_topic
@@ -129,8 +195,8 @@ def log_entries(client: Client, run_id: str) -> Iterator[Entry]:
         yield Entry(where, record.value, event.seq, event.type)
 
 
-def verify_log(client: Client, run_id: str) -> Verdict:
-    return verify_entries(chain_key_of(client), run_id, log_entries(client, run_id))
+def verify_log(client: Reader, run_id: str, check: str = "chain") -> Verdict:
+    return verify(client, run_id, check, log_entries(client, run_id))
 
 
 def _datum(schema: Any, value: Any) -> Any:
@@ -150,7 +216,7 @@ def _datum(schema: Any, value: Any) -> Any:
     if kind == "string":
         return str(value)
     if kind == "bytes":
-        return b""  # only ``chain``: the bytes before it are what its link covers
+        return b""  # ``chain`` (the bytes before it are what its link covers); ``signature`` is put back
     if kind == "array":
         return [_datum(schema["items"], item) for item in value]
     if kind == "map":
@@ -158,13 +224,17 @@ def _datum(schema: Any, value: Any) -> Any:
     return value
 
 
-def _reencoded(serde: Serde, schema_id: int, event: dict[str, Any], link: bytes) -> bytes:
-    """The framed Avro value the row was decoded from (its link put back in)."""
+def _reencoded(
+    serde: Serde, schema_id: int, event: dict[str, Any], link: bytes, signature: bytes = b""
+) -> bytes:
+    """The framed Avro value the row was decoded from (its signature and link put back in)."""
     text = serde.resolver.writer_text(schema_id)
     if text is None:
         raise DecodeError(f"schema id {schema_id} is not in the registry")
     writer = json.loads(text)
     datum = {f["name"]: _datum(f["type"], event.get(f["name"])) for f in writer["fields"]}
+    if "signature" in datum:
+        datum["signature"] = signature
     out = io.BytesIO()
     out.write(frame_header(schema_id))
     schemaless_writer(out, parse_schema(writer), datum)
@@ -174,28 +244,34 @@ def _reencoded(serde: Serde, schema_id: int, event: dict[str, Any], link: bytes)
     return value[:-1] + bytes((LINK_SIZE * 2,)) + link
 
 
-def store_entries(client: Client, store: QueryStore, run_id: str) -> Iterator[Entry]:
+def store_entries(client: Reader, store: QueryStore, run_id: str) -> Iterator[Entry]:
     """The run's rows in the store, in log order (fenced rows left out), as the bytes they came from."""
     topic = client.settings.events_topic
     events = run_events(store, run_id, topic)
     links = store.query(
-        f"SELECT partition, offset, schema_id, hex(ifNull(chain, '')) FROM {EVENTS} "
+        f"SELECT partition, offset, schema_id, hex(ifNull(chain, '')), hex(ifNull(signature, '')) FROM {EVENTS} "
         "WHERE run_id = {run:String} AND topic = {topic:String} AND fenced = 0 ORDER BY partition, offset",
         {"run": run_id, "topic": topic},
     ).rows
-    for event, (partition, offset, schema_id, link) in zip(events, links, strict=True):
+    for event, (partition, offset, schema_id, link, signature) in zip(events, links, strict=True):
         where = f"store row {topic}[{partition}]@{offset}"
         if event.get("type") is None:
             yield Entry(where, None, -1, "?", f"the sink could not decode it: {event.get('decode_error')}")
             continue
         seq = int(str(event["seq"]))
         try:
-            value = _reencoded(client.serde, int(str(schema_id)), event, bytes.fromhex(str(link)))
+            value = _reencoded(
+                client.serde,
+                int(str(schema_id)),
+                event,
+                bytes.fromhex(str(link)),
+                bytes.fromhex(str(signature)),
+            )
         except (ValueError, TypeError, KeyError, DecodeError) as error:
             yield Entry(where, None, seq, str(event["type"]), f"its columns do not make a record: {error}")
             continue
         yield Entry(where, value, seq, str(event["type"]))
 
 
-def verify_store(client: Client, store: QueryStore, run_id: str) -> Verdict:
-    return verify_entries(chain_key_of(client), run_id, store_entries(client, store, run_id))
+def verify_store(client: Reader, store: QueryStore, run_id: str, check: str = "chain") -> Verdict:
+    return verify(client, run_id, check, store_entries(client, store, run_id))

@@ -326,6 +326,10 @@ def main() -> None:
         metrics_port = os.environ.get("BENCH_METRICS_PORT")
         # BENCH_CHAIN_KEY=K: the workers seal the runs' hash chain with K (runtime.log.records.chain).
         chain = {"AGENTLOG_CHAIN_KEY": key} if (key := os.environ.get("BENCH_CHAIN_KEY")) else {}
+        # BENCH_SIGNING_KEY=K: the workers sign the runs' status-bearing records with the Ed25519 key K
+        # (base64 of 32 bytes; runtime.log.records.signing).
+        if signing := os.environ.get("BENCH_SIGNING_KEY"):
+            chain["AGENTLOG_SIGNING_KEY"] = signing
         workers = [
             start_worker(
                 settings,

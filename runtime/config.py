@@ -199,6 +199,23 @@ class Settings(BaseModel):
             "unchained and nothing is verified. Only workers and auditors may hold it."
         ),
     )
+    signing_key: SecretStr = Field(
+        default=SecretStr(""),
+        repr=False,
+        description=(
+            "The workers' Ed25519 private key (PEM, or the raw 32 bytes in base64; "
+            "runtime.log.records.signing): with it a worker signs each record that sets a run's status "
+            "(RunStarted, its ending, RunParked). Only workers may hold it."
+        ),
+    )
+    verify_key: str = Field(
+        default="",
+        description=(
+            "The workers' Ed25519 public key (PEM, or 32 bytes in base64): with it clients, `agentlog "
+            "status`/`history` and `audit verify` name a status-bearing record no worker signed as forged "
+            "and never return it as a run's state or result. Public: give it to every client and auditor."
+        ),
+    )
     # History-size thresholds (Temporal's defaults).
     history_warn_events: int = Field(
         default=10_240,

@@ -26,10 +26,13 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from runtime import stagemarks
 from runtime.log.port.protocol import EventLog, LogRecord, Tail
-from runtime.log.records.events import Event
+from runtime.log.records.events import Event, RunRejected, RunStarted
 from runtime.log.records.fencing import FenceFilter
+from runtime.log.records.signing import Vouching
 from runtime.log.records.status import ENDING_EVENTS
 from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.serde import Serde
@@ -43,7 +46,15 @@ _ENDING = frozenset(ENDING_EVENTS)
 class ResultTail:
     """Follows the events partitions of watched runs; ``ending`` futures resolve at their end."""
 
-    def __init__(self, log: EventLog, serde: Serde, topic: str, *, keep: int = 100_000) -> None:
+    def __init__(
+        self,
+        log: EventLog,
+        serde: Serde,
+        topic: str,
+        *,
+        keep: int = 100_000,
+        verify_key: Ed25519PublicKey | None = None,
+    ) -> None:
         self._log = log
         self._serde = serde
         self._topic = topic
@@ -58,6 +69,10 @@ class ResultTail:
         self._thread: threading.Thread | None = None
         self._running = False
         self._failure: BaseException | None = None
+        # With the workers' verify key, each watched run's records are followed (runtime.log.records.signing):
+        # an ending no worker signed resolves its waiters as forged and is not kept as the run's end.
+        self._verify_key = verify_key
+        self._vouching: dict[str, Vouching] = {}
 
     def watch(self, run_id: str, partition: int, start: int) -> int:
         """Decode ``run_id``'s records from now on; its partition is followed from ``start``
@@ -163,14 +178,33 @@ class ResultTail:
             fence = self._fences.get(partition)
             if fence is None or not fence.admit(event, record.offset) or key is None:
                 continue
+            forged: str | None = None
+            unchecked = False
+            if self._verify_key is not None:
+                vouching = self._vouching.get(event.run_id)
+                if vouching is None:
+                    vouching = self._vouching[event.run_id] = Vouching(self._verify_key, event.run_id)
+                why = vouching.admit(
+                    record.value, event.type, first=isinstance(event, (RunStarted, RunRejected))
+                )
+                if why is not None:
+                    forged = f"{self._topic}[{partition}]@{record.offset} ({event.type}): {why}"
+                unchecked = not vouching.complete
             if event.type in _ENDING:
-                self._ended_at(LoggedEvent(record.offset, len(record.value), event))
+                self._ended_at(LoggedEvent(record.offset, len(record.value), event, forged, unchecked))
 
     def _ended_at(self, logged: LoggedEvent) -> None:
         run_id = logged.event.run_id
         with self._lock:
             if run_id in self._ended:
                 return  # its first admitted ending event is the run's end
+            if logged.forged is not None:  # named to who waits now; the run's own end is still awaited
+                logger.warning("run %s: forged ending %s", run_id, logged.forged)
+                forged_to = self._waiters.pop(run_id, [])
+                for future in forged_to:
+                    future.set_result(logged)
+                return
+            self._vouching.pop(run_id, None)
             self._watched.pop(run_id.encode(), None)
             self._ended[run_id] = logged
             while len(self._ended) > self._keep:

@@ -44,6 +44,11 @@ class LoggedEvent:
     offset: int
     size: int  # bytes of the record's value
     event: Event
+    # Set when a client with the workers' verify key found that no worker wrote this record
+    # (runtime.log.records.signing): where it is and why; it is left out of the run's status.
+    forged: str | None = None
+    # Set by a results tail that read the run's ending but not its start: not judged yet.
+    unchecked: bool = False
 
 
 @dataclass(frozen=True)
@@ -310,6 +315,8 @@ class RunStatus:
     heartbeats: tuple[CallHeartbeat, ...] = ()  # tool calls of a running run: their last heartbeat
     parent_run_id: str | None = None  # a child run: the run that started it (ctx.child)
     children: tuple[ChildRun, ...] = ()  # the child runs this run started, in the order it started them
+    # Records no worker wrote (read with the verify key), left out of the above: where and why each.
+    forged: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """The keys and values of ``agentlog status --json``."""
@@ -335,6 +342,7 @@ class RunStatus:
             "heartbeats": [entry.as_dict() for entry in self.heartbeats],
             "parent_run_id": self.parent_run_id,
             "children": [child.as_dict() for child in self.children],
+            "forged": list(self.forged),
         }
 
     def to_json(self) -> str:
@@ -365,8 +373,12 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
     beats: dict[int, CallHeartbeat] = {}  # position -> its call's last heartbeat, until it ends
     parent_run_id: str | None = None
     children: dict[str, ChildRun] = {}
+    forged: list[str] = []
     for item in logged:
         event = item.event
+        if item.forged is not None:
+            forged.append(item.forged)
+            continue
         if isinstance(event, ChildRunScheduled):
             children[event.child_run_id] = ChildRun(
                 event.child_run_id, event.workflow, event.position, "running", event.parent_close
@@ -489,6 +501,7 @@ def summarize(run_id: str, logged: Sequence[LoggedEvent]) -> RunStatus:
         heartbeats=tuple(beats.values()) if status == "running" else (),
         parent_run_id=parent_run_id,
         children=tuple(children.values()),
+        forged=tuple(forged),
     )
 
 

@@ -106,4 +106,11 @@ RELEASED: tuple[Migration, ...] = (
         "commands_handled: the commands a checkpoint lists as handled past its commit",
         "V0022__checkpoint_commands_handled.sql",
     ),
+    # The workers' signature on each record that sets a run's status (runtime.log.records.signing),
+    # so the store holds what `audit verify` and a reader with the verify key check.
+    load(
+        23,
+        "signature: the workers' signature on a run's status-bearing records",
+        "V0023__signature_column.sql",
+    ),
 )

@@ -293,6 +293,8 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
         print(f"waiting   {permit.describe(now_ms).removeprefix('waiting ')}")
     for beat in status.heartbeats:
         print(f"heartbeat {beat.describe(now_ms)}")
+    for forged in status.forged:  # read with the verify key: no worker wrote it, left out above
+        print(f"FORGED    {forged}")
     return 0 if status.status != "unknown" else 1
 
 

@@ -9,7 +9,7 @@
 
 from runtime.client.client import Client
 from runtime.client.commands import new_run_id
-from runtime.client.endings import RunError
+from runtime.client.endings import ForgedRecord, RunError
 from runtime.client.handle import RunHandle
 from runtime.client.queries import QueryError
 from runtime.client.streaming import UnknownRun
@@ -18,6 +18,7 @@ from runtime.run_status import LoggedEvent, RunStatus, summarize
 
 __all__ = [
     "Client",
+    "ForgedRecord",
     "LoggedEvent",
     "QueryError",
     "RunError",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -26,6 +27,19 @@ class RunError(AgentlogError):
         self.run_id, self.status, self.reason = run_id, status, reason
 
 
+class ForgedRecord(RunError):
+    """The record read as the run's ending is not one a worker wrote (runtime.log.records.signing):
+    ``forged`` says where it is and why; ``status`` and ``reason`` are the run's own, read without it."""
+
+    def __init__(self, run_id: str, forged: str, status: str, reason: str) -> None:
+        AgentlogError.__init__(
+            self,
+            f"run {run_id}: the ending read is forged, no worker wrote it: {forged}; "
+            f"the run's own status is {status}{': ' + reason if reason else ''}",
+        )
+        self.run_id, self.status, self.reason, self.forged = run_id, status, reason, forged
+
+
 class Endings:
     """The endings of runs, pushed: ``result``, ``wait`` and ``results`` answer from them.
 
@@ -37,7 +51,9 @@ class Endings:
         self._flush = flush
         # Results pushed: one tail over the events partitions of the runs this client submitted,
         # each from where the partition ended before the client's first submission to it.
-        self._tail = ResultTail(reader.log, reader.serde, reader.settings.events_topic)
+        self._tail = ResultTail(
+            reader.log, reader.serde, reader.settings.events_topic, verify_key=reader.verify_key
+        )
 
     def note_floor(self, run_id: str) -> None:
         """Watch the run's events, on its partition from where it ended before the client's first
@@ -113,13 +129,8 @@ class Endings:
             self._tail.watch(run_id, partition, self.reader.end_offset(partition) if start is None else start)
             end = self.reader.end_offset(partition)
             location = self.reader.location(run_id)
-            ending = self.reader.ending_at(run_id, location, end) or next(
-                (
-                    e
-                    for e in self.reader.logged(run_id, location, end)
-                    if has_ended(summarize(run_id, [e]).status)
-                ),
-                None,
+            ending = self.reader.ending_at(run_id, location, end) or _first_ending(
+                run_id, self.reader.logged(run_id, location, end)
             )
             if ending is not None:
                 done: concurrent.futures.Future[LoggedEvent] = concurrent.futures.Future()
@@ -130,12 +141,23 @@ class Endings:
     def _conclude(self, run_id: str, ending: LoggedEvent, follow: bool) -> tuple[Any, str | None]:
         """(the result, None) of a completed run, (None, successor) of one that continued as new
         and is followed; RunError otherwise."""
+        if ending.unchecked and self.reader.verify_key is not None:  # the tail saw only its end
+            ending = self._checked(run_id, ending)
+        if ending.forged is not None:
+            own = summarize(run_id, self.reader.logged(run_id, self.reader.location(run_id)))
+            raise ForgedRecord(run_id, ending.forged, own.status, own.reason or "")
         summary = summarize(run_id, [ending])
         if summary.status == "completed":
             return summary.result, None
         if follow and summary.continued_as is not None:
             return None, summary.continued_as
         raise RunError(run_id, summary.status, summary.reason or "")
+
+    def _checked(self, run_id: str, ending: LoggedEvent) -> LoggedEvent:
+        """``ending`` as the run's records read from its start judge it (a tail that began after
+        the run's start cannot)."""
+        logged = self.reader.logged(run_id, self.reader.location(run_id), ending.offset + 1)
+        return next((e for e in logged if e.offset == ending.offset), ending)
 
     def _timed_out(self, run_id: str, timeout: float) -> RunError:
         """The timeout, with the run's status and whether any worker holds its partition."""
@@ -154,3 +176,11 @@ class Endings:
                 else f"its partition {partition} is assigned to worker {owner!r}"
             )
         return RunError(run_id, "timeout", f"not finished after {timeout}s (status {status}); {held}")
+
+
+def _first_ending(run_id: str, logged: list[LoggedEvent]) -> LoggedEvent | None:
+    """The run's first ending a worker wrote; else the first forged one (named by ``_conclude``)."""
+    endings = [
+        e for e in logged if has_ended(summarize(run_id, [dataclasses.replace(e, forged=None)]).status)
+    ]
+    return next((e for e in endings if e.forged is None), endings[0] if endings else None)

@@ -11,11 +11,12 @@ from runtime.config import Settings
 from runtime.errors import AgentlogError
 from runtime.log.port.partitioning import partition_for
 from runtime.log.port.protocol import EventLog
-from runtime.log.records.events import Event, ModelCallScheduled, RunStarted, RunSubmitted
+from runtime.log.records.events import Event, ModelCallScheduled, RunRejected, RunStarted, RunSubmitted
 from runtime.log.records.fencing import FenceFilter
 from runtime.log.records.payloads import PayloadMissing, inlined, read_back, read_blobs
 from runtime.log.records.prompts import PromptMissing, RecordedInput, checked_args, rebuild_inputs
 from runtime.log.records.run_index import RunLocation, parse_location, run_key
+from runtime.log.records.signing import Vouching, verify_key_of
 from runtime.log.records.status import has_ended
 from runtime.log.schemas.datum import DecodeError, record_to_dict
 from runtime.log.schemas.serde import Serde
@@ -33,6 +34,9 @@ class RunReader:
         # Events-topic records the reads went through, kept or skipped by key: what a lookup in
         # the run index saves (tests and benchmarks read it, as ``Client.events_records_read``).
         self.records_read = 0
+        # The workers' public key (runtime.log.records.signing): with it, a status-bearing record
+        # no worker signed is marked forged as it is read, and left out of the run's status.
+        self.verify_key = verify_key_of(settings.verify_key)
 
     def partition(self, run_id: str) -> int:
         """The partition of the commands and events topics that holds the run's records."""
@@ -68,6 +72,7 @@ class RunReader:
         partition = self.partition(run_id)
         key = run_id.encode()
         fence = FenceFilter()
+        vouching = None if self.verify_key is None else Vouching(self.verify_key, run_id)
 
         def keep(k: bytes | None) -> bool:
             self.records_read += 1
@@ -84,7 +89,17 @@ class RunReader:
             assert isinstance(event, Event)
             if not fence.admit(event, record.offset) or event.run_id != run_id:
                 continue
-            yield LoggedEvent(record.offset, len(record.value), event)
+            forged = None
+            if vouching is not None:
+                why = vouching.admit(
+                    record.value, event.type, first=isinstance(event, (RunStarted, RunRejected))
+                )
+                if why is not None:
+                    forged = (
+                        f"{self.settings.events_topic}[{partition}]@{record.offset} ({event.type}): {why}"
+                    )
+                    logger.warning("run %s: forged record %s", run_id, forged)
+            yield LoggedEvent(record.offset, len(record.value), event, forged)
 
     def history(self, run_id: str, *, payloads: bool = False) -> list[dict[str, Any]]:
         """As ``agentlog history --json`` (``RunHandle.history``)."""
@@ -101,6 +116,7 @@ class RunReader:
                 "type": event.type,
                 **record_to_dict(event),
                 "chain": event.chain.hex(),  # the link as hex text (runtime.log.records.chain): JSON has no bytes
+                **_signed(event, e.forged),
                 **(prompts.get(event.position, {}) if isinstance(event, ModelCallScheduled) else {}),
                 "partition": partition,
                 "offset": e.offset,
@@ -165,6 +181,8 @@ class RunReader:
         (the run has no record after it); else from the partition's start."""
         if location is not None:
             last = location.end if location.end is not None and (end is None or location.end < end) else None
+            if self.verify_key is not None:
+                last = None  # a record after the run's end is read too, and named (the index is no proof)
             logged = list(self.events(run_id, start=location.first, end=end if last is None else last + 1))
             if (
                 logged
@@ -183,8 +201,8 @@ class RunReader:
 
     def ending_at(self, run_id: str, location: RunLocation | None, end: int) -> LoggedEvent | None:
         """The run's ending event at the offset ``location`` gives, if the record there is one."""
-        if location is None or location.end is None or location.end >= end:
-            return None
+        if location is None or location.end is None or location.end >= end or self.verify_key is not None:
+            return None  # verifying: the ending is checked among the run's records, read from its start
         found = next(iter(self.events(run_id, start=location.end, end=location.end + 1)), None)
         if (
             found is not None
@@ -200,3 +218,15 @@ class RunReader:
     def status(self, run_id: str) -> RunStatus:
         """The run's status read from its events (``RunHandle.status``)."""
         return summarize(run_id, self.logged(run_id, self.location(run_id)))
+
+
+def _signed(event: Event, forged: str | None) -> dict[str, Any]:
+    """A signed record's signature as hex text (runtime.log.records.signing), and where a client
+    with the verify key found a record no worker wrote, why."""
+    fields: dict[str, Any] = {}
+    signature = getattr(event, "signature", None)
+    if isinstance(signature, bytes):
+        fields["signature"] = signature.hex()
+    if forged is not None:
+        fields["forged"] = forged
+    return fields

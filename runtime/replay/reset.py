@@ -51,7 +51,8 @@ COPIED: dict[str, type[Event]] = {
         Redecided,
     )
 }
-_RESTAMPED = {"run_id", "seq", "worker", "epoch", "schema_version", "chain"}  # the new run's writer sets them
+# The new run's writer sets them.
+_RESTAMPED = {"run_id", "seq", "worker", "epoch", "schema_version", "chain", "signature"}
 
 
 class SeedError(TerminalError, ValueError):

@@ -18,6 +18,7 @@ from runtime.log.port.protocol import EventLog
 from runtime.log.records.chain import LINK_SIZE, START, chain_key_of, seal
 from runtime.log.records.events import TERMINAL_TYPES, Event, RunRejected, RunStarted
 from runtime.log.records.run_index import SEEN, run_key
+from runtime.log.records.signing import SIGNED_TYPES, sign, signing_key_of
 from runtime.log.schemas.serde import Serde
 from runtime.worker.partition import OwnedPartition
 
@@ -32,6 +33,12 @@ class TurnBatcher:
         self._dirty: list[OwnedPartition] = []  # partitions with records queued this turn
         # The chain key (runtime.log.records.chain); empty: records are written unchained.
         self.chain_key = chain_key_of(settings.chain_key.get_secret_value())
+        # The workers' signing key (runtime.log.records.signing): the records that set a run's
+        # status are signed before they are sealed; empty: written unsigned.
+        self.signing_key = signing_key_of(settings.signing_key.get_secret_value())
+        # Partition -> the links this worker sealed there, until its foreign-record watch reads
+        # them back (runtime.worker.foreign): a record read there with another link is not ours.
+        self.written: dict[int, set[bytes]] | None = None
 
     def append(self, owned: OwnedPartition, events: list[Event]) -> asyncio.Future[int] | None:
         """Queue ``events``; the future resolves with the offset of the last record queued for the
@@ -39,14 +46,19 @@ class TurnBatcher:
         if not events:
             return None
         pending = owned.pending
-        key = self.chain_key
+        key, signer = self.chain_key, self.signing_key
         tips = owned.chain_tips
+        written = None if self.written is None else self.written.setdefault(owned.partition, set())
         for event in events:
             value = self.serde.encode(event)
             run_id = event.run_id
+            if signer is not None and run_id and event.type in SIGNED_TYPES:
+                value = sign(signer, run_id.encode(), tips.get(run_id, START), value)
             if key is not None and run_id:
                 value = seal(key, run_id.encode(), tips.get(run_id, START), value)
-                tips[run_id] = value[-LINK_SIZE:]
+                tips[run_id] = link = value[-LINK_SIZE:]
+                if written is not None:
+                    written.add(link)
             if isinstance(event, RunStarted):
                 owned.pending_started[len(pending)] = run_id
             if isinstance(event, (RunStarted, RunRejected)):

@@ -31,6 +31,7 @@ from runtime.worker.call_pool import CallPool
 from runtime.worker.checkpoint import Checkpointer
 from runtime.worker.commands import CommandHandler, WorkerError
 from runtime.worker.execution import Executor
+from runtime.worker.foreign import ForeignRecords
 from runtime.worker.health import Readiness
 from runtime.worker.intake import CommandIntake
 from runtime.worker.limits.shared import SharedPermits
@@ -100,6 +101,8 @@ class Worker:
         )
         self.commands.admission = self.admission
         self.takeover = Takeover(app, settings, serde, log, self.executor, self.worker_id)
+        # Records the owner did not write, noticed and their runs parked (needs the chain key).
+        self.foreign = ForeignRecords(self.executor, self.owned.get) if self.batcher.chain_key else None
         self.checkpointer = Checkpointer(
             settings, serde, log, self.worker_id, checkpoint_interval_s, self.executor.still_owner, self._lose
         )
@@ -151,6 +154,8 @@ class Worker:
             await self.shared_permits.start()  # before any partition (and the coordinator's) arrives
         pool = CallPool(loop, on_exhausted=self.resources.fatal)
         self.executor.start(pool, self.log.ownership(loop, self._is_claim))
+        if self.foreign is not None and self.executor.ownership is not None:
+            self.executor.ownership.notice_foreign(self.foreign.check, self.foreign.found)
         self.resources.start()
         self._open_ops()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -300,6 +305,8 @@ class Worker:
         if owned is None:
             return
         owned.lost = True
+        if self.foreign is not None:
+            self.foreign.forget(partition)
         self.readiness.lost(partition, why)
         if partition == 0 and self.shared_permits is not None:
             self.shared_permits.step_down()

@@ -188,6 +188,15 @@ class WorkerCollector(Collector):
             "Waiting runs evicted from memory by the run cache",
             self.metrics.run_evictions,
         )
+        foreign = CounterMetricFamily(
+            "agentlog_foreign_records",
+            "Records in an owned events partition that this worker did not write (runtime.worker.foreign), "
+            "by what was done: parked (its run), named (an ended run's), named_unknown_run",
+            labels=["action"],
+        )
+        for action, count in dict(self.metrics.foreign_records).items():
+            foreign.add_metric([action], count)
+        yield foreign
         yield _plain_counter(
             "agentlog_run_cache_wakes",
             "Evicted runs woken (replayed from their records) because something reached them",

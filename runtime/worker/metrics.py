@@ -88,6 +88,9 @@ class WorkerMetrics:
         self.run_wakes = 0
         self.commands_admitted = 0  # commands held for room in the run cache, then admitted
         self.run_cache_peak = 0  # the most runs in memory after an eviction round (admission's bound)
+        # Records in an owned partition this worker did not write (runtime.worker.foreign), by what
+        # was done: "parked" (its run), "named" (an ended run's), "named_unknown_run".
+        self.foreign_records: dict[str, int] = {}
         # Limits (runtime.worker.limits.gate), by limit name and dimension: only calls that waited.
         self.permits_waiting: dict[tuple[str, str], int] = {}  # calls waiting now
         self.permit_waits: dict[tuple[str, str], Histogram] = {}  # how long each wait lasted

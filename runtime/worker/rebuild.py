@@ -104,6 +104,9 @@ class RebuiltPartition:
     commands_from: int = 0
     commands_handled: set[int] = field(default_factory=set)
     started_by: dict[str, int] = field(default_factory=dict)
+    # Runs not resumed (ended, or never started here) with a record that breaks their chain after
+    # their end: run -> the first such record. Named, not replayed (runtime.worker.foreign).
+    forged_ended: dict[str, str] = field(default_factory=dict)
 
 
 def claim(settings: Settings, serde: Serde, log: EventLog, partition: int, worker: str) -> Future[int]:
@@ -415,6 +418,9 @@ class _PartitionRebuild:
         for run_id in list(self.deferred):
             self._index_waiting(run_id)
         result.fenced = self.fence.fenced_count
+        for run_id, why in self.forged.items():
+            if run_id in self.terminal or not self.events_by_run.get(run_id):
+                result.forged_ended[run_id] = why
         for run_id, logged in self.events_by_run.items():
             if run_id in self.terminal or not logged or not isinstance(logged[0], RunStarted):
                 continue

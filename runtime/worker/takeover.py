@@ -111,6 +111,13 @@ class Takeover:
                 owned.snapshots[run_id] = rebuilt.snapshots[run_id]
             owned.evicted[run_id] = Evicted(UNREPLAYED, timers)
         self.executor.runs.arm_evicted(owned)
+        for run_id, why in rebuilt.forged_ended.items():  # runtime.worker.foreign: named, not re-run
+            self.executor.metrics.foreign_records["named"] = (
+                self.executor.metrics.foreign_records.get("named", 0) + 1
+            )
+            log.error(
+                json.dumps({"event": "foreign_record", "run": run_id, "record": why, "action": "named"})
+            )
         for run_id, sent in rebuilt.to_follow_up.items():  # runtime.worker.children: may not have been sent
             owned.first_offsets[run_id] = rebuilt.first_offsets[run_id]
             self.executor.children.resend(owned, run_id, sent)

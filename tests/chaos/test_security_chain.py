@@ -14,6 +14,7 @@ as ``agentlog-sink``; the admin forges, reads the log and verifies.
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import subprocess
@@ -21,14 +22,17 @@ import uuid
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from analytics.store import open_client, parse_dsn
 from infra import kafka, kafka_auth, kafka_users
 from infra.deployment import scratch_deployment
-from runtime.client import Client
+from runtime.client import Client, RunError
 from runtime.config import Settings
 from runtime.log.records.chain import LINK_SIZE
 from runtime.log.records.events import RunCompleted, RunParked, SignalReceived, ToolCallCompleted
+from runtime.log.records.signing import public_text
 from support.secure_cluster import ADMIN_PASSWORD, as_user
 from support.sink import EventLog, SinkProcess, agentlog, read_partition
 from support.wait import wait_until
@@ -110,7 +114,11 @@ def test_a_forged_record_is_named_by_verify_and_parks_the_run_on_takeover(
         process=second.proc,
         detail=second.log_tail,
     )
-    assert where in parked.reason and "chain is broken" in parked.reason, parked.reason
+    # Parked by the live owner, which noticed a record it did not write (runtime.worker.foreign), or
+    # by the worker that took the partition over, which found the chain broken.
+    assert where in parked.reason and (
+        "chain is broken" in parked.reason or "no worker wrote" in parked.reason
+    ), parked.reason
     assert not any(isinstance(e, RunCompleted) for _, e in _run_records(deployment, run_id))
     # The park itself extends the genuine chain: the forged record is the only bad one.
     after = agentlog(deployment, "audit", "verify", run_id, AGENTLOG_CHAIN_KEY=KEY)
@@ -205,3 +213,61 @@ def test_a_row_altered_in_the_store_is_named_by_verify_from_store_and_no_secret_
     assert stored and not any(secret in repr(stored) for secret in secrets.values()), (
         "a secret in a stored row"
     )
+
+
+def test_an_auditor_verifies_read_only_and_a_client_names_an_admins_forgery(
+    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    """Issue 40: with the workers' signing key, a RunCompleted the admin forges on a waiting run is
+    named by the submitter's client (never returned), the owner parks the run, and the sink's
+    read-only user verifies the run with the public key alone (no chain key, no write permission)."""
+    signer = Ed25519PrivateKey.generate()
+    raw = signer.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
+    verify_key = public_text(signer)
+    worker = start_worker(
+        as_user(deployment, WORKER),
+        workers,
+        tmp_path,
+        "w1",
+        AGENTLOG_CHAIN_KEY=KEY,
+        AGENTLOG_SIGNING_KEY=base64.b64encode(raw).decode(),
+    )
+    worker.wait_ready(deployment.partitions)
+    submitter = as_user(deployment, SUBMITTER).model_copy(update={"verify_key": verify_key})
+    with Client(submitter) as client:
+        run_id = client.submit("waiter", {}).run_id
+        client.flush()
+        wait_until(lambda: _run_records(deployment, run_id), 30, "the run to start", process=worker.proc)
+        clean = agentlog(as_user(deployment, SINK), "audit", "verify", run_id, AGENTLOG_VERIFY_KEY=verify_key)
+        assert clean.returncode == 0, clean.stdout + clean.stderr
+        assert "1 status records signed by the workers" in clean.stdout
+
+        (_, last), *_ = reversed(_run_records(deployment, run_id))
+        log = EventLog(deployment)  # the admin: may write anywhere, holds neither key
+        forged = RunCompleted(
+            run_id=run_id, seq=last.seq + 1, worker=last.worker, epoch=last.epoch, result='{"forged": true}'
+        )
+        value = log.serde.encode(forged)
+        value = value[:-1] + bytes((LINK_SIZE * 2,)) + b"\x5a" * LINK_SIZE
+        offset = log.append_raw(value, log.partition(run_id), run_id.encode())
+        del log.producer
+        where = f"{deployment.events_topic}[{log.partition(run_id)}]@{offset}"
+        with pytest.raises(RunError) as raised:
+            client.run(run_id).result(timeout=30)
+        assert where in str(raised.value) and "true" not in str(raised.value)
+        status = client.run(run_id).status()
+        assert status.result is None and any(where in f for f in status.forged), status
+    wait_until(
+        lambda: any(
+            isinstance(e, RunParked) and where in e.reason for _, e in _run_records(deployment, run_id)
+        ),
+        5,
+        "the owner to park the run",
+        process=worker.proc,
+        detail=worker.log_tail,
+    )
+    audited = agentlog(as_user(deployment, SINK), "audit", "verify", run_id, AGENTLOG_VERIFY_KEY=verify_key)
+    assert audited.returncode == 1, audited.stdout + audited.stderr
+    assert f"first bad record {where}" in audited.stdout and "forged" in audited.stdout

@@ -156,6 +156,7 @@ def test_run_status_as_dict_keeps_the_status_json_keys() -> None:
         "heartbeats": [],
         "parent_run_id": None,
         "children": [],
+        "forged": [],
     }
 
 

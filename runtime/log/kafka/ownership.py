@@ -11,6 +11,11 @@ partitions are assigned to its consumer when a check arrives, read from where th
 stopped, and unassigned once no check waits. An assigned consumer prefetches every record as it
 is written, and that fetch traffic, per write, on the same broker, slows every step. A check
 catches up in bulk (1000 records a fetch).
+
+With a foreign-record check (``notice_foreign``; runtime.worker.foreign), the tail also reads
+once every ``SWEEP_S`` with no check waiting, up to where the partitions end, so a record another
+writer appended is met within seconds even on a partition with nothing else to do; each keyed
+record read is handed to the check (a set lookup), and the ones it calls foreign go to the loop.
 """
 
 from __future__ import annotations
@@ -28,6 +33,12 @@ from runtime.config import Settings
 from runtime.log.kafka.config import know_topic, offset_of, reader_config
 
 log = logging.getLogger("agentlog.ownership")
+
+SWEEP_S = 1.0  # with a foreign-record check: the longest a record goes unread with no check waiting
+SWEEP_READ_S = 0.2  # the longest one sweep keeps the partitions assigned
+
+# (partition, offset, key, value) of each keyed record the foreign-record check did not recognise
+Foreign = list[tuple[int, int, bytes, bytes]]
 
 
 @dataclass
@@ -55,11 +66,24 @@ class KafkaOwnershipCheck:
         self._consumer = Consumer(
             reader_config(settings, **{"enable.partition.eof": False, "fetch.wait.max.ms": 5})
         )
+        self._foreign_check: Callable[[int, bytes], bool] | None = None
+        # Partition -> the first offset the foreign-record check has not met: a read starts again from
+        # ``verified_upto``, which the loop advances a moment later, and a record met twice would be
+        # foreign the second time (the check forgets a link once it meets it). The tail thread's own.
+        self._unchecked: dict[int, int] = {}
+        self._foreign_report: Callable[[Foreign], None] | None = None
+        self._next_sweep = 0.0
         self._thread = threading.Thread(target=self._run, name="agentlog-ownership", daemon=True)
         self._thread.start()
 
+    def notice_foreign(self, check: Callable[[int, bytes], bool], report: Callable[[Foreign], None]) -> None:
+        """Hand each keyed record read to ``check(partition, value)`` (on the tail's thread: True
+        if foreign), and those it calls foreign to ``report`` (on the loop); read every ``SWEEP_S``."""
+        self._foreign_check, self._foreign_report = check, report
+
     def watch(self, partition: int, epoch: int) -> None:
         self._watches[partition] = _Watch(epoch, epoch + 1)
+        self._unchecked[partition] = epoch + 1
 
     def unwatch(self, partition: int) -> None:
         watch = self._watches.pop(partition, None)
@@ -96,6 +120,8 @@ class KafkaOwnershipCheck:
         know_topic(self._consumer, topic)
         while self._running:
             if not self._demand.wait(0.2):
+                if self._foreign_check is not None and time.monotonic() >= self._next_sweep:
+                    self._sweep()
                 continue
             # A check waits: read every owned partition from where the last reading stopped.
             starts = {p: w.verified_upto for p, w in list(self._watches.items()) if not w.fenced}
@@ -110,15 +136,35 @@ class KafkaOwnershipCheck:
             finally:
                 self._consumer.incremental_unassign([TopicPartition(topic, p) for p in starts])
 
-    def _read_some(self, assigned: dict[int, int]) -> None:
+    def _sweep(self) -> None:
+        """Read the owned partitions towards their end (nothing waits for it): the foreign-record check."""
+        self._next_sweep = time.monotonic() + SWEEP_S
+        topic = self.settings.events_topic
+        starts = {p: w.verified_upto for p, w in list(self._watches.items()) if not w.fenced}
+        if not starts:
+            return
+        self._consumer.incremental_assign([TopicPartition(topic, p, o) for p, o in starts.items()])
+        # At most SWEEP_READ_S a sweep: under steady writes the end moves on, and an assigned
+        # consumer's fetches slow every step; the next sweep (or check) goes on from there.
+        until = time.monotonic() + SWEEP_READ_S
+        try:
+            while self._running and self._read_some(starts, 0.05) and time.monotonic() < until:
+                pass
+        finally:
+            self._consumer.incremental_unassign([TopicPartition(topic, p) for p in starts])
+
+    def _read_some(self, assigned: dict[int, int], wait_s: float = 0.01) -> bool:
+        """Read what is there (waiting up to ``wait_s`` for a first record); False if nothing was."""
         progress: dict[int, int] = {}
         fenced: set[int] = set()
+        foreign: Foreign = []
+        check = self._foreign_check
         # poll() returns at the first record; consume() then drains what is already here.
         # (consume(n, timeout) alone waits for n records or the whole timeout: an effect would
         # wait that long for its ownership check.)
-        first = self._consumer.poll(0.01)
+        first = self._consumer.poll(wait_s)
         if first is None:
-            return
+            return False
         for message in [first, *self._consumer.consume(num_messages=1000, timeout=0)]:
             if message.error() is not None:
                 continue
@@ -132,8 +178,16 @@ class KafkaOwnershipCheck:
                 continue
             if partition not in fenced:
                 progress[partition] = offset + 1
+                key, value = message.key(), message.value()
+                if check is not None and offset >= self._unchecked.get(partition, watch.epoch + 1):
+                    self._unchecked[partition] = offset + 1
+                    if key is not None and value and check(partition, value):
+                        foreign.append((partition, offset, key, value))
         if progress or fenced:
             self.loop.call_soon_threadsafe(self._advance, progress, fenced)
+        if foreign and self._foreign_report is not None:
+            self.loop.call_soon_threadsafe(self._foreign_report, foreign)
+        return True
 
     def _advance(self, progress: dict[int, int], fenced: set[int]) -> None:
         for partition, watch in self._watches.items():

@@ -354,12 +354,23 @@ class MemoryOwnershipCheck:
         self.log = log
         self.is_claim = is_claim
         self._watches: dict[int, _Watch] = {}
+        self._foreign: (
+            tuple[Callable[[int, bytes], bool], Callable[[list[tuple[int, int, bytes, bytes]]], None]] | None
+        ) = None
 
     def watch(self, partition: int, epoch: int) -> None:
         self._watches[partition] = _Watch(epoch, epoch + 1)
 
     def unwatch(self, partition: int) -> None:
         self._watches.pop(partition, None)
+
+    def notice_foreign(
+        self,
+        check: Callable[[int, bytes], bool],
+        report: Callable[[list[tuple[int, int, bytes, bytes]]], None],
+    ) -> None:
+        """As the Kafka tail's, but only on the reads a check makes (no sweep in memory)."""
+        self._foreign = (check, report)
 
     async def owned_through(self, partition: int, offset: int) -> bool:
         while True:
@@ -373,6 +384,10 @@ class MemoryOwnershipCheck:
                     watch.fenced = True
                     return False
                 watch.verified_upto = record.offset + 1
+                if self._foreign is not None and record.key is not None and record.value:
+                    check, report = self._foreign
+                    if record.offset > watch.epoch and check(partition, record.value):
+                        report([(partition, record.offset, record.key, record.value)])
             if offset < watch.verified_upto:
                 return True
             await asyncio.sleep(0.001)  # the record is not written yet (held): look again

@@ -126,6 +126,15 @@ class OwnershipCheck(Protocol):
     async def owned_through(self, partition: int, offset: int) -> bool:
         """True once ``offset`` has been read with no foreign claim before it; False if fenced."""
 
+    def notice_foreign(
+        self,
+        check: Callable[[int, bytes], bool],
+        report: Callable[[list[tuple[int, int, bytes, bytes]]], None],
+    ) -> None:
+        """Also hand each keyed record read to ``check(partition, value)`` (True: not the owner's),
+        those it calls foreign to ``report`` as (partition, offset, key, value), and read the owned
+        partitions every second or so even when no check waits (runtime.worker.foreign)."""
+
     def close(self) -> None: ...
 
 

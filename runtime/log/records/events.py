@@ -261,6 +261,7 @@ class RunCancelled(Event):
 
     reason: str = ""
     command_offset: int
+    signature: bytes = b""  # the workers' signature (runtime.log.records.signing), as read
 
 
 @record_type
@@ -268,6 +269,7 @@ class RunCompleted(Event):
     """The workflow returned."""
 
     result: str
+    signature: bytes = b""  # the workers' signature (runtime.log.records.signing), as read
 
 
 @record_type
@@ -276,6 +278,7 @@ class RunContinuedAsNew(Event):
 
     new_run_id: str
     input: str
+    signature: bytes = b""  # the workers' signature (runtime.log.records.signing), as read
 
 
 @record_type
@@ -284,6 +287,7 @@ class RunFailed(Event):
 
     error_type: str
     error: str
+    signature: bytes = b""  # the workers' signature (runtime.log.records.signing), as read
 
 
 @record_type
@@ -292,6 +296,7 @@ class RunParked(Event):
 
     reason: str
     position: int = 0
+    signature: bytes = b""  # the workers' signature (runtime.log.records.signing), as read
 
 
 @record_type
@@ -302,6 +307,7 @@ class RunRejected(Event):
     workflow: str | None = None
     raw: str = ""
     command_offset: int
+    signature: bytes = b""  # the workers' signature (runtime.log.records.signing), as read
 
 
 @record_type
@@ -319,6 +325,7 @@ class RunStarted(Event):
     budget: str | None = None  # JSON (runtime.workflow.budget): the budget that binds the run
     deadline: int | None = None  # ms since the epoch (runtime.workflow.deadlines): the run is cancelled at it
     child_of: str | None = None  # a child run's parent (runtime.workflow.children)
+    signature: bytes = b""  # the workers' signature (runtime.log.records.signing), as read
 
 
 @record_type

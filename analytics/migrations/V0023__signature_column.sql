@@ -1,0 +1,2 @@
+ALTER TABLE agentlog.events ADD COLUMN IF NOT EXISTS `signature` Nullable(String)
+;
