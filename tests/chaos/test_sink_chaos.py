@@ -58,11 +58,12 @@ KILL_DURING = ("agentlog._stage", "agentlog.events", "agentlog.")
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(
-    ("driver", "runs", "kill_at"),
-    [("direct", 6_000, (0.1, 0.4, 0.7)), ("faust", 1_500, (0.2, 0.6))],
+    ("driver", "runs", "batch_rows", "kill_at"),
+    # direct: 18,000 records in twelve 1,500-row batches, so each of three kills lands mid-stream
+    [("direct", 3_000, 1_500, (0.1, 0.4, 0.7)), ("faust", 1_500, 3_000, (0.2, 0.6))],
 )
 def test_a_sink_killed_mid_batch_resumes_with_no_duplicate_and_no_gap(
-    services: Settings, tmp_path: Path, driver: str, runs: int, kill_at: tuple[float, ...]
+    services: Settings, tmp_path: Path, driver: str, runs: int, batch_rows: int, kill_at: tuple[float, ...]
 ) -> None:
     settings = make_deployment(services, partitions=6)
     total = bulk_fill(settings, runs)
@@ -75,7 +76,7 @@ def test_a_sink_killed_mid_batch_resumes_with_no_duplicate_and_no_gap(
             tmp_path / f"sink-{n}.log",
             driver,
             "--batch-rows",
-            "3000",
+            str(batch_rows),
             "--flush-interval",
             "0.05",
         )
