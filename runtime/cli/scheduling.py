@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable
 
 from runtime.client import Client
 from runtime.config import Settings
+from runtime.worker.resources import FATAL_EXIT_CODE
 
 log = logging.getLogger("agentlog.scheduler")
 
@@ -43,8 +45,12 @@ def start_beside_worker(settings: Settings, worker_id: str, workflows: set[str])
     def run() -> None:
         try:
             fire_through(client, workflows, stop)
-        except Exception:  # the worker goes on without it: said loudly, not swallowed
+        except Exception as error:  # a worker that was to fire schedules and cannot must not run on silent
             log.exception("the scheduler beside worker %s stopped", worker_id)
+            log.error(json.dumps({"event": "worker_exiting", "why": f"its scheduler stopped: {error}"}))
+            # As the resource watch does: a worker's exit is a crash it recovers from by design, and its
+            # supervisor restarts it with its scheduler; firings are derived, so none is lost or doubled.
+            os._exit(FATAL_EXIT_CODE)
 
     thread = threading.Thread(target=run, name="agentlog-scheduler", daemon=True)
     thread.start()
