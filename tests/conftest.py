@@ -20,7 +20,7 @@ from runtime.config import Settings
 from support.kafka_clients import closed_since, live_clients
 from support.secure_cluster import FIXTURE as SECURE_CLUSTER
 from support.secure_cluster import SecureCluster
-from support.services import make_deployment, reach_services
+from support.services import drop_made_deployments, make_deployment, reach_services
 from support.wait import wait_until
 from support.workers import WorkerProcess
 
@@ -117,11 +117,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 @pytest.fixture(scope="session")
-def services() -> Settings:
+def services() -> Iterator[Settings]:
     try:
-        return reach_services()
+        settings = reach_services()
     except AssertionError as missing:
         pytest.fail(str(missing))
+    yield settings
+    drop_made_deployments()
 
 
 @pytest.fixture(scope="session")

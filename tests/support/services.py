@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
@@ -9,9 +10,15 @@ import sys
 from pathlib import Path
 
 import httpx
+from confluent_kafka.admin import AdminClient
 
 from infra.deployment import environment, scratch_deployment
+from infra.topics import wanted
 from runtime.config import Settings, load_settings
+
+_QUIET = logging.getLogger("tests.support.services")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository the tests belong to
 TESTS = ROOT / "tests"  # on the workers' PYTHONPATH: they load ``support.agent_apps:app``
@@ -42,9 +49,29 @@ def reach_services() -> Settings:
     return settings
 
 
+# The scratch deployments this test process made on the shared broker, deleted when it ends.
+_MADE: list[Settings] = []
+
+
 def make_deployment(base: Settings, partitions: int = 3) -> Settings:
     """Fresh topics, a consumer group and registered schemas of the deployment's own."""
-    return scratch_deployment(base, partitions)
+    settings = scratch_deployment(base, partitions)
+    _MADE.append(settings)
+    return settings
+
+
+def drop_made_deployments(timeout: float = 30.0) -> None:
+    """Delete the topics of every deployment ``make_deployment`` made in this process. A broker kept
+    up across many suite runs would otherwise gather tens of thousands of partition folders (each
+    holding open files) until it fails with "Too many open files"."""
+    if not _MADE:
+        return
+    names = [spec.name for made in _MADE for spec in wanted(made)]
+    admin = AdminClient(_MADE[0].kafka_common(), logger=_QUIET)
+    futures = admin.delete_topics(names, operation_timeout=timeout, request_timeout=timeout)
+    for future in futures.values():
+        future.exception()  # waits; a topic already gone or a broker going down leaves nothing to undo
+    _MADE.clear()
 
 
 def deployment_env(settings: Settings, **extra: str) -> dict[str, str]:
