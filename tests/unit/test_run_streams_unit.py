@@ -255,7 +255,9 @@ async def test_a_worker_publishes_live_steps_and_deltas_and_a_takeover_s_replay_
         ("attempt", 2, None),
         ("delta", 2, "three"),  # from the sync adapter's pool thread
         ("completed", 2, None),
-    ]  # the signal wait has no timeout: no record, nothing shown
+        ("waiting", 3, None),  # a signal wait with no timeout: no record, told of as the run parks
+    ]
+    assert first.stream()[-1].data == {"for": "signal", "name": "go", "until": None}
     await h.stop("w1")
     second = Collected()
     h.start("w2").executor.stream = RunStreams(h.settings, second)
