@@ -16,7 +16,8 @@ To the stream topic (runtime.log.records.stream), in the run's partition, keyed 
 
 Only live execution publishes: a replay (a takeover's rebuild, a run cache's wake) appends no
 records and starts no attempts, so it publishes nothing new. With ``seal_contents`` no contents go
-out in the clear: no deltas (no sink is set, so adapters do not stream) and no results or errors.
+out in the clear: no deltas (no sink is set, so adapters do not stream) and no results or errors;
+each attempt, outcome and ending says so (``data.sealed``: runtime.log.records.stream).
 
 To the compacted exposed topic, keyed by run id: the run's exposed state (``ctx.expose``), whole,
 each time the code changes it live (runtime.workflow.exposed).
@@ -96,8 +97,10 @@ class RunStreams:
                 partition,
                 StreamEvent(run_id, "superseded", intent.position, max(1, attempt - 1), data, at, epoch),
             )
-        data = {"call": intent.kind, "name": intent.name, "worker": worker}
-        self._send(partition, StreamEvent(run_id, "attempt", intent.position, attempt, data, at, epoch))
+        started: dict[str, Any] = {"call": intent.kind, "name": intent.name, "worker": worker}
+        if not self.contents:  # its answer is not streamed: the watcher is told so
+            started["sealed"] = True
+        self._send(partition, StreamEvent(run_id, "attempt", intent.position, attempt, started, at, epoch))
 
     def sink(self, partition: int, epoch: int, run_id: str, position: int, attempt: int) -> DeltaSink | None:
         """Where one model attempt's deltas go; None when contents are not published in the clear."""

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from runtime.cli.watching import describe
+from runtime.config import Settings
 from runtime.errors import AgentlogError
 from runtime.log.records.events import ModelCallCompleted, RunCompleted
 from runtime.log.records.stream import StreamEvent, StreamFormatError, decode, encode, from_record
@@ -18,6 +20,8 @@ from runtime.worker.streaming import RunStreams
 from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.context import Context
 from runtime.workflow.exposed import MAX_EXPOSED_BYTES, Exposed
+from runtime.workflow.futures import DurableFuture
+from runtime.workflow.intents import Intent
 from support.memory_harness import Harness, until
 
 pytestmark = pytest.mark.unit
@@ -172,9 +176,24 @@ def test_a_record_s_contents_stay_out_of_the_stream_when_runs_are_sealed() -> No
     done = ModelCallCompleted(run_id=RUN, position=1, result='{"text":"secret"}', attempt=2, occurred_at=9)
     assert from_record(done) == StreamEvent(RUN, "completed", 1, 2, {"result": '{"text":"secret"}'}, 9, -1)
     hidden = from_record(done, contents=False, epoch=4)
-    assert hidden is not None and hidden.data == {"result": None} and hidden.live
+    assert hidden is not None and hidden.data == {"result": None, "sealed": True} and hidden.live
     ended = from_record(RunCompleted(run_id=RUN, result='"ok"'), contents=False)
-    assert ended is not None and ended.data == {"status": "completed", "result": None}
+    assert ended is not None and ended.data == {"status": "completed", "result": None, "sealed": True}
+    # A watcher is told the contents were left out, not shown an empty result.
+    assert describe(hidden) == "[1] completed (sealed: seal_contents keeps contents out of the stream)"
+    assert describe(ended) == "run completed (sealed: seal_contents keeps contents out of the stream)"
+    assert describe(from_record(done, epoch=4)) == '[1] completed: {"text":"secret"}'  # type: ignore[arg-type]
+
+
+def test_with_sealed_contents_a_worker_streams_no_deltas_and_marks_each_attempt_sealed() -> None:
+    out = Collected()
+    streams = RunStreams(Settings(partitions=1, seal_contents=True), out)
+    intent = Intent(1, "model", "talker", {}, "h", DurableFuture(1))
+    assert streams.sink(0, 4, RUN, 1, 1) is None  # no sink: the adapter does not stream
+    streams.attempt(0, 4, RUN, intent, 1, "w1")
+    (attempt,) = out.stream()
+    assert attempt.kind == "attempt" and attempt.data["sealed"] is True
+    assert describe(attempt) == "[1] attempt 1 (sealed: its answer is not streamed)"
 
 
 # ------------------------------------------------------------------------------------ exposed state
