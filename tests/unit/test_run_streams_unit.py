@@ -12,6 +12,7 @@ import pytest
 from runtime.cli.watching import describe
 from runtime.config import Settings
 from runtime.errors import AgentlogError
+from runtime.log.port.streams import LogStreamOut
 from runtime.log.records.events import ModelCallCompleted, RunCompleted
 from runtime.log.records.stream import StreamEvent, StreamFormatError, decode, encode, from_record
 from runtime.models.deltas import Delta, emit
@@ -290,6 +291,55 @@ async def test_a_worker_publishes_live_steps_and_deltas_and_a_takeover_s_replay_
         ("ended", "completed"),
     ]
     await h.stop_all()
+
+
+async def test_a_client_on_the_memory_log_streams_a_run_its_worker_publishes_there() -> None:
+    """``Client(log=MemoryLog)`` follows the stream topic through the port (LogFollower); the
+    worker publishes to it given ``LogStreamOut``: a call's deltas before it ends, the parked
+    wait, the end."""
+    app = App("memory-streams")
+    released = asyncio.Event()
+
+    @app.model("talker")
+    async def talker(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
+        emit(Delta("text", "one "))
+        await released.wait()
+        emit(Delta("text", "two"))
+        return {"text": "one two"}
+
+    @app.workflow("chat")
+    async def chat(ctx: Context, request: dict[str, Any]) -> Any:
+        said = await ctx.model("talker", messages=[{"role": "user", "content": "hi"}])
+        return [said["text"], await ctx.wait_signal("go")]
+
+    h = Harness(app)
+    h.start("w1").executor.stream = RunStreams(h.settings, LogStreamOut(h.log))
+    run = h.client.submit("chat", {}).run_id
+    events: list[StreamEvent] = []
+
+    async def watch() -> None:
+        async for event in h.client.astream(run):
+            events.append(event)
+
+    def text() -> str:
+        return "".join(str(e.data["text"]) for e in events if e.kind == "delta")
+
+    watching = asyncio.create_task(watch())
+    await until(lambda: text() == "one ", 10, "the first delta, while the call is open")
+    released.set()
+    await until(lambda: any(e.kind == "waiting" for e in events), 10, "the parked wait")
+    h.client.run(run).signal("go", "now")
+    await asyncio.wait_for(watching, 10)
+    await h.stop_all()
+    assert text() == "one two"
+    assert [(e.kind, e.position) for e in events if e.kind != "delta"] == [
+        ("started", 1),
+        ("attempt", 1),
+        ("completed", 1),
+        ("waiting", 2),
+        ("signal", -1),
+        ("ended", -1),
+    ]
 
 
 async def test_a_retried_attempt_is_marked_superseded_before_the_next_one_starts() -> None:
