@@ -19,7 +19,9 @@ A reader skips a value it cannot parse. Kinds:
   retry, or its re-run after a crash, starts now): readers drop what they showed of it
 - ``completed`` / ``failed``: a call's outcome (``data``: ``result`` as JSON text, or
   ``error_type``, ``error``, ``final``)
-- ``waiting``: the run waits (``data``: ``for`` timer|signal|permit, ``name``, ``until`` ms)
+- ``waiting``: the run waits (``data``: ``for`` timer|signal|permit, ``name``, ``until`` ms or None);
+  a signal wait with no timeout has no record: the worker publishes its event alone
+  (runtime.worker.streaming), and a reader's history never holds it
 - ``signal``: a signal reached the run (``data``: ``name``, ``offset``: its command offset)
 - ``ended``: the run ended (``data``: ``status``, ``result`` or ``error``)
 
