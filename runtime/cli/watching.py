@@ -20,15 +20,19 @@ def describe(event: StreamEvent) -> str | None:
         return None
     if event.kind == "started":
         return f"{where} {d.get('call')} {d.get('name')!r} started"
+    sealed = " (sealed: seal_contents keeps contents out of the stream)" if d.get("sealed") else ""
     if event.kind == "attempt":
-        return f"{where} attempt {event.attempt}"
+        return f"{where} attempt {event.attempt}" + (
+            " (sealed: its answer is not streamed)" if sealed else ""
+        )
     if event.kind == "superseded":
         return f"{where} attempt {event.attempt} superseded ({d.get('reason')}): what it said above is void"
     if event.kind == "completed":
         result = d.get("result")
-        return f"{where} completed" + (f": {result}" if result is not None else "")
+        return f"{where} completed" + (f": {result}" if result is not None else sealed)
     if event.kind == "failed":
-        return f"{where} attempt {event.attempt} failed: {d.get('error_type')}: {d.get('error')}" + (
+        error = f"{d.get('error_type')}" + (sealed if d.get("error") is None else f": {d.get('error')}")
+        return f"{where} attempt {event.attempt} failed: {error}" + (
             "" if d.get("final") else " (to be retried)"
         )
     if event.kind == "waiting":
@@ -37,7 +41,7 @@ def describe(event: StreamEvent) -> str | None:
         return f"signal {d.get('name')!r} received"
     if event.kind == "ended":
         detail = d.get("result", d.get("error", d.get("next_run")))
-        return f"run {d.get('status')}" + (f": {detail}" if detail is not None else "")
+        return f"run {d.get('status')}" + (f": {detail}" if detail is not None else sealed)
     return f"(gap) {d.get('reason')}"
 
 

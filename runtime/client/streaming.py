@@ -12,6 +12,8 @@ The reader (runtime.stream_seam says how the two parts join):
 
 A reader slower than the run never slows it: it falls behind in the topic. When retention deleted
 records it had not read, it is shown a ``gap`` event naming them and goes on from the first still held.
+On a log that is not Kafka (a client on the in-memory log) the stream topic is followed through the
+log's port (runtime.log.port.streams); its worker publishes there given ``LogStreamOut``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from typing import Literal
 from runtime.client.reading import RunReader
 from runtime.config import Settings
 from runtime.errors import AgentlogError
+from runtime.log.kafka.backend import KafkaLog
 from runtime.log.kafka.stream import StreamFollower, StreamGap
+from runtime.log.port.streams import LogFollower, PartitionFollower
 from runtime.log.records.events import Event
 from runtime.log.records.stream import StreamEvent, StreamFormatError, decode, from_record
 from runtime.stream_seam import Seam, compact, resume_from_ms, unfinished
@@ -110,7 +114,12 @@ def _events(
         if since != "start":
             yield next(e for e in history if e.kind == "ended")
         return
-    follower = StreamFollower(settings, settings.stream_topic, reader.partition(run_id))
+    partition = reader.partition(run_id)
+    follower: PartitionFollower = (
+        StreamFollower(settings, settings.stream_topic, partition)
+        if isinstance(reader.log, KafkaLog)
+        else LogFollower(reader.log, settings.stream_topic, partition)  # the in-memory log's
+    )
     try:
         resume_ms = resume_from_ms(history, max(e.occurred_at for e in events))
         yield from _follow(follower, reader, seam, run_id, resume_ms, end, now)
@@ -119,7 +128,7 @@ def _events(
 
 
 def _follow(
-    follower: StreamFollower,
+    follower: PartitionFollower,
     reader: RunReader,
     seam: Seam,
     run_id: str,

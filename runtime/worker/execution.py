@@ -145,6 +145,8 @@ class Executor:
         durable = self.batcher.append(owned, events) if events else None
         if self.stream is not None:  # watchers see the step as its record is written
             self.stream.appended(owned.partition, owned.epoch, view, events)
+            if completion.signal_waits:  # no record stands for these
+                self.stream.signal_waits(owned.partition, owned.epoch, view.run_id, completion.signal_waits)
         if effect_outcome and durable is not None:
             owned.effect_outcomes[view.run_id] = durable
         if view.active and self._over_history_limit(owned, view):

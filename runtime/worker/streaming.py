@@ -3,9 +3,11 @@ queries (``Client.query``): views beside the log, never read back by a worker.
 
 To the stream topic (runtime.log.records.stream), in the run's partition, keyed by run id:
 - each record an activation appends that stands for a step (``from_record``): a call scheduled,
-  its outcome, a timer or permit wait (a signal wait with a timeout: one without has no record,
-  and the worker does not see it), a signal, the run's end -- published as the record is handed
-  to the batcher, so a watcher sees a step about when its record is written;
+  its outcome, a timer or permit wait (a signal wait with a timeout), a signal, the run's end --
+  published as the record is handed to the batcher, so a watcher sees a step about when its
+  record is written;
+- a signal wait without a timeout, which has no record, as the run parks on it: the activation
+  that began it live says so (``Completion.signal_waits``; a replay begins none);
 - each attempt of a call as it starts (``attempt``), and before it, when the call had an earlier
   attempt -- a retry, or a re-run after a crash (the call is in doubt) -- a ``superseded`` marker
   for it: whatever a watcher showed of the earlier attempt's deltas is void;
@@ -14,7 +16,8 @@ To the stream topic (runtime.log.records.stream), in the run's partition, keyed 
 
 Only live execution publishes: a replay (a takeover's rebuild, a run cache's wake) appends no
 records and starts no attempts, so it publishes nothing new. With ``seal_contents`` no contents go
-out in the clear: no deltas (no sink is set, so adapters do not stream) and no results or errors.
+out in the clear: no deltas (no sink is set, so adapters do not stream) and no results or errors;
+each attempt, outcome and ending says so (``data.sealed``: runtime.log.records.stream).
 
 To the compacted exposed topic, keyed by run id: the run's exposed state (``ctx.expose``), whole,
 each time the code changes it live (runtime.workflow.exposed).
@@ -74,6 +77,14 @@ class RunStreams:
             value = orjson.dumps({"run_id": view.run_id, "state": state, "at": _now_ms()})
             self.out.publish(self.exposed_topic, partition, view.run_id.encode(), value)
 
+    def signal_waits(self, partition: int, epoch: int, run_id: str, waits: Sequence[tuple[int, str]]) -> None:
+        """The run waits for signals with no timeout, begun live: the ``waiting`` event a
+        ``TimerScheduled`` would have made, with no ``until``."""
+        at = _now_ms()
+        for position, name in waits:
+            data = {"for": "signal", "name": name, "until": None}
+            self._send(partition, StreamEvent(run_id, "waiting", position, 0, data, at, epoch))
+
     def attempt(
         self, partition: int, epoch: int, run_id: str, intent: Intent, attempt: int, worker: str
     ) -> None:
@@ -86,8 +97,10 @@ class RunStreams:
                 partition,
                 StreamEvent(run_id, "superseded", intent.position, max(1, attempt - 1), data, at, epoch),
             )
-        data = {"call": intent.kind, "name": intent.name, "worker": worker}
-        self._send(partition, StreamEvent(run_id, "attempt", intent.position, attempt, data, at, epoch))
+        started: dict[str, Any] = {"call": intent.kind, "name": intent.name, "worker": worker}
+        if not self.contents:  # its answer is not streamed: the watcher is told so
+            started["sealed"] = True
+        self._send(partition, StreamEvent(run_id, "attempt", intent.position, attempt, started, at, epoch))
 
     def sink(self, partition: int, epoch: int, run_id: str, position: int, attempt: int) -> DeltaSink | None:
         """Where one model attempt's deltas go; None when contents are not published in the clear."""

@@ -133,6 +133,9 @@ class Completion(NamedTuple):
     intents: list[Intent]
     blobs: Mapping[str, bytes]
     view: RunView
+    # (position, name) of each signal wait without a timeout the code began live in this activation
+    # (never in a replay): no record stands for one, so the worker tells watchers of it from here.
+    signal_waits: tuple[tuple[int, str], ...] = ()
 
 
 class RunInstance(Protocol):

@@ -194,6 +194,7 @@ class RunMachine:
         self._woken = False
         # Calls waiting for a limit's permit (PermitAwaited, no PermitGranted yet): not in doubt.
         self._awaiting_permit: set[int] = set()
+        self._signal_waits: list[tuple[int, str]] = []  # begun live, unrecorded (Completion.signal_waits)
         run_input = json.loads(started.input)
         # The run's key of each limit keyed by a field of its input (app.limit(per=...)), once.
         self.limit_keys = run_limit_keys(app.limits, run_input) if app.limits else ()
@@ -227,7 +228,10 @@ class RunMachine:
         blobs: Mapping[str, bytes] = NO_BLOBS
         if self.blobs:
             blobs, self.blobs = self.blobs, {}
-        return Completion(records, intents, blobs, self._refreshed_view())
+        waits: tuple[tuple[int, str], ...] = ()
+        if self._signal_waits:
+            waits, self._signal_waits = tuple(self._signal_waits), []
+        return Completion(records, intents, blobs, self._refreshed_view(), waits)
 
     def _refreshed_view(self) -> RunView:
         """A new view only when something in it changed (a few times in a run): a step allocates none."""
@@ -611,6 +615,8 @@ class RunMachine:
             self.commands[command.position] = command
             return command.future
         self._waiters.setdefault(name, deque()).append(command)
+        if not command.recorded and not self.replaying:
+            self._signal_waits.append((command.position, name))
         return self._issue(command)
 
     def issue_child(self, workflow: str, input: Any, parent_close: str) -> ChildHandle:

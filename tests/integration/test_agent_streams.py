@@ -1,5 +1,6 @@
-"""A PydanticAI agent's ``run_stream`` inside a workflow reaches ``Client.stream`` from a real
-worker subprocess: the lookup call's arguments and the answer's text arrive as deltas, in order.
+"""A PydanticAI agent's ``run_stream`` and an OpenAI Agents SDK agent's ``run_streamed`` inside a
+workflow reach ``Client.stream`` from a real worker subprocess: the lookup call's arguments and the
+answer's text arrive as deltas, in order, each request's first piece while its call is still open.
 The worker is then killed (``kill -9``) while the run waits for a signal; the next worker replays
 the agent's steps to go on, and publishes nothing new for them: no delta, no attempt, nothing
 superseded. A watcher that joins after the crash sees each step once and no deltas of calls whose
@@ -19,7 +20,11 @@ from support.workers import WorkerProcess
 
 pytestmark = pytest.mark.integration
 
-APP = "support.stream_agent_apps:app"
+# (worker app, workflow): the same agent -- a lookup, then a three-piece answer -- on each framework.
+AGENTS = {
+    "pydantic_ai": ("support.stream_agent_apps:app", "agent_stream"),
+    "openai_agents": ("support.stream_sdk_apps:app", "sdk_stream"),
+}
 
 
 class Watcher:
@@ -52,14 +57,16 @@ def _deltas(events: list[StreamEvent], kind: str) -> str:
     return "".join(str(e.data["text"]) for e in events if e.kind == "delta" and e.data["kind"] == kind)
 
 
-def test_a_pydantic_ai_run_stream_reaches_client_stream_and_a_replay_publishes_nothing(
-    deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
+@pytest.mark.parametrize("framework", sorted(AGENTS))
+def test_an_agent_s_streamed_run_reaches_client_stream_and_a_replay_publishes_nothing(
+    framework: str, deployment: Settings, workers: list[WorkerProcess], tmp_path: Path
 ) -> None:
-    first = WorkerProcess(deployment, APP, "w1", tmp_path / "w1.log", TEST_STREAM_DIR=str(tmp_path))
+    app, workflow = AGENTS[framework]
+    first = WorkerProcess(deployment, app, "w1", tmp_path / "w1.log", TEST_STREAM_DIR=str(tmp_path))
     workers.append(first)
     first.wait_ready(deployment.partitions)
     with Client(deployment) as client:
-        run = client.submit("agent_stream", {"order": "A-1"}).run_id
+        run = client.submit(workflow, {"order": "A-1"}).run_id
         watcher = Watcher(client, run)
         seen = lambda kind: _deltas(watcher.events, kind)  # noqa: E731
         # Each request's first piece arrives while its call is still open (it waits for release).
@@ -86,7 +93,7 @@ def test_a_pydantic_ai_run_stream_reaches_client_stream_and_a_replay_publishes_n
         assert len(model_positions) == 2, [(e.kind, e.position) for e in before]
 
         first.kill()  # kill -9 while the run waits for its signal
-        second = WorkerProcess(deployment, APP, "w2", tmp_path / "w2.log", TEST_STREAM_DIR=str(tmp_path))
+        second = WorkerProcess(deployment, app, "w2", tmp_path / "w2.log", TEST_STREAM_DIR=str(tmp_path))
         workers.append(second)
         second.wait_ready(deployment.partitions, timeout=60)
         client.run(run).signal("go", True)

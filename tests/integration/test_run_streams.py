@@ -215,6 +215,33 @@ def test_a_waiting_run_s_exposed_state_is_queried_while_it_waits(
     assert "[2] waiting for signal 'go'" in watched.stdout
 
 
+def test_a_watcher_is_told_of_a_permit_wait_and_of_a_signal_wait_with_no_record(
+    world: tuple[Settings, Path], client: Client
+) -> None:
+    """``parks`` calls a tool one run at a time (a concurrency limit of one), then waits for ``go``
+    with no timeout: the second run's watcher sees it wait for the permit (its record), then each
+    run's watcher sees it wait for the signal, which no record stands for."""
+    where = world[1]
+    holder = client.submit("parks", {}).run_id
+    first = Watcher(client, holder)
+    first.first("started", 1)  # it holds the permit, its tool waits for its release
+    queued = client.submit("parks", {}).run_id
+    second = Watcher(client, queued)
+    permit = second.first("waiting", 1)
+    assert permit.data == {"for": "permit", "name": "one_at_a_time", "until": None}
+    for run, watcher in ((holder, first), (queued, second)):
+        (where / f"release-{run}-held").touch()
+        parked = watcher.first("waiting", 2)
+        assert parked.data == {"for": "signal", "name": "go", "until": None}
+        assert parked.live  # published by the worker: the history holds no record of this wait
+    for run in (holder, queued):
+        client.run(run).signal("go", run)
+        assert client.run(run).result() == {"went": run}
+    for watcher in (first, second):
+        steps = [(e.kind, e.position) for e in watcher.ended()]
+        assert steps.count(("waiting", 2)) == 1 and steps[-2:] == [("signal", -1), ("ended", -1)], steps
+
+
 def test_unknown_runs_are_refused_at_once(world: tuple[Settings, Path], client: Client) -> None:
     deployment = world[0]
     with pytest.raises(UnknownRun, match="unknown run 'no-such-run'"):

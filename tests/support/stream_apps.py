@@ -7,6 +7,8 @@ it emits the rest and returns, so a test sees deltas of a call that has not ende
 sync adapter: its deltas leave from a pool thread). Each speaker call counts its invocations
 per run in ``calls-<run>``, and says ``first try ...`` on the first, ``fresh answer ...`` after.
 ``progress``: exposes ``progress`` and ``phase``, calls ``shout``, exposes again, waits for ``go``.
+``parks``: calls ``held`` (one at a time: the ``one_at_a_time`` limit; it returns once
+``release-<run>-held`` exists), then waits for ``go`` with no timeout (a wait no record stands for).
 """
 
 from __future__ import annotations
@@ -75,6 +77,22 @@ def speaker_sync(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any
 @app.tool("shout")
 def shout(text: str) -> str:
     return text.upper()
+
+
+app.limit("one_at_a_time", tools=["held"], concurrent=1)
+
+
+@app.tool("held")
+async def held(run: str) -> str:
+    while not (_dir() / f"release-{run}-held").exists():
+        await asyncio.sleep(0.02)
+    return run
+
+
+@app.workflow("parks")
+async def parks(ctx: Context, request: dict[str, Any]) -> Any:
+    await ctx.tool("held", run=ctx.run_id)
+    return {"went": await ctx.wait_signal("go")}
 
 
 @app.workflow("talk")

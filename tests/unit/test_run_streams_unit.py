@@ -9,7 +9,10 @@ from typing import Any
 
 import pytest
 
+from runtime.cli.watching import describe
+from runtime.config import Settings
 from runtime.errors import AgentlogError
+from runtime.log.port.streams import LogStreamOut
 from runtime.log.records.events import ModelCallCompleted, RunCompleted
 from runtime.log.records.stream import StreamEvent, StreamFormatError, decode, encode, from_record
 from runtime.models.deltas import Delta, emit
@@ -18,6 +21,8 @@ from runtime.worker.streaming import RunStreams
 from runtime.workflow.app import App, RetryPolicy
 from runtime.workflow.context import Context
 from runtime.workflow.exposed import MAX_EXPOSED_BYTES, Exposed
+from runtime.workflow.futures import DurableFuture
+from runtime.workflow.intents import Intent
 from support.memory_harness import Harness, until
 
 pytestmark = pytest.mark.unit
@@ -172,9 +177,24 @@ def test_a_record_s_contents_stay_out_of_the_stream_when_runs_are_sealed() -> No
     done = ModelCallCompleted(run_id=RUN, position=1, result='{"text":"secret"}', attempt=2, occurred_at=9)
     assert from_record(done) == StreamEvent(RUN, "completed", 1, 2, {"result": '{"text":"secret"}'}, 9, -1)
     hidden = from_record(done, contents=False, epoch=4)
-    assert hidden is not None and hidden.data == {"result": None} and hidden.live
+    assert hidden is not None and hidden.data == {"result": None, "sealed": True} and hidden.live
     ended = from_record(RunCompleted(run_id=RUN, result='"ok"'), contents=False)
-    assert ended is not None and ended.data == {"status": "completed", "result": None}
+    assert ended is not None and ended.data == {"status": "completed", "result": None, "sealed": True}
+    # A watcher is told the contents were left out, not shown an empty result.
+    assert describe(hidden) == "[1] completed (sealed: seal_contents keeps contents out of the stream)"
+    assert describe(ended) == "run completed (sealed: seal_contents keeps contents out of the stream)"
+    assert describe(from_record(done, epoch=4)) == '[1] completed: {"text":"secret"}'  # type: ignore[arg-type]
+
+
+def test_with_sealed_contents_a_worker_streams_no_deltas_and_marks_each_attempt_sealed() -> None:
+    out = Collected()
+    streams = RunStreams(Settings(partitions=1, seal_contents=True), out)
+    intent = Intent(1, "model", "talker", {}, "h", DurableFuture(1))
+    assert streams.sink(0, 4, RUN, 1, 1) is None  # no sink: the adapter does not stream
+    streams.attempt(0, 4, RUN, intent, 1, "w1")
+    (attempt,) = out.stream()
+    assert attempt.kind == "attempt" and attempt.data["sealed"] is True
+    assert describe(attempt) == "[1] attempt 1 (sealed: its answer is not streamed)"
 
 
 # ------------------------------------------------------------------------------------ exposed state
@@ -255,7 +275,9 @@ async def test_a_worker_publishes_live_steps_and_deltas_and_a_takeover_s_replay_
         ("attempt", 2, None),
         ("delta", 2, "three"),  # from the sync adapter's pool thread
         ("completed", 2, None),
-    ]  # the signal wait has no timeout: no record, nothing shown
+        ("waiting", 3, None),  # a signal wait with no timeout: no record, told of as the run parks
+    ]
+    assert first.stream()[-1].data == {"for": "signal", "name": "go", "until": None}
     await h.stop("w1")
     second = Collected()
     h.start("w2").executor.stream = RunStreams(h.settings, second)
@@ -269,6 +291,55 @@ async def test_a_worker_publishes_live_steps_and_deltas_and_a_takeover_s_replay_
         ("ended", "completed"),
     ]
     await h.stop_all()
+
+
+async def test_a_client_on_the_memory_log_streams_a_run_its_worker_publishes_there() -> None:
+    """``Client(log=MemoryLog)`` follows the stream topic through the port (LogFollower); the
+    worker publishes to it given ``LogStreamOut``: a call's deltas before it ends, the parked
+    wait, the end."""
+    app = App("memory-streams")
+    released = asyncio.Event()
+
+    @app.model("talker")
+    async def talker(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
+        emit(Delta("text", "one "))
+        await released.wait()
+        emit(Delta("text", "two"))
+        return {"text": "one two"}
+
+    @app.workflow("chat")
+    async def chat(ctx: Context, request: dict[str, Any]) -> Any:
+        said = await ctx.model("talker", messages=[{"role": "user", "content": "hi"}])
+        return [said["text"], await ctx.wait_signal("go")]
+
+    h = Harness(app)
+    h.start("w1").executor.stream = RunStreams(h.settings, LogStreamOut(h.log))
+    run = h.client.submit("chat", {}).run_id
+    events: list[StreamEvent] = []
+
+    async def watch() -> None:
+        async for event in h.client.astream(run):
+            events.append(event)
+
+    def text() -> str:
+        return "".join(str(e.data["text"]) for e in events if e.kind == "delta")
+
+    watching = asyncio.create_task(watch())
+    await until(lambda: text() == "one ", 10, "the first delta, while the call is open")
+    released.set()
+    await until(lambda: any(e.kind == "waiting" for e in events), 10, "the parked wait")
+    h.client.run(run).signal("go", "now")
+    await asyncio.wait_for(watching, 10)
+    await h.stop_all()
+    assert text() == "one two"
+    assert [(e.kind, e.position) for e in events if e.kind != "delta"] == [
+        ("started", 1),
+        ("attempt", 1),
+        ("completed", 1),
+        ("waiting", 2),
+        ("signal", -1),
+        ("ended", -1),
+    ]
 
 
 async def test_a_retried_attempt_is_marked_superseded_before_the_next_one_starts() -> None:

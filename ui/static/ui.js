@@ -102,7 +102,7 @@
     source.onmessage = function (msg) {
       var e = JSON.parse(msg.data), d = e.data || {};
       if (e.kind === "attempt") {
-        $(".live-head", line(e.position, e.attempt)).textContent = "[" + e.position + "] " + d.call + " " + d.name + " (attempt " + e.attempt + ")";
+        $(".live-head", line(e.position, e.attempt)).textContent = "[" + e.position + "] " + d.call + " " + d.name + " (attempt " + e.attempt + ")" + (d.sealed ? ": contents sealed, not streamed" : "");
       } else if (e.kind === "delta") {
         $(".live-text", line(e.position, e.attempt)).textContent += d.text;
       } else if (e.kind === "superseded") {

@@ -111,6 +111,33 @@ def _messages(system_instructions: str | None, input: str | list[TResponseInputI
     return list(items)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    """One model request as the SDK makes it (``Model.get_response``'s arguments, ``stream_response``'s
+    too): asked of the answering model, and what the recorded call's messages and params are made of."""
+
+    system_instructions: str | None
+    input: str | list[TResponseInputItem]
+    model_settings: ModelSettings
+    tools: list[Tool]
+    output_schema: Any
+    handoffs: list[Handoff[Any, Any]]
+    tracing: Any
+    kwargs: dict[str, Any]
+
+    def asked(self) -> tuple[Any, ...]:
+        """The positional arguments, in ``Model``'s order (``kwargs`` go beside them)."""
+        return (
+            self.system_instructions,
+            self.input,
+            self.model_settings,
+            self.tools,
+            self.output_schema,
+            self.handoffs,
+            self.tracing,
+        )
+
+
 @dataclasses.dataclass
 class _Speaker:
     """The agent whose model is asked next (set by the run's hooks before each model call)."""
@@ -171,13 +198,13 @@ class _RecordedModel(Model):
         tracing: Any,
         **kwargs: Any,
     ) -> ModelResponse:
+        request = _Request(
+            system_instructions, input, model_settings, tools, output_schema, handoffs, tracing, kwargs
+        )
         agent = self._speaker.agent
 
         async def ask() -> ModelResponse:
-            model = self._model_of(agent)
-            return await model.get_response(
-                system_instructions, input, model_settings, tools, output_schema, handoffs, tracing, **kwargs
-            )
+            return await self._model_of(agent).get_response(*request.asked(), **request.kwargs)
 
         run = current_run()
         if run is None:
@@ -186,9 +213,7 @@ class _RecordedModel(Model):
         async def body() -> dict[str, Any]:
             return _recorded_response(await ask())
 
-        return await self._recorded(
-            run, agent, body, system_instructions, input, model_settings, tools, output_schema, handoffs
-        )
+        return await self._recorded(run, agent, body, request)
 
     async def stream_response(
         self,
@@ -204,13 +229,13 @@ class _RecordedModel(Model):
         """``run_streamed``'s model request: the same recorded call as ``get_response``'s, whose
         answering model streams inside it (its deltas emitted, live only); the SDK gets the recorded
         response as one ``response.completed`` (runtime.integrations.openai_agents.streaming)."""
+        request = _Request(
+            system_instructions, input, model_settings, tools, output_schema, handoffs, tracing, kwargs
+        )
         agent = self._speaker.agent
 
         def ask() -> AsyncIterator[TResponseStreamEvent]:
-            model = self._model_of(agent)
-            return model.stream_response(
-                system_instructions, input, model_settings, tools, output_schema, handoffs, tracing, **kwargs
-            )
+            return self._model_of(agent).stream_response(*request.asked(), **request.kwargs)
 
         run = current_run()
         if run is None:
@@ -221,22 +246,14 @@ class _RecordedModel(Model):
         async def body() -> dict[str, Any]:
             return _recorded_response(await streaming.streamed_response(ask(), self._runner.model_name))
 
-        response = await self._recorded(
-            run, agent, body, system_instructions, input, model_settings, tools, output_schema, handoffs
-        )
-        yield streaming.completed_event(response)
+        yield streaming.completed_event(await self._recorded(run, agent, body, request))
 
     async def _recorded(
         self,
         run: AgentRun[Any],
         agent: Agent[Any] | None,
         body: Callable[[], Awaitable[dict[str, Any]]],
-        system_instructions: str | None,
-        input: str | list[TResponseInputItem],
-        model_settings: ModelSettings,
-        tools: list[Tool],
-        output_schema: Any,
-        handoffs: list[Handoff[Any, Any]],
+        request: _Request,
     ) -> ModelResponse:
         """The model request as one agentlog call: ``body`` answers it in the worker."""
         runner = self._runner
@@ -245,14 +262,13 @@ class _RecordedModel(Model):
         params: dict[str, Any] = {
             UNIT_ARG: UnitRef(f"{name}:{agent.name if agent else '?'}", body),
             "agent": None if agent is None else agent.name,
-            "settings": as_json(model_settings.to_json_dict(), "model settings"),
-            "tools": [tool.name for tool in tools],
-            "handoffs": [handoff.tool_name for handoff in handoffs],
-            "output": None if output_schema is None else output_schema.name(),
+            "settings": as_json(request.model_settings.to_json_dict(), "model settings"),
+            "tools": [tool.name for tool in request.tools],
+            "handoffs": [handoff.tool_name for handoff in request.handoffs],
+            "output": None if request.output_schema is None else request.output_schema.name(),
         }
-        recorded = await run.wait_for(
-            run.ctx.model(name, messages=_messages(system_instructions, input), **params)
-        )
+        messages = _messages(request.system_instructions, request.input)
+        recorded = await run.wait_for(run.ctx.model(name, messages=messages, **params))
         return _response(recorded)
 
 
@@ -303,21 +319,10 @@ class AgentlogRunner:
         """``Runner.run(agent, input, ...)`` with every call recorded in the run of ``ctx``. The
         SDK's tracing is off unless ``run_config`` turns it on (its exporter would reach the
         network from the workflow)."""
-        config = run_config or RunConfig(tracing_disabled=True)
-        speaker = _Speaker()
-        provider = config.model_provider if config.model_provider is not None else MultiProvider()
-        recorded_config = dataclasses.replace(config, model=_RecordedModel(self, speaker, provider))
-        wrapped = self._wrap_agent(agent, {})
+        wrapped, kwargs = self._prepared(agent, context, max_turns, hooks, run_config)
 
         async def start() -> RunResult:
-            return await Runner.run(
-                wrapped,
-                input,
-                context=context,
-                max_turns=max_turns,
-                hooks=_TrackingHooks(speaker, hooks),
-                run_config=recorded_config,
-            )
+            return await Runner.run(wrapped, input, **kwargs)
 
         return await AgentRun(ctx, start, name=self.name)
 
@@ -340,21 +345,10 @@ class AgentlogRunner:
         inside it, the text and tool arguments emitted as deltas to the run's watchers as they form
         (first execution only). The events the workflow reads come from the recorded responses --
         the run's items, one ``response.completed`` per model request -- the same on a replay."""
-        config = run_config or RunConfig(tracing_disabled=True)
-        speaker = _Speaker()
-        provider = config.model_provider if config.model_provider is not None else MultiProvider()
-        recorded_config = dataclasses.replace(config, model=_RecordedModel(self, speaker, provider))
-        wrapped = self._wrap_agent(agent, {})
+        wrapped, kwargs = self._prepared(agent, context, max_turns, hooks, run_config)
 
         async def start() -> RunResultStreaming:
-            result = Runner.run_streamed(
-                wrapped,
-                input,
-                context=context,
-                max_turns=max_turns,
-                hooks=_TrackingHooks(speaker, hooks),
-                run_config=recorded_config,
-            )
+            result = Runner.run_streamed(wrapped, input, **kwargs)
             async for event in result.stream_events():
                 handled = on_event(event) if on_event is not None else None
                 if isinstance(handled, Awaitable):
@@ -362,6 +356,29 @@ class AgentlogRunner:
             return result
 
         return await AgentRun(ctx, start, name=self.name)
+
+    def _prepared(
+        self,
+        agent: Agent[Any],
+        context: Any,
+        max_turns: int,
+        hooks: RunHooks[Any] | None,
+        run_config: RunConfig | None,
+    ) -> tuple[Agent[Any], dict[str, Any]]:
+        """What ``run`` and ``run_streamed`` hand the SDK's runner: the wrapped agent, and the
+        keyword arguments -- the recorded model in the run config (tracing off unless it is on),
+        hooks that tell it which agent asks."""
+        config = run_config or RunConfig(tracing_disabled=True)
+        speaker = _Speaker()
+        provider = config.model_provider if config.model_provider is not None else MultiProvider()
+        recorded_config = dataclasses.replace(config, model=_RecordedModel(self, speaker, provider))
+        kwargs = {
+            "context": context,
+            "max_turns": max_turns,
+            "hooks": _TrackingHooks(speaker, hooks),
+            "run_config": recorded_config,
+        }
+        return self._wrap_agent(agent, {}), kwargs
 
     # --- wrapping the agent graph ------------------------------------------------------------
     def _wrap_agent(self, agent: Agent[Any], done: dict[int, Agent[Any]]) -> Agent[Any]:

@@ -19,9 +19,17 @@ A reader skips a value it cannot parse. Kinds:
   retry, or its re-run after a crash, starts now): readers drop what they showed of it
 - ``completed`` / ``failed``: a call's outcome (``data``: ``result`` as JSON text, or
   ``error_type``, ``error``, ``final``)
-- ``waiting``: the run waits (``data``: ``for`` timer|signal|permit, ``name``, ``until`` ms)
+- ``waiting``: the run waits (``data``: ``for`` timer|signal|permit, ``name``, ``until`` ms or None);
+  a signal wait with no timeout has no record: the worker publishes its event alone
+  (runtime.worker.streaming), and a reader's history never holds it
 - ``signal``: a signal reached the run (``data``: ``name``, ``offset``: its command offset)
 - ``ended``: the run ended (``data``: ``status``, ``result`` or ``error``)
+
+With ``seal_contents`` the stream carries no contents (it is a second copy, kept an hour, which the
+erasure of a run's key would not reach): no deltas, and ``result`` / ``error`` left out (None). The
+events that would have carried them say so with ``data.sealed = true`` -- each ``attempt`` (its
+answer is not streamed), ``completed``, ``failed``, ``ended`` -- so a watcher is told, not left
+wondering; the run's history, read with its key, holds them.
 - ``gap``: made by a reader, never published: retention dropped records it had not read
 """
 
@@ -161,14 +169,16 @@ def from_record(event: Event, *, contents: bool = True, epoch: int = -1) -> Stre
         return StreamEvent(run, "started", event.position, 0, {"call": "tool", "name": event.tool}, at, epoch)
     if isinstance(event, ModelCallCompleted | ToolCallCompleted):
         data = {"result": event.result if contents and event.result_offset is None else None}
-        return StreamEvent(run, "completed", event.position, event.attempt, data, at, epoch)
+        return StreamEvent(
+            run, "completed", event.position, event.attempt, _sealed(data, contents), at, epoch
+        )
     if isinstance(event, ModelCallFailed | ToolCallFailed):
         data = {
             "error_type": event.error_type,
             "error": event.error if contents else None,
             "final": event.final,
         }
-        return StreamEvent(run, "failed", event.position, event.attempt, data, at, epoch)
+        return StreamEvent(run, "failed", event.position, event.attempt, _sealed(data, contents), at, epoch)
     if isinstance(event, TimerScheduled):
         waits = "signal" if event.name.startswith("signal:") else "timer"
         name = event.name.removeprefix("signal:")
@@ -193,5 +203,14 @@ def from_record(event: Event, *, contents: bool = True, epoch: int = -1) -> Stre
             data["error"] = event.reason
         elif isinstance(event, RunContinuedAsNew):
             data["next_run"] = event.new_run_id
+        if isinstance(event, RunCompleted | RunFailed):
+            data = _sealed(data, contents)
         return StreamEvent(run, "ended", -1, 0, data, at, epoch)
     return None
+
+
+def _sealed(data: dict[str, Any], contents: bool) -> dict[str, Any]:
+    """``data`` marked as having its contents left out (``seal_contents``), when they are."""
+    if not contents:
+        data["sealed"] = True
+    return data
