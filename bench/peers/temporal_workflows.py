@@ -15,8 +15,8 @@ takes milliseconds here; a real model call takes seconds):
   to heartbeat, so none of these do;
 - the retry policy is Temporal's default (first retry after 1 s, backoff 2.0, at most 100 s
   apart, no limit of attempts): a user keeps it, an agent's step must not be given up on.
-The workflow task side: the worker's sticky queue schedule-to-start timeout is 1 s (Temporal's
-default is 5 s), so a workflow cached on a dead worker moves to a live one after 1 s
+The workflow task side: the worker's sticky queue schedule-to-start timeout is 1 s (temporalio's
+default is 10 s), so a workflow cached on a dead worker moves to a live one after 1 s
 (bench/peers/temporal_app.py).
 """
 
