@@ -370,6 +370,8 @@ class CommandHandler:
             # the submission's or the workflow's deadline, the earlier: a timer the run arms
             deadline=binding(command.deadline, self.app.workflows[command.workflow].deadline_ms, started_at),
             child_of=command.child_of,
+            whatif=command.whatif,  # a what-if's fork (runtime.whatif): marked, its change applied
+            whatif_change=command.whatif_change,
         )
         # A reset's copied events keep their original times (ctx.now() replays as it ran).
         copies = [

@@ -1,0 +1,176 @@
+"""agentlog whatif on the in-memory log, through the real worker, machine and client (no services):
+which runs a changed prompt or model changes, the report, bad input refused, an interrupted what-if
+resumed from the log. The same over Kafka with worker processes: tests/integration/test_whatif.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime.client import Client
+from runtime.config import Settings
+from runtime.log.records.events import ModelCallScheduled, RunStarted
+from runtime.pricing import PriceTable, read_prices
+from runtime.whatif import session
+from runtime.whatif.change import Change, ChangeError, parse_change
+from runtime.whatif.forks import fork_id
+from runtime.whatif.histories import read_histories
+from runtime.whatif.selection import Selection, SelectionError
+from runtime.whatif.state import UnknownWhatif
+from runtime.workflow.whatif_change import WhatifChange
+from support.memory_worker import serving
+from support.whatif_apps import STRICT, SYSTEM, app, effects
+
+pytestmark = pytest.mark.unit
+
+AMOUNTS = [40, 150, 60, 20, 300, 75, 90, 120, 10, 55, 80, 35]  # 150, 300 and 120 are over 100
+PRICES = """model,from_date,input_per_million,output_per_million,cached_per_million
+fake-planner-1,2024-01-01,2.00,8.00,1.00
+fake-planner-2,2024-01-01,3.00,12.00,1.50
+fake-writer-1,2024-01-01,1.00,4.00,0.50
+"""
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Client, list[str], str, PriceTable]]:
+    tmp = tmp_path_factory.mktemp("whatif")
+    db = str(tmp / "world.db")
+    prices = tmp / "prices.csv"
+    prices.write_text(PRICES)
+    patch = pytest.MonkeyPatch()
+    patch.setenv("WHATIF_WORLD_DB", db)
+    try:
+        with serving(app, Settings(partitions=2)) as (client, _log):
+            runs = [
+                client.submit("refund", {"order": f"o{i}", "amount": a}).run_id for i, a in enumerate(AMOUNTS)
+            ]
+            client.results(runs, timeout=30)
+            yield client, runs, db, PriceTable(read_prices(prices))
+    finally:
+        patch.undo()
+
+
+def test_a_prompt_change_names_exactly_the_runs_whose_decisions_change(
+    world: tuple[Client, list[str], str, PriceTable],
+) -> None:
+    client, runs, db, prices = world
+    before = effects(db)
+    assert len(before) == len(AMOUNTS)  # every original refunded
+    prepared = session.prepare(
+        client, Selection(workflow="refund"), parse_change([f"planner={STRICT}"], [], None)
+    )
+    assert [p.position for p in prepared.planned] == [2] * len(AMOUNTS)  # the planner's call: lookup is 1
+    report = session.start(client, prepared, session.Options(prices=prices))
+
+    over = {runs[i] for i, a in enumerate(AMOUNTS) if a > 100}
+    assert {r.origin for r in report.changed} == over
+    for row in report.changed:
+        assert row.first_difference is not None
+        assert row.first_difference["position"] == 3
+        assert row.first_difference["original"].startswith('refund({"amount": ')
+        assert row.first_difference["whatif"].startswith('create_ticket({"order": ')
+        assert row.whatif is not None and [c.tool for c in row.whatif.would_have_called] == ["create_ticket"]
+    assert [t.describe() for t in report.tools] == ["create_ticket: 3 more", "refund: 3 of 12 no longer made"]
+    # The priced difference of the calls made: each planner call's prompt is its system text.
+    expected = len(AMOUNTS) * (len(STRICT) - len(SYSTEM)) * 2e-6
+    assert report.cost_delta_usd == pytest.approx(expected)
+    assert report.whatif_tokens - report.original_tokens == len(AMOUNTS) * (len(STRICT) - len(SYSTEM))
+    assert effects(db) == before  # nothing in the world touched
+    # Every what-if run is marked, and its model call was made with the new prompt.
+    histories = read_histories(client, [fork_id(prepared.whatif_id, r) for r in runs])
+    for events in histories.values():
+        started = next(e for e in events if isinstance(e, RunStarted))
+        assert started.whatif == prepared.whatif_id and started.fork_overrides is not None
+    prompts = client.run(fork_id(prepared.whatif_id, runs[1])).prompts()
+    assert prompts[2].messages[0]["content"] == STRICT
+    # The report again, from the log alone.
+    again = session.report(client, prepared.whatif_id, prices)
+    assert [r.state for r in again.rows] == [r.state for r in report.rows]
+    assert again.cost_delta_usd == pytest.approx(expected)
+
+
+def test_a_model_change_is_called_in_place_of_the_old_one(
+    world: tuple[Client, list[str], str, PriceTable],
+) -> None:
+    client, runs, db, prices = world
+    before = effects(db)
+    picked = runs[:3]  # amounts 40, 150, 60
+    prepared = session.prepare(
+        client, Selection(run_ids=tuple(picked)), parse_change([], ["planner=planner-strict"], None)
+    )
+    report = session.start(client, prepared, session.Options(prices=prices))
+    assert [r.origin for r in report.changed] == [runs[1]]
+    history = read_histories(client, [fork_id(prepared.whatif_id, runs[1])])[
+        fork_id(prepared.whatif_id, runs[1])
+    ]
+    assert [e.model for e in history if isinstance(e, ModelCallScheduled)] == ["planner-strict", "writer"]
+    # planner -> planner-strict on three runs: each call priced at the other model's prices.
+    old = (len(SYSTEM) * 2 + 3 * 8) * 1e-6
+    new = (len(STRICT) * 3 + 3 * 12) * 1e-6
+    assert report.cost_delta_usd == pytest.approx(3 * (new - old))
+    assert effects(db) == before
+
+
+def test_bad_input_is_refused_before_any_fork(world: tuple[Client, list[str], str, PriceTable]) -> None:
+    client, runs, _db, _prices = world
+    change = parse_change(["planner=x"], [], None)
+    with pytest.raises(SelectionError, match=r"unknown run ids .*: nope"):
+        session.prepare(client, Selection(run_ids=(runs[0], "nope")), change)
+    with pytest.raises(SelectionError, match="no recorded run used workflow 'payments'"):
+        session.prepare(client, Selection(workflow="payments"), change)
+    with pytest.raises(ChangeError, match="never called model 'chat'"):
+        session.prepare(client, Selection(workflow="refund"), parse_change(["chat=hello"], [], None))
+    with pytest.raises(UnknownWhatif, match="no what-if 'nothere'"):
+        session.report(client, "nothere")
+    with pytest.raises(ChangeError, match="NAME=VALUE"):
+        parse_change(["planner"], [], None)
+    with pytest.raises(ChangeError, match="nothing to change"):
+        parse_change([], [], None)
+    with pytest.raises(ChangeError, match="cannot read the file"):
+        parse_change(["planner=@/no/such/prompt.txt"], [], None)
+
+
+def test_an_interrupted_whatif_is_reported_as_far_as_it_got_then_resumed(
+    world: tuple[Client, list[str], str, PriceTable], tmp_path: Path
+) -> None:
+    client, runs, _db, prices = world
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text(STRICT)
+    prepared = session.prepare(
+        client, Selection(run_ids=tuple(runs[:4])), parse_change([f"planner=@{prompt}"], [], None)
+    )
+    # Interrupted once its first window of two forks has ended (a process stopped there).
+    ended: list[str] = []
+
+    def stop_after_two(run_id: str) -> None:
+        ended.append(run_id)
+        if len(ended) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        session.start(client, prepared, session.Options(window=2, progress=stop_after_two))
+    partial = session.report(client, prepared.whatif_id, prices)
+    assert [r.state for r in partial.rows] == ["unchanged", "changed", "pending", "pending"]
+    assert "2 of 4 not yet replayed" in partial.summary()
+    done = session.resume(client, prepared.whatif_id, session.Options(prices=prices))
+    assert [r.state for r in done.rows] == ["unchanged", "changed", "unchanged", "unchanged"]
+
+
+def test_a_whatif_change_applies_from_the_fork_position_only() -> None:
+    change = Change({"planner": "planner-v2"}, {"planner": "new"}).for_run("w1", 0, ["a", "b"])
+    assert WhatifChange.from_json(change.to_json()) == change
+    name, messages = change.applied(
+        "planner", [{"role": "system", "content": "old"}, {"role": "user", "content": "q"}]
+    )
+    assert (name, messages[0]["content"], messages[1]["content"]) == ("planner-v2", "new", "q")
+    assert change.applied("writer", [{"role": "user", "content": "q"}]) == (
+        "writer",
+        [{"role": "user", "content": "q"}],
+    )
+    # A prompt for a model whose calls have no system message puts one first.
+    assert change.applied("planner", [{"role": "user", "content": "q"}])[1][0] == {
+        "role": "system",
+        "content": "new",
+    }
