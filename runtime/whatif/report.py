@@ -23,6 +23,7 @@ from runtime.log.records.events import (
     RunCompleted,
     RunFailed,
     RunParked,
+    RunRejected,
     ToolCallCompleted,
     ToolCallScheduled,
 )
@@ -30,7 +31,14 @@ from runtime.log.records.status import SKIPPED_IN_FORK
 from runtime.pricing import PriceTable
 from runtime.whatif.forks import PlannedRun
 
-_ENDINGS = (RunCompleted, RunFailed, RunCancelled, RunParked)
+# A fork's ending; RunRejected: the worker refused it (a code version it does not hold).
+_ENDINGS = (RunCompleted, RunFailed, RunCancelled, RunParked, RunRejected)
+_ENDED_AS = {
+    RunCompleted: "completed",
+    RunFailed: "failed",
+    RunCancelled: "cancelled",
+    RunRejected: "rejected",
+}
 
 
 @dataclass(frozen=True)
@@ -187,9 +195,7 @@ def _side(events: Sequence[Event], position: int, prices: PriceTable | None, *, 
                 else:
                     cost += one
         elif isinstance(event, _ENDINGS):
-            status = {RunCompleted: "completed", RunFailed: "failed", RunCancelled: "cancelled"}.get(
-                type(event), "parked"
-            )
+            status = _ENDED_AS.get(type(event), "parked")
             result = _ending_result(event)
             end_ms = event.occurred_at
     latency = max(0, end_ms - first_ms) if first_ms is not None and end_ms else 0

@@ -67,7 +67,8 @@ def start(client: Client, prepared: Prepared, options: Options) -> Report:
         timeout=options.timeout,
         progress=options.progress,
     )
-    return report(client, prepared.whatif_id, options.prices)
+    originals = read_histories(client, [p.origin for p in prepared.planned])
+    return _report(client, prepared, originals, options.prices)
 
 
 def _planned(client: Client, whatif_id: str) -> tuple[Prepared, set[str], dict[str, list[Event]]]:
@@ -99,7 +100,13 @@ def resume(client: Client, whatif_id: str, options: Options) -> Report:
 def report(client: Client, whatif_id: str, prices: PriceTable | None = None) -> Report:
     """The what-if's report as far as it got: forks not started or not ended are "pending"."""
     prepared, _, originals = _planned(client, whatif_id)
-    forks = [f for p in prepared.planned if (f := p.fork_of(whatif_id)) is not None]
+    return _report(client, prepared, originals, prices)
+
+
+def _report(
+    client: Client, prepared: Prepared, originals: dict[str, list[Event]], prices: PriceTable | None
+) -> Report:
+    forks = [f for p in prepared.planned if (f := p.fork_of(prepared.whatif_id)) is not None]
     forked = {k: v for k, v in read_histories(client, forks).items() if v}
-    rows = rows_for(prepared.planned, whatif_id, originals, forked, prices)
-    return build_report(whatif_id, prepared.change.describe(), rows)
+    rows = rows_for(prepared.planned, prepared.whatif_id, originals, forked, prices)
+    return build_report(prepared.whatif_id, prepared.change.describe(), rows)

@@ -21,9 +21,11 @@ from runtime.whatif.selection import Selection, SelectionError
 from runtime.whatif.state import UnknownWhatif
 from runtime.workflow.whatif_change import WhatifChange
 from support.memory_worker import serving
-from support.whatif_apps import STRICT, SYSTEM, app, effects
+from support.whatif_apps import STRICT, SYSTEM, app, app_v2, effects
 
 pytestmark = pytest.mark.unit
+
+V2 = "support.whatif_apps:app_v2"  # the next code version: it also emails after a refund
 
 AMOUNTS = [40, 150, 60, 20, 300, 75, 90, 120, 10, 55, 80, 35]  # 150, 300 and 120 are over 100
 PRICES = """model,from_date,input_per_million,output_per_million,cached_per_million
@@ -42,7 +44,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Client, li
     patch = pytest.MonkeyPatch()
     patch.setenv("WHATIF_WORLD_DB", db)
     try:
-        with serving(app, Settings(partitions=2)) as (client, _log):
+        with serving(app, Settings(partitions=2), whatif_apps={V2: app_v2}) as (client, _log):
             runs = [
                 client.submit("refund", {"order": f"o{i}", "amount": a}).run_id for i, a in enumerate(AMOUNTS)
             ]
@@ -174,3 +176,47 @@ def test_a_whatif_change_applies_from_the_fork_position_only() -> None:
         "role": "system",
         "content": "new",
     }
+
+
+def test_new_code_that_adds_an_effect_records_it_as_would_have_called(
+    world: tuple[Client, list[str], str, PriceTable],
+) -> None:
+    client, runs, db, _prices = world
+    before = effects(db)
+    picked = runs[:3]  # amounts 40, 150, 60: all refunded
+    prepared = session.prepare(client, Selection(run_ids=tuple(picked)), parse_change([], [], V2), app_v2)
+    assert [p.position for p in prepared.planned] == [1, 1, 1]  # new code: from the start
+    report = session.start(client, prepared, session.Options())
+    assert [r.state for r in report.rows] == ["changed"] * 3
+    for row in report.rows:
+        assert row.first_difference is not None
+        assert row.first_difference["original"] == "no further tool call"
+        assert row.first_difference["whatif"].startswith('send_email({"order": ')
+        assert row.whatif is not None
+        assert [c.tool for c in row.whatif.would_have_called] == ["refund", "send_email"]
+    assert [t.describe() for t in report.tools] == ["send_email: 3 more"]
+    assert effects(db) == before  # neither the refund again nor the new email
+
+
+def test_code_that_lacks_the_runs_workflow_or_a_version_the_worker_lacks_is_refused(
+    world: tuple[Client, list[str], str, PriceTable],
+) -> None:
+    client, runs, _db, _prices = world
+    from runtime import App
+
+    with pytest.raises(ChangeError, match="does not register workflow 'refund'"):
+        session.prepare(client, Selection(run_ids=(runs[0],)), parse_change([], [], "x:empty"), App("empty"))
+    with pytest.raises(ChangeError, match="'planner-9' that the code does not register"):
+        session.prepare(
+            client, Selection(run_ids=(runs[0],)), parse_change([], ["planner=planner-9"], V2), app_v2
+        )
+    # A version the worker was not started with: its forks are refused, and the report says why.
+    prepared = session.prepare(
+        client, Selection(run_ids=(runs[0],)), parse_change([], [], "support.whatif_apps:app"), app
+    )
+    report = session.start(client, prepared, session.Options())
+    (row,) = report.rows
+    assert row.whatif is not None and row.whatif.status == "rejected"
+    assert "what-if code version 'support.whatif_apps:app' is not held by this worker" in str(
+        row.whatif.result
+    )
