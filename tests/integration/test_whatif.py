@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -59,15 +58,25 @@ def done(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     prices = tmp / "prices.csv"
     prices.write_text(PRICES)
     worker = WorkerProcess(
-        settings, "support.whatif_apps:app", "w1", tmp / "worker.log", "--whatif-app", V2, WHATIF_WORLD_DB=world
+        settings,
+        "support.whatif_apps:app",
+        "w1",
+        tmp / "worker.log",
+        "--whatif-app",
+        V2,
+        WHATIF_WORLD_DB=world,
     )
     try:
         worker.wait_ready(2)
         with Client(settings) as client:
-            runs = [client.submit("refund", {"order": f"o{i}", "amount": a}).run_id for i, a in enumerate(AMOUNTS)]
+            runs = [
+                client.submit("refund", {"order": f"o{i}", "amount": a}).run_id for i, a in enumerate(AMOUNTS)
+            ]
             client.results(runs, timeout=60)
         before = effects(world)
-        prompt = _whatif(settings, "--workflow", "refund", "--prompt", f"planner={STRICT}", "--prices", str(prices))
+        prompt = _whatif(
+            settings, "--workflow", "refund", "--prompt", f"planner={STRICT}", "--prices", str(prices)
+        )
         code = _whatif(settings, *runs[:2], "--app", V2)
         shown = agentlog(settings, "whatif", "--report", prompt["whatif"], "--prices", str(prices))
         assert shown.returncode == 0, shown.stderr
