@@ -6,6 +6,8 @@ of effects) is untouched, and the store lists the what-if runs only when asked.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,11 +15,19 @@ from typing import Any
 
 import pytest
 
+from analytics import audit
+from analytics import prices as store_prices
 from analytics.store import connect
+from runtime.cli.whatif import print_report
 from runtime.client import Client
 from runtime.config import Settings
-from support.sink import SinkProcess, agentlog, kafka_offsets, make_deployment, wait_for_rows
-from support.whatif_apps import STRICT, SYSTEM, effects
+from runtime.pricing import PriceTable, read_prices
+from runtime.whatif import session
+from runtime.whatif.change import parse_change
+from runtime.whatif.report import Report
+from runtime.whatif.selection import Selection
+from support.sink import InProcessSink, agentlog, kafka_offsets, make_deployment, wait_for_rows
+from support.whatif_apps import STRICT, SYSTEM, app_v2, effects
 from support.workers import WorkerProcess
 from ui import pages
 
@@ -38,9 +48,9 @@ class Done:
     runs: list[str]
     world_before: list[tuple[str, str, str]]
     world_after: list[tuple[str, str, str]]
-    prompt: dict[str, Any]  # the prompt change's report (--json)
-    code: dict[str, Any]  # the code change's report (--json)
-    table: str  # the prompt change's report as the terminal shows it (--report ID)
+    prompt: dict[str, Any]  # the prompt change's report (agentlog whatif --json)
+    code: Report  # the code change's report
+    table: str  # the prompt change's report as the terminal shows it, read back from the log
 
 
 def _whatif(settings: Settings, *args: str) -> dict[str, Any]:
@@ -77,9 +87,15 @@ def done(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         prompt = _whatif(
             settings, "--workflow", "refund", "--prompt", f"planner={STRICT}", "--prices", str(prices)
         )
-        code = _whatif(settings, *runs[:2], "--app", V2)
-        shown = agentlog(settings, "whatif", "--report", prompt["whatif"], "--prices", str(prices))
-        assert shown.returncode == 0, shown.stderr
+        with Client(settings) as client:  # the rest through the API (a CLI process costs seconds)
+            code = session.start(
+                client,
+                session.prepare(client, Selection(run_ids=tuple(runs[:2])), parse_change([], [], V2), app_v2),
+                session.Options(),
+            )
+            shown = io.StringIO()
+            with contextlib.redirect_stdout(shown):
+                print_report(session.report(client, prompt["whatif"], PriceTable(read_prices(prices))))
         after = effects(world)
     except BaseException:
         print(worker.log_tail())
@@ -87,15 +103,11 @@ def done(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     finally:
         worker.stop()
     dsn = f"chdb://{tmp}/store"
-    loaded = agentlog(settings, "audit", "prices", "load", str(prices), "--dsn", dsn, "--json")
-    assert loaded.returncode == 0, loaded.stderr
-    sink = SinkProcess(settings, dsn, tmp / "sink.log")
-    try:
+    store_prices.load(dsn, read_prices(prices))
+    with InProcessSink(settings, dsn):
         total = sum(len(offsets) for offsets in kafka_offsets(settings).values())
-        wait_for_rows(dsn, settings.events_topic, total, proc=sink.proc)
-    finally:
-        assert sink.stop() == 0, sink.log_tail()
-    yield Done(settings, dsn, runs, before, after, prompt, code, shown.stdout)
+        wait_for_rows(dsn, settings.events_topic, total)
+    yield Done(settings, dsn, runs, before, after, prompt, code, shown.getvalue())
 
 
 def test_a_prompt_change_names_exactly_the_runs_whose_decisions_change(done: Done) -> None:
@@ -119,31 +131,29 @@ def test_a_prompt_change_names_exactly_the_runs_whose_decisions_change(done: Don
 
 
 def test_new_code_that_adds_an_effect_records_it_as_would_have_called(done: Done) -> None:
-    rows = done.code["rows"]
-    assert [row["state"] for row in rows] == ["changed", "changed"]
+    rows = done.code.rows
+    assert [row.state for row in rows] == ["changed", "changed"]
     for row in rows:
-        assert [c["tool"] for c in row["whatif"]["would_have_called"]] == ["refund", "send_email"]
-        assert row["first_difference"]["whatif"].startswith('send_email({"order": ')
+        assert row.whatif is not None and row.first_difference is not None
+        assert [c.tool for c in row.whatif.would_have_called] == ["refund", "send_email"]
+        assert row.first_difference["whatif"].startswith('send_email({"order": ')
     assert not any(kind == "send_email" for _, kind, _ in done.world_after)
 
 
 def test_the_store_lists_whatif_runs_only_when_asked_and_beside_their_originals(done: Done) -> None:
-    def audit(*args: str) -> Any:
-        shown = agentlog(done.settings, "audit", *args, "--dsn", done.dsn, "--json")
-        assert shown.returncode == 0, shown.stderr + shown.stdout
-        return json.loads(shown.stdout)
-
-    listed = audit("runs", "--limit", "100")
-    assert {r["run_id"] for r in listed} == set(done.runs)  # production runs only
     whatif_id = done.prompt["whatif"]
-    mine = audit("runs", "--whatif", whatif_id, "--limit", "100")
-    assert len(mine) == 12 and {r["whatif"] for r in mine} == {whatif_id}
-    beside = audit("whatif", whatif_id)
     over = {done.runs[i] for i, a in enumerate(AMOUNTS) if a > 100}
-    assert {r["origin_run_id"] for r in beside if r["changed"]} == over
-    delta = sum(r["cost_usd"] - r["origin_cost_usd"] for r in beside)
-    assert delta == pytest.approx(done.prompt["cost_usd"]["delta"])
     with connect(done.dsn) as store:
+        listed = audit.runs(store, limit=100).rows
+        mine = audit.runs(store, limit=100, whatif=whatif_id).rows
+        every = audit.runs(store, limit=100, whatif="*").rows
+        beside = audit.whatif_runs(store, whatif_id).rows
         page = pages.whatif_page(store, whatif_id)
+    assert {r["run_id"] for r in listed} == set(done.runs)  # production runs only
+    assert len(mine) == 12 and {r["whatif"] for r in mine} == {whatif_id}
+    assert len(every) == 12 + 12 + 2  # with the what-if runs of both what-ifs
+    assert {r["origin_run_id"] for r in beside if r["changed"]} == over
+    delta = sum(float(str(r["cost_usd"])) - float(str(r["origin_cost_usd"])) for r in beside)
+    assert delta == pytest.approx(done.prompt["cost_usd"]["delta"])
     assert page.count('class="changed"') == 3
     assert f"/diff?a={beside[0]['origin_run_id']}&amp;b={beside[0]['run_id']}" in page
