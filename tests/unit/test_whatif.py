@@ -220,3 +220,34 @@ def test_code_that_lacks_the_runs_workflow_or_a_version_the_worker_lacks_is_refu
     assert "what-if code version 'support.whatif_apps:app' is not held by this worker" in str(
         row.whatif.result
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["whatif", "--prompt", "planner=x"], "name the runs: run ids, or --workflow NAME"),
+        (["whatif", "--workflow", "refund"], "nothing to change"),
+        (["whatif", "r1", "--model", "planner"], "--model must look like NAME=VALUE, got 'planner'"),
+        (["whatif", "r1", "--app", "no_such_module_xyz:app"], "no module named 'no_such_module_xyz'"),
+        (
+            ["whatif", "r1", "--app", "support.whatif_apps:SYSTEM"],
+            "support.whatif_apps:SYSTEM is not an agentlog App",
+        ),
+        (
+            ["whatif", "--resume", "w1", "--prompt", "planner=x"],
+            "--resume and --report take a what-if id only",
+        ),
+        (
+            ["whatif", "r1", "--since", "yesterday", "--prompt", "p=x"],
+            "--since 'yesterday' is not an ISO 8601",
+        ),
+    ],
+)
+def test_the_command_refuses_bad_input_in_one_line_before_connecting(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runtime.cli.main import main
+
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1, err
