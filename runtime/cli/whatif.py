@@ -76,7 +76,7 @@ def print_report(report: Report) -> None:
         print(
             "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=False)) + "  " + line[-1]
         )
-    for row in report.rows:
+    for row in report.changed:  # an unchanged run would have made the effects its original made
         for call in row.whatif.would_have_called if row.whatif is not None else ():
             print(f"would have called  {row.origin}: {call.describe()}")
     print(f"what-if   {report.whatif_id}: {report.change}")
