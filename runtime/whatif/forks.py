@@ -4,8 +4,8 @@ Each selected run is forked (``RunHandle.fork``: effects dry, the original untou
 model call the change touches, or from the start for new code; a run the change does not touch is
 not forked. A fork's id derives from the what-if and its origin, so resuming a what-if never starts
 a second fork of a run (the worker ignores a submission of an id it holds). Forks are started
-``window`` at a time, each window waited for before the next: a what-if holds at most that many
-runs in the workers at once, and its model calls wait for the deployment's limits like any other,
+at most ``window`` at a time (the next starts as the oldest running one ends): a what-if holds at
+most that many runs in the workers at once, and its model calls wait for the deployment's limits like any other,
 so production runs submitted meanwhile are not queued behind the whole what-if.
 """
 
@@ -60,27 +60,30 @@ def run_forks(
     progress: Callable[[str], None] | None = None,
 ) -> None:
     """Start the forks of ``planned`` not among ``started`` (fork ids the log already holds),
-    ``window`` at a time, waiting for each window's forks to end. The first planned run carries the
+    at most ``window`` running at once, and wait for all to end. The first planned run carries the
     whole plan in its change, so the plan is in the log with the what-if's first record. Raises
     RunError if a fork has not ended within ``timeout`` (the what-if can be resumed), AgentlogError
     if a run cannot be forked (what ``RunHandle.fork`` raises)."""
     plan_ids = tuple(p.origin for p in planned)
     todo = [p for p in planned if p.position is not None]
-    for first in range(0, len(todo), max(1, window)):
-        batch = todo[first : first + max(1, window)]
-        forks: list[str] = []
-        for item in batch:
-            new_id = item.fork_of(whatif_id)
-            assert new_id is not None and item.position is not None
-            forks.append(new_id)
-            if new_id in started:
-                continue
-            recorded = change.for_run(whatif_id, item.index, plan_ids if item.index == todo[0].index else ())
+    width = max(1, window)
+
+    def start(item: PlannedRun) -> str:
+        new_id = item.fork_of(whatif_id)
+        assert new_id is not None and item.position is not None
+        if new_id not in started:
+            recorded = change.for_run(whatif_id, item.index, plan_ids if item is todo[0] else ())
             client.run(item.origin).fork(item.position, {}, new_id=new_id, whatif=recorded)
-        for new_id in forks:
-            _wait(client, new_id, timeout)
-            if progress is not None:
-                progress(new_id)
+        return new_id
+
+    # A sliding window, waited for in order: fork i + window starts once fork i has ended.
+    forks = [start(item) for item in todo[:width]]
+    for index, new_id in enumerate(forks):
+        _wait(client, new_id, timeout)
+        if progress is not None:
+            progress(new_id)
+        if index + width < len(todo):
+            forks.append(start(todo[index + width]))
 
 
 def _wait(client: Client, run_id: str, timeout: float) -> None:

@@ -16,9 +16,12 @@ from runtime.errors import AgentlogError
 from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import PARTITION_TYPES, Event, RunStarted
 from runtime.log.records.fencing import FenceFilter
-from runtime.log.records.status import RunState, has_ended, status_after
+from runtime.log.records.status import STATUS_BY_EVENT, RunState, has_ended, status_after
 from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.serde import Serde
+
+# What a run's listing needs: the records that set its status, and the claims that fence zombies.
+_READ = frozenset({*STATUS_BY_EVENT, *(t.__name__ for t in PARTITION_TYPES)})
 
 
 class SelectionError(AgentlogError):
@@ -73,7 +76,9 @@ def logged_runs(log: EventLog, serde: Serde, settings: Settings) -> dict[str, Lo
         for record in log.read(settings.events_topic, partition):
             if record.value is None:
                 continue
-            try:
+            try:  # the type first (a lookup by schema id): most records need no decoding here
+                if serde.record_name(record.value) not in _READ:
+                    continue
                 event = serde.decode(record.value, record.key)
             except DecodeError:
                 continue  # a record this code cannot read: its run is left out of what is picked

@@ -143,7 +143,7 @@ def test_an_interrupted_whatif_is_reported_as_far_as_it_got_then_resumed(
     prepared = session.prepare(
         client, Selection(run_ids=tuple(runs[:4])), parse_change([f"planner=@{prompt}"], [], None)
     )
-    # Interrupted once its first window of two forks has ended (a process stopped there).
+    # Interrupted once its first two forks have ended, one at a time (a process stopped there).
     ended: list[str] = []
 
     def stop_after_two(run_id: str) -> None:
@@ -152,7 +152,7 @@ def test_an_interrupted_whatif_is_reported_as_far_as_it_got_then_resumed(
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        session.start(client, prepared, session.Options(window=2, progress=stop_after_two))
+        session.start(client, prepared, session.Options(window=1, progress=stop_after_two))
     partial = session.report(client, prepared.whatif_id, prices)
     assert [r.state for r in partial.rows] == ["unchanged", "changed", "pending", "pending"]
     assert "2 of 4 not yet replayed" in partial.summary()
