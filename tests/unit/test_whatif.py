@@ -1,6 +1,6 @@
 """agentlog whatif on the in-memory log, through the real worker, machine and client (no services):
 which runs a changed prompt or model changes, the report, bad input refused, an interrupted what-if
-resumed from the log. The same over Kafka with worker processes: tests/integration/test_whatif.py."""
+resumed from the log. The same over Kafka with worker processes: tests/integration/test_whatif_over_kafka.py."""
 
 from __future__ import annotations
 
