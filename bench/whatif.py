@@ -70,7 +70,13 @@ def main() -> None:
                 prepared = session.prepare(client, Selection(workflow="refund"), change)
                 started = time.perf_counter()
                 run_forks(
-                    client, prepared.whatif_id, change, prepared.planned, window=args.window, timeout=3600
+                    client,
+                    prepared.whatif_id,
+                    change,
+                    prepared.planned,
+                    window=args.window,
+                    timeout=3600,
+                    histories=prepared.histories,
                 )
                 wall = time.perf_counter() - started
                 forks = len(prepared.planned)
@@ -94,7 +100,15 @@ def main() -> None:
                 late = [PlannedRun(p.index, p.origin, CUT) for p in prepared.planned]
                 whatif_id = prepared.whatif_id + "c"
                 started = time.perf_counter()
-                run_forks(client, whatif_id, change, late, window=args.window, timeout=3600)
+                run_forks(
+                    client,
+                    whatif_id,
+                    change,
+                    late,
+                    window=args.window,
+                    timeout=3600,
+                    histories=prepared.histories,
+                )
                 wall = time.perf_counter() - started
                 live = STEPS - (CUT - 1) // 2
                 _emit(
@@ -105,28 +119,32 @@ def main() -> None:
                     forks_per_s=round(len(late) / wall, 1),
                     steps_per_s=round(len(late) * live / wall, 1),
                 )
-                # The client's part of a fork's start: read the original, cut, encode (no send).
+                # The client's part of a fork's start: the seed cut and encoded from the history a
+                # what-if has read (as run_forks does), and with the history read again per fork
+                # (as `agentlog fork` does); no send.
                 sample = runs[: min(100, len(runs))]
-                costs, sizes = [], []
-                for run_id in sample:
-                    begun = time.perf_counter()
-                    submission, _ = seeded_submission(
-                        client.run(run_id)._reader,  # the seam RunHandle.fork uses
-                        run_id,
-                        CUT,
-                        "bench-seed",
-                        allow_in_doubt=False,
-                        fork_overrides={},
+                for label, reuse in (("history in memory", True), ("history read per fork", False)):
+                    costs, sizes = [], []
+                    for run_id in sample:
+                        begun = time.perf_counter()
+                        submission, _ = seeded_submission(
+                            client.run(run_id)._reader,  # the seam RunHandle.fork uses
+                            run_id,
+                            CUT,
+                            "bench-seed",
+                            allow_in_doubt=False,
+                            fork_overrides={},
+                            history=prepared.histories[run_id] if reuse else None,
+                        )
+                        costs.append(time.perf_counter() - begun)
+                        sizes.append(len(submission.seed or ""))
+                    _emit(
+                        metric=f"fork start, client, {label}",
+                        cut_position=CUT,
+                        forks=len(sample),
+                        ms_per_fork_median=round(statistics.median(costs) * 1000, 2),
+                        seed_bytes_median=int(statistics.median(sizes)),
                     )
-                    costs.append(time.perf_counter() - begun)
-                    sizes.append(len(submission.seed or ""))
-                _emit(
-                    metric="fork start, client",
-                    cut_position=CUT,
-                    forks=len(sample),
-                    ms_per_fork_median=round(statistics.median(costs) * 1000, 2),
-                    seed_bytes_median=int(statistics.median(sizes)),
-                )
         finally:
             worker.terminate()
             worker.wait(timeout=30)

@@ -152,15 +152,19 @@ class RunHandle:
         new_id: str | None = None,
         *,
         whatif: WhatifChange | None = None,
+        history: list[Event] | None = None,
     ) -> RunHandle:
         """A new run from this run's history before ``position`` that leaves this run untouched
         (unlike ``reset``) and runs effecting tools dry: each is recorded as skipped, never called,
         so comparing the two runs never touches the world. The workflow sees ``overrides`` (e.g.
         ``{"model": "planner-v2"}``) as ``ctx.overrides``. ``whatif``: the fork belongs to that
-        what-if (runtime.whatif), marked as such and its model calls changed from ``position`` on.
+        what-if (runtime.whatif), marked as such and its model calls changed from ``position`` on;
+        ``history``: this run's events as already read, payloads inlined (not read again).
         Raises what ``reset`` raises."""
         overrides = dict(overrides or {})
-        return self._seeded(position, new_id, allow_in_doubt=False, fork_overrides=overrides, whatif=whatif)
+        return self._seeded(
+            position, new_id, allow_in_doubt=False, fork_overrides=overrides, whatif=whatif, history=history
+        )
 
     def _seeded(
         self,
@@ -170,6 +174,7 @@ class RunHandle:
         allow_in_doubt: bool,
         fork_overrides: dict[str, Any] | None,
         whatif: WhatifChange | None = None,
+        history: list[Event] | None = None,
     ) -> RunHandle:
         submission, running = seeded_submission(
             self._reader,
@@ -178,6 +183,7 @@ class RunHandle:
             new_id or new_run_id(),
             allow_in_doubt=allow_in_doubt,
             fork_overrides=fork_overrides,
+            history=history,
         )
         if whatif is not None:
             submission = dataclasses.replace(

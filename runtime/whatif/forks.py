@@ -58,12 +58,14 @@ def run_forks(
     window: int = DEFAULT_WINDOW,
     timeout: float = 300.0,
     progress: Callable[[str], None] | None = None,
+    histories: Mapping[str, list[Event]] | None = None,
 ) -> None:
     """Start the forks of ``planned`` not among ``started`` (fork ids the log already holds),
     at most ``window`` running at once, and wait for all to end. The first planned run carries the
     whole plan in its change, so the plan is in the log with the what-if's first record. Raises
     RunError if a fork has not ended within ``timeout`` (the what-if can be resumed), AgentlogError
-    if a run cannot be forked (what ``RunHandle.fork`` raises)."""
+    if a run cannot be forked (what ``RunHandle.fork`` raises). ``histories``: the originals'
+    events as already read (payloads inlined), to cut the forks' seeds from without reading them again."""
     plan_ids = tuple(p.origin for p in planned)
     todo = [p for p in planned if p.position is not None]
     width = max(1, window)
@@ -73,7 +75,8 @@ def run_forks(
         assert new_id is not None and item.position is not None
         if new_id not in started:
             recorded = change.for_run(whatif_id, item.index, plan_ids if item is todo[0] else ())
-            client.run(item.origin).fork(item.position, {}, new_id=new_id, whatif=recorded)
+            history = histories.get(item.origin) if histories is not None else None
+            client.run(item.origin).fork(item.position, {}, new_id=new_id, whatif=recorded, history=history)
         return new_id
 
     # A sliding window, waited for in order: fork i + window starts once fork i has ended.

@@ -40,6 +40,7 @@ class Prepared:
     whatif_id: str
     change: Change
     planned: tuple[PlannedRun, ...]
+    histories: dict[str, list[Event]]  # the selected runs' events, read once
 
 
 def prepare(client: Client, selection: Selection, change: Change, app: App | None = None) -> Prepared:
@@ -53,7 +54,7 @@ def prepare(client: Client, selection: Selection, change: Change, app: App | Non
     if app is not None:
         check_app(change, app, workflows)
     origins = [r.run_id for r in selected]
-    return Prepared(new_run_id()[:12], change, tuple(plan(change, origins, histories)))
+    return Prepared(new_run_id()[:12], change, tuple(plan(change, origins, histories)), histories)
 
 
 def start(client: Client, prepared: Prepared, options: Options) -> Report:
@@ -66,9 +67,9 @@ def start(client: Client, prepared: Prepared, options: Options) -> Report:
         window=options.window,
         timeout=options.timeout,
         progress=options.progress,
+        histories=prepared.histories,
     )
-    originals = read_histories(client, [p.origin for p in prepared.planned])
-    return _report(client, prepared, originals, options.prices)
+    return _report(client, prepared, prepared.histories, options.prices)
 
 
 def _planned(client: Client, whatif_id: str) -> tuple[Prepared, set[str], dict[str, list[Event]]]:
@@ -77,7 +78,7 @@ def _planned(client: Client, whatif_id: str) -> tuple[Prepared, set[str], dict[s
     state = whatif_state(logged_runs(client.log, client.serde, client.settings), whatif_id)
     histories = read_histories(client, state.plan)
     planned = tuple(plan(state.change, state.plan, histories))
-    return Prepared(whatif_id, state.change, planned), set(state.forks), histories
+    return Prepared(whatif_id, state.change, planned, histories), set(state.forks), histories
 
 
 def resume(client: Client, whatif_id: str, options: Options) -> Report:
@@ -93,6 +94,7 @@ def resume(client: Client, whatif_id: str, options: Options) -> Report:
         window=options.window,
         timeout=options.timeout,
         progress=options.progress,
+        histories=prepared.histories,
     )
     return report(client, whatif_id, options.prices)
 
