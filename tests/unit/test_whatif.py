@@ -251,3 +251,55 @@ def test_the_command_refuses_bad_input_in_one_line_before_connecting(
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert said in err and err.count("\n") == 1, err
+
+
+def _started(change: WhatifChange | None) -> RunStarted:
+    return RunStarted(
+        run_id="r1.whatif.w1",
+        seq=1,
+        occurred_at=1,
+        workflow="refund",
+        input='{"order": "o1", "amount": 5}',
+        command_offset=0,
+        reset_position=1,
+        fork_overrides="{}",
+        whatif=None if change is None else change.whatif_id,
+        whatif_change=None if change is None else change.to_json(),
+    )
+
+
+def test_a_worker_runs_a_whatif_with_its_code_version_only_if_it_holds_it() -> None:
+    from typing import Any
+
+    from runtime.errors import AgentlogError
+    from runtime.worker.versions import CodeVersions
+    from runtime.workflow.intents import Stamp
+
+    class Built:  # what the worker's new_run returns, and the code it was built with
+        def __init__(self, app: Any) -> None:
+            self.app = app
+
+    def build(app: Any, started: RunStarted, stamp: Stamp, *, history_warn_events: int) -> Any:
+        return Built(app)
+
+    versions = CodeVersions(app, {V2: app_v2})
+    stamp = Stamp(lambda: 1, "w", 1)
+    runs = {
+        name: versions.new_run(_started(change), stamp, build, history_warn_events=100)
+        for name, change in (
+            ("plain", None),
+            ("new code", Change(app=V2).for_run("w1", 0)),
+            ("prompt", Change(prompts={"planner": "x"}).for_run("w1", 0)),
+        )
+    }
+    assert {name: run.app for name, run in runs.items()} == {"plain": app, "new code": app_v2, "prompt": app}
+    # Its tools and models are called with the code it was built with.
+    assert {name: versions.of(run) for name, run in runs.items()} == {
+        "plain": app,
+        "new code": app_v2,
+        "prompt": app,
+    }
+    with pytest.raises(
+        AgentlogError, match=r"code version 'other:app' is not held by this worker \(start it with"
+    ):
+        CodeVersions(app).app_for(_started(Change(app="other:app").for_run("w1", 0)))
