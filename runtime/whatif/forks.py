@@ -16,8 +16,10 @@ from dataclasses import dataclass
 
 from runtime.client import Client
 from runtime.client.endings import RunError
+from runtime.client.resets import SEED_LIMIT
 from runtime.log.records.events import Event
-from runtime.whatif.change import Change
+from runtime.replay.reset import SeedError, cut, encode_seed
+from runtime.whatif.change import Change, ChangeError
 
 DEFAULT_WINDOW = 8
 
@@ -42,10 +44,27 @@ class PlannedRun:
 def plan(
     change: Change, origins: Sequence[str], histories: Mapping[str, Sequence[Event]]
 ) -> list[PlannedRun]:
-    """Where each of ``origins`` is forked, from its recorded history."""
-    return [
+    """Where each of ``origins`` is forked, from its recorded history. Raises ChangeError naming the
+    run if its history cannot be cut there (a call in doubt before it) or is too large to copy
+    into one submission: refused before any fork starts, not halfway through."""
+    planned = [
         PlannedRun(i, origin, change.fork_position(histories[origin])) for i, origin in enumerate(origins)
     ]
+    for item in planned:
+        if item.position is None:
+            continue
+        try:
+            size = len(encode_seed(cut(list(histories[item.origin]), item.position)))
+        except SeedError as error:
+            raise ChangeError(
+                f"run {item.origin} cannot be forked at position {item.position}: {error}"
+            ) from error
+        if size > SEED_LIMIT:
+            raise ChangeError(
+                f"run {item.origin} before position {item.position} is {size} bytes of history, over the "
+                f"{SEED_LIMIT}-byte limit of one submission: leave it out of the what-if"
+            )
+    return planned
 
 
 def run_forks(

@@ -303,3 +303,21 @@ def test_a_worker_runs_a_whatif_with_its_code_version_only_if_it_holds_it() -> N
         AgentlogError, match=r"code version 'other:app' is not held by this worker \(start it with"
     ):
         CodeVersions(app).app_for(_started(Change(app="other:app").for_run("w1", 0)))
+
+
+def test_a_run_that_cannot_be_cut_where_the_change_starts_is_refused_before_any_fork() -> None:
+    from runtime.log.records.events import ToolCallScheduled
+    from runtime.whatif.forks import plan
+
+    # A lookup scheduled with no outcome recorded (its worker died, the run failed), then the planner.
+    history = [
+        _started(None),
+        ToolCallScheduled(
+            run_id="r1", seq=2, occurred_at=2, position=1, tool="lookup", args_hash="h", args="{}"
+        ),
+        ModelCallScheduled(run_id="r1", seq=3, occurred_at=3, position=2, model="planner", args_hash="h"),
+    ]
+    with pytest.raises(
+        ChangeError, match=r"run r1 cannot be forked at position 2: position 2 is not a clean seam"
+    ):
+        plan(Change(prompts={"planner": "x"}), ["r1"], {"r1": history})
