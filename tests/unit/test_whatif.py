@@ -321,3 +321,26 @@ def test_a_run_that_cannot_be_cut_where_the_change_starts_is_refused_before_any_
         ChangeError, match=r"run r1 cannot be forked at position 2: position 2 is not a clean seam"
     ):
         plan(Change(prompts={"planner": "x"}), ["r1"], {"r1": history})
+
+
+def test_a_whatif_holds_at_most_its_window_of_runs_in_the_workers(
+    world: tuple[Client, list[str], str, PriceTable],
+) -> None:
+    """What keeps a what-if from crowding out production runs: fork i + window starts only once
+    fork i has ended, so the workers never hold more than the window of its runs at once."""
+    from runtime.log.records.status import has_ended, status_after
+
+    client, runs, _db, _prices = world
+    prepared = session.prepare(
+        client, Selection(run_ids=tuple(runs)), parse_change(["planner=terse"], [], None)
+    )
+    session.start(client, prepared, session.Options(window=3))
+    forks = [fork_id(prepared.whatif_id, r) for r in runs]
+    histories = read_histories(client, forks)
+    started = [next(e.occurred_at for e in histories[f] if isinstance(e, RunStarted)) for f in forks]
+    ended = [
+        next(e.occurred_at for e in histories[f] if has_ended(status_after(e.type, "running"))) for f in forks
+    ]
+    assert all(started[i + 3] >= ended[i] for i in range(len(forks) - 3))
+    # ... and it did run three at once: the window is used, not one fork after another.
+    assert any(started[i + 1] < ended[i] for i in range(len(forks) - 1))
