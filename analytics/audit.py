@@ -247,22 +247,49 @@ def history_size(store: QueryStore, settings: Settings, over: str | None = None,
     return _rows(result)
 
 
-def runs(store: QueryStore, status: str | None = None, limit: int = 50, parent: str | None = None) -> Rows:
+def runs(
+    store: QueryStore,
+    status: str | None = None,
+    limit: int = 50,
+    parent: str | None = None,
+    whatif: str | None = None,
+) -> Rows:
     """Runs, most recently active first; ``status``: only runs in that status (runtime.log.records.status);
-    ``parent``: only the child runs that run started (ctx.child), its tree one level down."""
+    ``parent``: only the child runs that run started (ctx.child), its tree one level down.
+    What-if runs (agentlog whatif) are not production runs: left out unless ``whatif`` is "*" (with
+    them) or a what-if's id (only its runs)."""
     if status and status not in RUN_STATES:
         raise AuditError(f"--status {status!r}: expected one of {', '.join(RUN_STATES)}")
+    whatif_condition = (
+        "whatif IS NULL" if whatif is None else "1 = 1" if whatif == "*" else "whatif = {whatif:String}"
+    )
     conditions = [
         c
         for c, on in (("status = {status:String}", status), ("parent_run_id = {parent:String}", parent))
         if on
     ]
-    where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+    conditions.append(f"({whatif_condition})")
+    where = f"WHERE {' AND '.join(conditions)}"
     result = store.query(
-        f"SELECT run_id, workflow, status, started_at, ended_at, events, bytes, parent_run_id FROM {DATABASE}.runs "
+        f"SELECT run_id, workflow, status, started_at, ended_at, events, bytes, parent_run_id{', whatif' if whatif else ''} "
+        f"FROM {DATABASE}.runs "
         f"{where} ORDER BY last_event_at DESC LIMIT {{limit:UInt32}}",
-        {"status": status or "", "limit": limit, "parent": parent or ""},
+        {"status": status or "", "limit": limit, "parent": parent or "", "whatif": whatif or ""},
     )
+    return _rows(result)
+
+
+def whatif_runs(store: QueryStore, whatif: str) -> Rows:
+    """A what-if's runs beside their originals (agentlog whatif): status, whether the tool calls from
+    the fork position on differ, tokens and cost of each side over that part."""
+    result = store.query(
+        f"SELECT run_id, origin_run_id, fork_position, status, origin_status, changed, tokens, origin_tokens, "
+        f"cost_usd, origin_cost_usd, tool_calls, origin_tool_calls FROM {DATABASE}.whatif_runs "
+        "WHERE whatif = {whatif:String} ORDER BY origin_run_id",
+        {"whatif": whatif},
+    )
+    if not result.rows:
+        raise AuditError(f"no what-if {whatif!r} in the store (its runs are not there, or not yet sunk)")
     return _rows(result)
 
 

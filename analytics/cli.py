@@ -60,7 +60,20 @@ def add_audit_commands(subparsers: Subparsers) -> None:
     )
     runs.add_argument("--limit", type=int, default=50)
     runs.add_argument("--parent", metavar="RUN", help="only the child runs RUN started (ctx.child)")
+    runs.add_argument(
+        "--whatif",
+        nargs="?",
+        const="*",
+        metavar="ID",
+        help="with what-if runs (agentlog whatif), left out otherwise; with an ID, only that what-if's",
+    )
     runs.set_defaults(func=_audit_runs)
+
+    whatif = commands.add_parser(
+        "whatif", parents=[common], help="a what-if's runs beside their originals (agentlog whatif)"
+    )
+    whatif.add_argument("whatif_id", metavar="ID")
+    whatif.set_defaults(func=_audit_whatif)
 
     diff = commands.add_parser(
         "diff", parents=[common], help="two runs aligned by position: the first divergence, then the rest"
@@ -175,7 +188,12 @@ def _audit_history_size(args: argparse.Namespace, settings: Settings) -> int:
 
 def _audit_runs(args: argparse.Namespace, settings: Settings) -> int:
     with unseal.reading(_dsn(args, settings), settings) as store:
-        return _print(args, audit.runs(store, args.status, args.limit, args.parent))
+        return _print(args, audit.runs(store, args.status, args.limit, args.parent, args.whatif))
+
+
+def _audit_whatif(args: argparse.Namespace, settings: Settings) -> int:
+    with unseal.reading(_dsn(args, settings), settings) as store:
+        return _print(args, audit.whatif_runs(store, args.whatif_id))
 
 
 def _audit_sql(args: argparse.Namespace, settings: Settings) -> int:

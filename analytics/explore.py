@@ -65,7 +65,7 @@ def run_list(store: QueryStore, settings: Settings, wanted: RunFilter) -> Rows:
     has_cost = "cost_usd" in view_columns(store, "model_calls")
     # NULL, not 0, for a run none of whose calls is priced: "no cost known" is not "free".
     cost = "m.cost" if has_cost else "CAST(NULL AS Nullable(Float64))"
-    conditions = ["1"]
+    conditions = ["r.whatif IS NULL"]  # what-if runs are not production runs (agentlog whatif)
     parameters: dict[str, Any] = {
         "limit": wanted.limit,
         "we": settings.history_warn_events,

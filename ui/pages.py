@@ -1,4 +1,4 @@
-"""The three pages -- runs, one run, a diff -- as HTML, from the store's answers.
+"""The pages -- runs, one run, a diff, a what-if -- as HTML, from the store's answers.
 
 Each function takes an open read-only store and the request's parameters and returns the page.
 Templates and assets are package data (``ui/templates``, ``ui/static``): nothing is fetched from
@@ -15,8 +15,8 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from analytics import audit, explore
 from analytics import diff as run_diff
-from analytics import explore
 from analytics.audit import AuditError, parse_since, run_events
 from analytics.results import JsonValue
 from analytics.store import QueryStore
@@ -240,6 +240,22 @@ def diff_page(store: QueryStore, settings: Settings, query: Mapping[str, str]) -
         except AuditError as exc:
             error = str(exc)
     return _render("diff.html", title="diff", a=run_a, b=run_b, result=result, error=error)
+
+
+def whatif_page(store: QueryStore, whatif_id: str) -> str:
+    """A what-if's runs (agentlog whatif) beside their originals, each with a link to their diff."""
+    try:
+        rows = audit.whatif_runs(store, whatif_id)
+    except AuditError as exc:
+        raise NotFound(str(exc)) from exc
+    found = rows.rows
+    return _render(
+        "whatif.html",
+        title=f"what-if {whatif_id}",
+        whatif=whatif_id,
+        rows=found,
+        changed=sum(1 for r in found if r["changed"]),
+    )
 
 
 def error_page(status: int, message: str) -> str:

@@ -119,6 +119,9 @@ class UiServer:
             page = lambda store: pages.runs_page(store, self.settings, query)  # noqa: E731
         elif path == "/diff":
             page = lambda store: pages.diff_page(store, self.settings, query)  # noqa: E731
+        elif path.startswith("/whatif/"):  # a what-if's runs beside their originals (agentlog whatif)
+            whatif_id = unquote(path[len("/whatif/") :])
+            page = lambda store: pages.whatif_page(store, whatif_id)  # noqa: E731
         elif path.startswith("/run/"):
             rest = path[len("/run/") :]
             if rest.endswith("/version"):

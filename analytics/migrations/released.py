@@ -113,4 +113,7 @@ RELEASED: tuple[Migration, ...] = (
         "signature: the workers' signature on a run's status-bearing records",
         "V0023__signature_column.sql",
     ),
+    # What-if runs (agentlog whatif): RunStarted.whatif / whatif_change, the runs view's whatif (audit
+    # runs leaves what-if runs out unless asked), and each what-if run beside its original.
+    load(24, "what-if runs: their marker, and each beside its original", "V0024__whatif_runs.sql"),
 )

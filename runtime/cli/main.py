@@ -43,6 +43,7 @@ OWN_COMMANDS = {
     **dict.fromkeys(("schedule", "scheduler"), "runtime.cli.schedules:add_schedule_commands"),
     "demo": "runtime.cli.demo:add_demo_command",
     **dict.fromkeys(("watch", "query"), "runtime.cli.watching:add_watch_commands"),
+    "whatif": "runtime.cli.whatif:add_whatif_command",
 }
 
 # Options of the top-level parser that take a value (to find the subcommand before parsing).

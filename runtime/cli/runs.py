@@ -144,6 +144,7 @@ def _serve(
             feed=feed,
             # what runs do, for watchers (runtime.worker.streaming)
             stream=StreamProducer(settings) if settings.stream_runs else None,
+            whatif_apps={spec: load_app(spec) for spec in args.whatif_app or ()},  # agentlog whatif --app
         )
         stagemarks.start("worker built")
         worker.run(tune_gc=True)
@@ -383,6 +384,12 @@ def add_run_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         "--schedules", action="store_true", help="also fire the schedules, as `agentlog scheduler` does"
     )
     worker.add_argument("--session-timeout-ms", type=int, default=10_000)
+    worker.add_argument(
+        "--whatif-app",
+        action="append",
+        metavar="MODULE:APP",
+        help="a new code version this worker also runs what-ifs of (agentlog whatif --app); repeatable",
+    )
     worker.add_argument(
         "--respawn",
         action="store_true",

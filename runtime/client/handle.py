@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Generator, Iterator, Mapping
 from typing import Any
 
@@ -23,6 +24,7 @@ from runtime.log.records.stream import StreamEvent
 from runtime.run_status import LoggedEvent, RunStatus
 from runtime.workflow.canonical import canonical_json
 from runtime.workflow.compensation import RESERVED_SIGNAL_PREFIX
+from runtime.workflow.whatif_change import WhatifChange
 
 
 class RunAlreadyEnded(AgentlogError):
@@ -144,13 +146,25 @@ class RunHandle:
         return self._seeded(position, new_id, allow_in_doubt=allow_in_doubt, fork_overrides=None)
 
     def fork(
-        self, position: int, overrides: Mapping[str, Any] | None = None, new_id: str | None = None
+        self,
+        position: int,
+        overrides: Mapping[str, Any] | None = None,
+        new_id: str | None = None,
+        *,
+        whatif: WhatifChange | None = None,
+        history: list[Event] | None = None,
     ) -> RunHandle:
         """A new run from this run's history before ``position`` that leaves this run untouched
         (unlike ``reset``) and runs effecting tools dry: each is recorded as skipped, never called,
         so comparing the two runs never touches the world. The workflow sees ``overrides`` (e.g.
-        ``{"model": "planner-v2"}``) as ``ctx.overrides``. Raises what ``reset`` raises."""
-        return self._seeded(position, new_id, allow_in_doubt=False, fork_overrides=dict(overrides or {}))
+        ``{"model": "planner-v2"}``) as ``ctx.overrides``. ``whatif``: the fork belongs to that
+        what-if (runtime.whatif), marked as such and its model calls changed from ``position`` on;
+        ``history``: this run's events as already read, payloads inlined (not read again).
+        Raises what ``reset`` raises."""
+        overrides = dict(overrides or {})
+        return self._seeded(
+            position, new_id, allow_in_doubt=False, fork_overrides=overrides, whatif=whatif, history=history
+        )
 
     def _seeded(
         self,
@@ -159,6 +173,8 @@ class RunHandle:
         *,
         allow_in_doubt: bool,
         fork_overrides: dict[str, Any] | None,
+        whatif: WhatifChange | None = None,
+        history: list[Event] | None = None,
     ) -> RunHandle:
         submission, running = seeded_submission(
             self._reader,
@@ -167,7 +183,12 @@ class RunHandle:
             new_id or new_run_id(),
             allow_in_doubt=allow_in_doubt,
             fork_overrides=fork_overrides,
+            history=history,
         )
+        if whatif is not None:
+            submission = dataclasses.replace(
+                submission, whatif=whatif.whatif_id, whatif_change=whatif.to_json()
+            )
         if fork_overrides is None and running:
             self.cancel(reason=f"reset to position {position}")
         self._endings.note_floor(submission.run_id)

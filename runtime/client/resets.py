@@ -6,7 +6,7 @@ from typing import Any
 
 from runtime.client.reading import RunReader
 from runtime.errors import AgentlogError
-from runtime.log.records.events import RunStarted, RunSubmitted
+from runtime.log.records.events import Event, RunStarted, RunSubmitted
 from runtime.replay.reset import SeedError, UncleanSeam, cut, encode_seed
 from runtime.run_status import summarize
 from runtime.workflow.canonical import canonical_json
@@ -23,25 +23,22 @@ def seeded_submission(
     *,
     allow_in_doubt: bool,
     fork_overrides: dict[str, Any] | None,
+    history: list[Event] | None = None,
 ) -> tuple[RunSubmitted, bool]:
     """The submission of run ``new_id`` from ``run_id``'s recorded history before ``position``
     (runtime.replay.reset), and whether ``run_id`` is still running (a reset cancels it first).
     Raises AgentlogError if the run has no RunStarted, ``position`` is outside its history, a
     stored result is missing, or the history before ``position`` is too large for one
     submission, and (``UncleanSeam``) if ``position`` cuts between a call's Scheduled record and
-    its outcome -- unless ``allow_in_doubt``."""
-    logged = reader.logged(run_id, reader.location(run_id))
-    started = next((e.event for e in logged if isinstance(e.event, RunStarted)), None)
+    its outcome -- unless ``allow_in_doubt``. ``history``: the run's events as already read, with
+    their payloads (a what-if forks many runs it has read): not read again."""
+    logged = reader.logged(run_id, reader.location(run_id)) if history is None else []
+    events = history if history is not None else reader.with_payloads(run_id, [e.event for e in logged])
+    started = next((e for e in events if isinstance(e, RunStarted)), None)
     if started is None:
         raise AgentlogError(f"run {run_id} has no RunStarted in the log: nothing to reset")
     try:
-        seed = encode_seed(
-            cut(
-                reader.with_payloads(run_id, [e.event for e in logged]),
-                position,
-                allow_in_doubt=allow_in_doubt,
-            )
-        )
+        seed = encode_seed(cut(events, position, allow_in_doubt=allow_in_doubt))
     except UncleanSeam:
         raise
     except SeedError as error:
@@ -51,7 +48,7 @@ def seeded_submission(
             f"run {run_id} before position {position} is {len(seed)} bytes of history, over the "
             f"{SEED_LIMIT}-byte limit of one submission: reset to an earlier position"
         )
-    running = summarize(run_id, logged).status == "running"
+    running = history is None and summarize(run_id, logged).status == "running"
     submission = RunSubmitted(
         run_id=new_id,
         workflow=started.workflow,

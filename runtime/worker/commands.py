@@ -335,10 +335,15 @@ class CommandHandler:
         if command.run_id in owned.known_runs:
             log.info("run %s already exists: duplicate submission ignored", command.run_id)
             return
-        problem = self._submission_problem(command)
+        app, problem = self.app, None
+        try:  # a what-if's code version (runtime.worker.versions), if this worker holds it
+            app = self.executor.versions.app_for(command)
+        except AgentlogError as error:
+            problem = str(error)
+        problem = problem or self._submission_problem(command, app)
         budget: str | None = None
         if problem is None:
-            budget, problem = binding_budget(command.budget, self.app.workflows[command.workflow].budget)
+            budget, problem = binding_budget(command.budget, app.workflows[command.workflow].budget)
         copies: list[Event] = []
         if problem is None and command.reset_from is not None:
             try:
@@ -368,8 +373,10 @@ class CommandHandler:
             fork_overrides=command.fork_overrides,
             budget=budget,
             # the submission's or the workflow's deadline, the earlier: a timer the run arms
-            deadline=binding(command.deadline, self.app.workflows[command.workflow].deadline_ms, started_at),
+            deadline=binding(command.deadline, app.workflows[command.workflow].deadline_ms, started_at),
             child_of=command.child_of,
+            whatif=command.whatif,  # a what-if's fork (runtime.whatif): marked, its change applied
+            whatif_change=command.whatif_change,
         )
         # A reset's copied events keep their original times (ctx.now() replays as it ran).
         copies = [
@@ -378,20 +385,18 @@ class CommandHandler:
         ]
         owned.sizes[command.run_id] = [0, 0]
         self.batcher.append(owned, [started, *copies])  # first: a run whose start fails has no machine
-        run = new_run(
-            self.app, started, owned.stamp, history_warn_events=self.executor.settings.history_warn_events
+        run = self.executor.versions.new_run(
+            started, owned.stamp, new_run, history_warn_events=self.executor.settings.history_warn_events
         )
         owned.runs[command.run_id] = run
         self.executor.metrics.run_started(command.workflow)
         # A reset replays the copied records, then goes live, as a recovered run does.
         self.executor.flush(owned, run, run.activate(Wake([started, *copies] if copies else ())))
 
-    def _submission_problem(self, command: RunSubmitted) -> str | None:
-        spec = self.app.workflows.get(command.workflow)
+    def _submission_problem(self, command: RunSubmitted, app: App) -> str | None:
+        spec = app.workflows.get(command.workflow)
         if spec is None:
-            return (
-                f"unknown workflow {command.workflow!r} (registered: {', '.join(sorted(self.app.workflows))})"
-            )
+            return f"unknown workflow {command.workflow!r} (registered: {', '.join(sorted(app.workflows))})"
         try:
             value = json.loads(command.input)
         except json.JSONDecodeError as error:

@@ -64,6 +64,7 @@ from runtime.worker.retrying import FINAL, RetryTrail, after_failure, wait_until
 from runtime.worker.run_cache import RunCache
 from runtime.worker.streaming import RunStreams
 from runtime.worker.tracing import RunSpans
+from runtime.worker.versions import CodeVersions
 from runtime.workflow.activation import Completion, Deliver, Park, RunInstance, RunView
 from runtime.workflow.app import App
 from runtime.workflow.declared_limits import resolve_limits
@@ -87,6 +88,8 @@ class Executor:
         lose: Callable[[int, str], None],
     ) -> None:
         self.app = app
+        # The code each run runs with: the app, or a what-if's code version (runtime.worker.versions).
+        self.versions = CodeVersions(app)
         self.settings = settings
         self.log = log
         self.batcher = batcher
@@ -113,6 +116,7 @@ class Executor:
             app, settings, batcher.serde, log, self.metrics, self.flush, batcher.append, self._fail
         )
         self.children = ChildLinks(settings, batcher.serde, log, self._fail, self._retouch)
+        self.runs.versions = self.versions
 
     def _fail(self, why: str) -> None:
         self.failure = self.failure or why
@@ -209,6 +213,10 @@ class Executor:
             f"{s.history_limit_bytes} bytes); carry state into a fresh run with ctx.continue_as_new"
         )
 
+    def hold_versions(self, versions: Mapping[str, App]) -> None:
+        """Run what-ifs of these code versions too (module:app -> the App; runtime.worker.versions)."""
+        self.versions = self.runs.versions = CodeVersions(self.app, versions)
+
     async def still_owner(self, owned: OwnedPartition, upto: int) -> bool:
         if self.ownership is None or owned.lost:
             return False
@@ -297,7 +305,7 @@ class Executor:
     ) -> None:
         """Call until an attempt completes or fails for good by the tool's retry policy; every
         attempt's outcome is recorded."""
-        policy = retry_policy(self.app, intent)
+        policy = retry_policy(self.versions.of(run), intent)
         attempt = intent.failed_attempts + (2 if intent.in_doubt else 1)
         needs = self.gate.needs(intent, run.view.limit_keys) if self.gate is not None else ()
         trail: RetryTrail | None = None  # made at the first failure: most calls never need one
@@ -418,7 +426,10 @@ class Executor:
             )
             with deltas_to(sink) if sink is not None else contextlib.nullcontext():
                 outcome = completed(
-                    intent, await attempt_once(self.app, intent, self.pool, beats, sink), attempt, started
+                    intent,
+                    await attempt_once(self.versions.of(run), intent, self.pool, beats, sink),
+                    attempt,
+                    started,
                 )
             if held is not None and self.gate is not None:
                 self.gate.settle(held, intent, outcome)
@@ -444,7 +455,7 @@ class Executor:
             if self._recordable(owned, run):
                 self.flush(owned, run, run.activate(Deliver(event)))
 
-        timeout = self.app.tools[intent.name].heartbeat_timeout
+        timeout = self.versions.of(run).tools[intent.name].heartbeat_timeout
         loop = asyncio.get_running_loop()
         return CallBeats(
             loop, intent.name, intent.position, attempt, intent.heartbeat, deliver, owned.stamp.clock, timeout

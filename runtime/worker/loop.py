@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from runtime import stagemarks
@@ -68,10 +69,12 @@ class Worker:
         feed: CommandFeed | None = None,
         shared_limits: bool = True,
         stream: StreamOut | None = None,
+        whatif_apps: Mapping[str, App] | None = None,
     ) -> None:
         """``shared_limits=False`` keeps every limit whole in this process (a local run). ``stream``:
         where what runs do is published for watchers and queries (runtime.worker.streaming); none
-        (a local run) publishes nothing."""
+        (a local run) publishes nothing. ``whatif_apps``: code versions (module:app -> App) this
+        worker also runs what-ifs of (``agentlog whatif --app``; runtime.worker.versions)."""
         self.app = app
         self.settings = settings
         self.log = log
@@ -84,6 +87,8 @@ class Worker:
         self.ops: WorkerOps | None = None  # the metrics and probes port, while serving (metrics_port)
         self.batcher = TurnBatcher(settings, serde, log)
         self.executor = Executor(app, settings, log, self.batcher, self._lose)
+        if whatif_apps:
+            self.executor.hold_versions(whatif_apps)
         self.stream_out = stream
         if stream is not None:
             self.executor.stream = RunStreams(settings, stream)

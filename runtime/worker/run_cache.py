@@ -49,6 +49,7 @@ from runtime.worker.heap import release_free_heap
 from runtime.worker.metrics import WorkerMetrics
 from runtime.worker.partition import Evicted, OwnedPartition
 from runtime.worker.resources import wake_failure
+from runtime.worker.versions import CodeVersions
 from runtime.workflow.activation import Completion, RunInstance, TimerDue, Wake
 from runtime.workflow.app import App
 from runtime.workflow.instance import new_run
@@ -82,6 +83,7 @@ class RunCache:
         fail: Callable[[str], None],
     ) -> None:
         self.app = app
+        self.versions = CodeVersions(app)  # the executor's, once it holds what-if code versions
         self.settings = settings
         self.serde = serde
         self.log = log
@@ -209,8 +211,8 @@ class RunCache:
                     self.log, self.settings.payloads_topic, owned.partition, history, self.serde.sealer
                 )
                 history = inlined(history, stored)
-            run = new_run(
-                self.app, started, owned.stamp, history_warn_events=self.settings.history_warn_events
+            run = self.versions.new_run(  # a what-if's run with its code version (runtime.worker.versions)
+                started, owned.stamp, new_run, history_warn_events=self.settings.history_warn_events
             )
         except (DecodeError, PayloadMissing, AgentlogError) as error:
             self._park(owned, run_id, evicted.workflow, len(records), str(error))

@@ -84,8 +84,8 @@ class Takeover:
                 self._park(owned, started_event.workflow, events[-1], rebuilt.unloadable[run_id])
                 continue
             try:
-                run = new_run(
-                    self.app, started_event, stamp, history_warn_events=self.settings.history_warn_events
+                run = self.executor.versions.new_run(  # a what-if's with its code version
+                    started_event, stamp, new_run, history_warn_events=self.settings.history_warn_events
                 )
             except AgentlogError as error:  # e.g. a workflow this code no longer has: parked, visibly
                 self._park(owned, started_event.workflow, events[-1], str(error))

@@ -116,6 +116,7 @@ from runtime.workflow.scheduling import (
     tool_intent,
 )
 from runtime.workflow.stepping import Ended, step
+from runtime.workflow.whatif_change import WhatifChange
 
 E = TypeVar("E", bound=Event)
 SCHEDULED_TYPES = (
@@ -149,8 +150,11 @@ class RunMachine:
         # its key, so the service it calls applies it once.
         self.key_root = started.key_root or started.run_id
         # A fork (agentlog fork): what the workflow sees as ctx.overrides, and effects run dry.
-        self.dry_run = started.fork_overrides is not None
+        # A what-if's fork is dry whatever its submission says: a what-if never acts.
+        self.dry_run = started.fork_overrides is not None or started.whatif is not None
         self.overrides: dict[str, Any] = json.loads(started.fork_overrides) if started.fork_overrides else {}
+        # A what-if's change (agentlog whatif): applied to model calls from the fork position on.
+        self.whatif = WhatifChange.from_json(started.whatif_change) if started.whatif_change else None
         self.fork_position = started.reset_position
         self.workflow = started.workflow
         self.stamp = stamp
@@ -568,6 +572,8 @@ class RunMachine:
     def issue_model(
         self, name: str, messages: list[dict[str, Any]], params: dict[str, Any], prompt_version: str | None
     ) -> DurableFuture:
+        if self.whatif is not None and self._position + 1 >= self.fork_position:
+            name, messages = self.whatif.applied(name, messages)
         command = model_intent(
             self.app, self._next_position, name, messages, params, prompt_version, self.key_root
         )

@@ -38,15 +38,23 @@ def _sink_around_attempts(sink: DeltaSink) -> Iterator[None]:
 
 @contextmanager
 def serving(
-    app: App, settings: Settings, *, sink: DeltaSink | None = None
+    app: App, settings: Settings, *, sink: DeltaSink | None = None, whatif_apps: dict[str, App] | None = None
 ) -> Iterator[tuple[Client, MemoryLog]]:
     """``app`` served by one worker on a fresh in-memory log; the client and the log. The worker
     stops (and its thread is joined) on leaving. ``sink``: where its live model calls send their
-    deltas (``runtime.models.deltas``), bound around each call attempt."""
+    deltas (``runtime.models.deltas``), bound around each call attempt. ``whatif_apps``: the code
+    versions the worker also runs what-ifs of (``agentlog worker --whatif-app``)."""
     log = MemoryLog(settings)
     serde = Serde.offline(settings)
     worker = Worker(
-        app, settings, log=log, serde=serde, worker_id="w", checkpoint_interval_s=3600, shared_limits=False
+        app,
+        settings,
+        log=log,
+        serde=serde,
+        worker_id="w",
+        checkpoint_interval_s=3600,
+        shared_limits=False,
+        whatif_apps=whatif_apps,
     )
     thread = threading.Thread(target=lambda: asyncio.run(worker.serve()), daemon=True)
     with _sink_around_attempts(sink) if sink is not None else nullcontext():

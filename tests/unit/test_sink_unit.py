@@ -168,8 +168,9 @@ def test_the_shipped_columns_are_read_from_the_migrations() -> None:
     assert shipped["deadline"] == "Nullable(Int64)"  # migration 21
     assert shipped["commands_handled"] == "Array(Int64)"  # migration 22
     assert shipped["signature"] == "Nullable(String)"  # migration 23
-    # sink, envelope, the fields of 1, 5, 6, 8, 10, 12, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23
-    assert len(shipped) == 10 + 6 + 38 + 2 + 3 + 4 + 11 + 1 + 1 + 1 + 5 + 1 + 2 + 6 + 2 + 1 + 1 + 1
+    assert shipped["whatif"] == shipped["whatif_change"] == "Nullable(String)"  # migration 24
+    # sink, envelope, the fields of 1, 5, 6, 8, 10, 12, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24
+    assert len(shipped) == 10 + 6 + 38 + 2 + 3 + 4 + 11 + 1 + 1 + 1 + 5 + 1 + 2 + 6 + 2 + 1 + 1 + 1 + 2
 
 
 def test_every_released_event_schema_fits_the_shipped_columns() -> None:

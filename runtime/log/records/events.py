@@ -325,6 +325,8 @@ class RunStarted(Event):
     budget: str | None = None  # JSON (runtime.workflow.budget): the budget that binds the run
     deadline: int | None = None  # ms since the epoch (runtime.workflow.deadlines): the run is cancelled at it
     child_of: str | None = None  # a child run's parent (runtime.workflow.children)
+    whatif: str | None = None  # the what-if this fork belongs to (runtime.whatif)
+    whatif_change: str | None = None  # JSON (runtime.workflow.whatif_change): what the what-if changes
     signature: bytes = b""  # the workers' signature (runtime.log.records.signing), as read
 
 
@@ -343,6 +345,8 @@ class RunSubmitted(Command):
     budget: str | None = None  # JSON (runtime.workflow.budget): the submission's budget override
     deadline: int | None = None  # ms since the epoch (runtime.workflow.deadlines): the submission's
     child_of: str | None = None  # a child run's parent (runtime.workflow.children)
+    whatif: str | None = None  # the what-if this fork belongs to (runtime.whatif)
+    whatif_change: str | None = None  # JSON (runtime.workflow.whatif_change): what the what-if changes
 
 
 @record_type
