@@ -46,7 +46,7 @@ lint: setup
 unit: setup
 	$(PY) -m pytest -m unit
 
-# Sets everything up, starts the services, runs lint beside the whole suite (pytest-xdist,
+# Sets everything up, starts the services, runs the whole suite (pytest-xdist,
 # TEST_WORKERS=4), stops the services and prints where the time went (tools/test_suite.sh).
 test:
 	VENV=$(VENV) tools/test_suite.sh
