@@ -32,6 +32,7 @@ from runtime.log.port.protocol import EventLog
 from runtime.log.records.chain import LINK_SIZE, Chain, ChainKey
 from runtime.log.records.events import Event, RunRejected, RunStarted
 from runtime.log.records.fencing import FenceFilter
+from runtime.log.records.partition_signing import claim_check
 from runtime.log.records.signing import SIGNED_TYPES, Vouching, verify_key_of
 from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.frame import frame_header
@@ -102,9 +103,17 @@ class Verdict:
         if self.broken_at is None:
             return f"run {self.run_id}: {self.records} records, {self.checked}"
         at = self.broken_at
-        return (
-            f"run {self.run_id}: first bad record {at.where} (seq {at.seq}, {at.type}): {self.kind} -- {self.detail}"
-        )
+        return f"run {self.run_id}: first bad record {at.where} (seq {at.seq}, {at.type}): {self.kind} -- {self.detail}"
+
+
+FORGED = "forged claim: "  # an Entry's problem: a claim no worker signed, among the run's records
+
+
+def _unreadable(run_id: str, count: int, entry: Entry) -> Verdict:
+    """The verdict on an entry without a value: undecodable, or a forged claim (partition_signing)."""
+    if entry.problem.startswith(FORGED):
+        return Verdict(run_id, count, entry, "forged", f"{entry.problem[len(FORGED) :]}; it fences nothing")
+    return Verdict(run_id, count, entry, "unreadable", entry.problem)
 
 
 def verify_entries(key: ChainKey, run_id: str, entries: Iterable[Entry]) -> Verdict:
@@ -115,7 +124,7 @@ def verify_entries(key: ChainKey, run_id: str, entries: Iterable[Entry]) -> Verd
     for entry in entries:
         count += 1
         if entry.value is None:
-            return Verdict(run_id, count, entry, "unreadable", entry.problem)
+            return _unreadable(run_id, count, entry)
         found = chain.admit(entry.value)
         if found is not None:
             kind = found.kind
@@ -141,7 +150,7 @@ def verify_signatures(reader: Reader, run_id: str, entries: Iterable[Entry]) -> 
     for entry in entries:
         count += 1
         if entry.value is None:
-            return Verdict(run_id, count, entry, "unreadable", entry.problem)
+            return _unreadable(run_id, count, entry)
         forged = vouching.admit(
             entry.value, entry.type, first=entry.type in (RunStarted.__name__, RunRejected.__name__)
         )
@@ -178,8 +187,12 @@ def log_entries(client: Reader, run_id: str) -> Iterator[Entry]:
     settings = client.settings
     partition = partition_for(run_id, settings.partitions)
     key = run_id.encode()
-    fence = FenceFilter()
+    # With the workers' public key a claim no worker signed fences nothing; one read between two of
+    # the run's records (it could have fenced the later ones) is named as the run's bad record.
+    fence = FenceFilter(claims=claim_check(verify_key_of(settings.verify_key), partition))
     topic = settings.events_topic
+    forged_claims: list[Entry] = []
+    started = False
     for record in client.log.read(topic, partition, keep=lambda k: k == key or k is None):
         if record.value is None:
             continue
@@ -190,8 +203,15 @@ def log_entries(client: Reader, run_id: str) -> Iterator[Entry]:
             if record.key == key:
                 yield Entry(where, None, -1, "?", f"cannot be decoded: {error}")
             continue
-        if not isinstance(event, Event) or not fence.admit(event, record.offset) or event.run_id != run_id:
+        if not isinstance(event, Event) or not fence.admit(event, record.offset):
+            if fence.forged and fence.forged[-1][0] == record.offset and started:
+                forged_claims.append(Entry(where, None, -1, event.type, f"{FORGED}{fence.forged[-1][1]}"))
             continue
+        if event.run_id != run_id:
+            continue
+        started = True
+        yield from forged_claims
+        forged_claims.clear()
         yield Entry(where, record.value, event.seq, event.type)
 
 

@@ -13,6 +13,7 @@ from runtime.log.port.partitioning import partition_for
 from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import Event, ModelCallScheduled, RunRejected, RunStarted, RunSubmitted
 from runtime.log.records.fencing import FenceFilter
+from runtime.log.records.partition_signing import claim_check
 from runtime.log.records.payloads import PayloadMissing, inlined, read_back, read_blobs
 from runtime.log.records.prompts import PromptMissing, RecordedInput, checked_args, rebuild_inputs
 from runtime.log.records.run_index import RunLocation, parse_location, run_key
@@ -71,7 +72,7 @@ class RunReader:
         still says what is wrong."""
         partition = self.partition(run_id)
         key = run_id.encode()
-        fence = FenceFilter()
+        fence = FenceFilter(claims=claim_check(self.verify_key, partition))  # forged claims fence nothing
         vouching = None if self.verify_key is None else Vouching(self.verify_key, run_id)
 
         def keep(k: bytes | None) -> bool:

@@ -72,6 +72,11 @@ def claim_signature(key: Ed25519PrivateKey, claim: EpochClaimed) -> bytes:
     return key.sign(_claim_message(claim))
 
 
+def claim_check(key: Ed25519PublicKey | None, partition: int) -> ClaimCheck | None:
+    """A reader's check of ``partition``'s claims with the workers' public key; None without one."""
+    return None if key is None else ClaimCheck(key, partition)
+
+
 class ClaimCheck:
     """Tells the claims a worker signed from forged ones, for one partition's reader.
 
