@@ -64,7 +64,7 @@ def test_every_partition_schema_has_a_signature_with_a_default() -> None:
         signature = next(f for f in fields if f["name"] == "signature")
         assert signature["type"] == "bytes" and signature["default"] == "", name
         names = [f["name"] for f in fields]
-        assert names[-1] == "chain" and names[-2] == "signature" or names[-1] == "signature", name
+        assert (names[-1] == "chain" and names[-2] == "signature") or names[-1] == "signature", name
 
 
 def test_a_signed_claim_passes_and_forged_ones_are_named(serde: Serde) -> None:
