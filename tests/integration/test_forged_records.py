@@ -286,6 +286,9 @@ def test_a_forged_claim_and_checkpoint_are_named_and_the_owner_keeps_its_partiti
     named = [line for line in first.log_path.read_text().splitlines() if '"forged_partition_record"' in line]
     assert len(named) == 2 and all("thief" in line for line in named), named
     assert "newer epoch claimed" not in first.log_path.read_text()
+    # This scratch deployment lets anyone write (plaintext, no users): the worker said so at start.
+    opened = [line for line in first.log_path.read_text().splitlines() if '"deployment_open"' in line]
+    assert len(opened) == 1 and "without authentication" in opened[0], opened
     assert len(payments(tmp_path)) == 1
     # A reader with the verify key sees the owner's records after the forged claims; one without
     # it reads them as a fenced zombie's -- what the forgery did before claims were signed.

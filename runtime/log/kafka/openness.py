@@ -25,15 +25,9 @@ import threading
 from collections.abc import Iterable
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import (
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    AdminClient,
-    ResourcePatternType,
-    ResourceType,
-)
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._acl import AclBinding, AclBindingFilter, AclOperation, AclPermissionType
+from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 
 from runtime.config import Settings
 
@@ -74,9 +68,11 @@ def _open_acl(bindings: Iterable[AclBinding], topic: str) -> str | None:
             and binding.permission_type == AclPermissionType.ALLOW
             and binding.operation in _WRITES
         ):
+            pattern = binding.resource_pattern_type
+            kind = pattern.name.lower() if isinstance(pattern, ResourcePatternType) else str(pattern)
             return (
                 f"an ACL allows {binding.principal} {binding.operation.name} on topic "
-                f"{binding.name!r} ({binding.resource_pattern_type.name.lower()}), which covers {topic}"
+                f"{binding.name!r} ({kind}), which covers {topic}"
             )
     return None
 
@@ -102,7 +98,7 @@ def open_because(
     found = _open_acl(acls, topic)
     if found is not None:
         return found
-    if cluster_ops is not None and _ALL_CLUSTER_OPS <= set(cluster_ops):
+    if cluster_ops is not None and set(cluster_ops) >= _ALL_CLUSTER_OPS:
         return (
             "the cluster grants this worker every cluster operation: it has no authorizer (any user "
             f"may write {topic}), or the worker runs as a super user instead of a role user"
@@ -117,8 +113,8 @@ def describe(settings: Settings, timeout: float = 10.0) -> str | None:
         ResourceType.TOPIC,
         settings.events_topic,
         ResourcePatternType.MATCH,
-        None,
-        None,
+        None,  # type: ignore[arg-type]  # any principal (the stub says str; None is the API's "any")
+        None,  # type: ignore[arg-type]  # any host
         AclOperation.ANY,
         AclPermissionType.ANY,
     )
