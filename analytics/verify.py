@@ -15,13 +15,9 @@ check, and it needs nothing that can write: ``audit verify`` reads with the sink
 
 from __future__ import annotations
 
-import io
-import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
-
-from fastavro import parse_schema, schemaless_writer
 
 from runtime.config import Settings
 from runtime.errors import TerminalError
@@ -29,16 +25,16 @@ from runtime.log.kafka.access import check_access
 from runtime.log.kafka.backend import KafkaLog
 from runtime.log.port.partitioning import partition_for
 from runtime.log.port.protocol import EventLog
-from runtime.log.records.chain import LINK_SIZE, Chain, ChainKey
+from runtime.log.records.chain import Chain, ChainKey
 from runtime.log.records.events import Event, RunRejected, RunStarted
 from runtime.log.records.fencing import FenceFilter
 from runtime.log.records.partition_signing import claim_check
 from runtime.log.records.signing import SIGNED_TYPES, Vouching, verify_key_of
 from runtime.log.schemas.datum import DecodeError
-from runtime.log.schemas.frame import frame_header
 from runtime.log.schemas.serde import Serde
 
 from .audit import run_events
+from .row_bytes import reencoded
 from .store import QueryStore
 from .tables import EVENTS
 
@@ -219,31 +215,6 @@ def verify_log(client: Reader, run_id: str, check: str = "chain") -> Verdict:
     return verify(client, run_id, check, log_entries(client, run_id))
 
 
-def _datum(schema: Any, value: Any) -> Any:
-    """A store column's value (as a query returns it) as the Avro value of ``schema``."""
-    if isinstance(schema, list):
-        if value is None and "null" in schema:
-            return None
-        other = [s for s in schema if s != "null"]
-        return _datum(other[0], value) if len(other) == 1 else value
-    kind = schema.get("type") if isinstance(schema, dict) else schema
-    if isinstance(kind, (dict, list)):
-        return _datum(kind, value)
-    if kind in ("int", "long"):
-        return int(value)
-    if kind == "boolean":
-        return bool(value)
-    if kind == "string":
-        return str(value)
-    if kind == "bytes":
-        return b""  # ``chain`` (the bytes before it are what its link covers); ``signature`` is put back
-    if kind == "array":
-        return [_datum(schema["items"], item) for item in value]
-    if kind == "map":
-        return {str(k): _datum(schema["values"], v) for k, v in dict(value).items()}
-    return value
-
-
 def _reencoded(
     serde: Serde, schema_id: int, event: dict[str, Any], link: bytes, signature: bytes = b""
 ) -> bytes:
@@ -251,17 +222,7 @@ def _reencoded(
     text = serde.resolver.writer_text(schema_id)
     if text is None:
         raise DecodeError(f"schema id {schema_id} is not in the registry")
-    writer = json.loads(text)
-    datum = {f["name"]: _datum(f["type"], event.get(f["name"])) for f in writer["fields"]}
-    if "signature" in datum:
-        datum["signature"] = signature
-    out = io.BytesIO()
-    out.write(frame_header(schema_id))
-    schemaless_writer(out, parse_schema(writer), datum)
-    value = out.getvalue()
-    if not link:
-        return value
-    return value[:-1] + bytes((LINK_SIZE * 2,)) + link
+    return reencoded(text, schema_id, event, link, signature)
 
 
 def store_entries(client: Reader, store: QueryStore, run_id: str) -> Iterator[Entry]:
