@@ -30,6 +30,7 @@ import time
 from collections import defaultdict
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -184,8 +185,17 @@ def latest_checkpoints(
     return {partition: reader.result() for partition, reader in reads.items()}
 
 
+_CANDIDATES = 8  # with the workers' key: the newest checkpoints kept, in case the newest are forged
+
+
 class _CheckpointReader:
-    """Folds one partition's checkpoint records into a CheckpointRead, record by record."""
+    """Folds one partition's checkpoint records into a CheckpointRead, record by record.
+
+    With the workers' public key (runtime.log.records.partition_signing) signatures are checked at
+    the end, on what would be used -- the newest checkpoint and vouch, each run's newest snapshot --
+    not on every record an uncompacted topic holds: one verification each, unless forged. A forged
+    one is named and the next newest taken (of the last ``_CANDIDATES``); a forged snapshot leaves
+    its run to be read from the history."""
 
     def __init__(self, partition: int, key: Ed25519PublicKey | None = None, topic: str = "") -> None:
         self.partition = partition
@@ -194,17 +204,25 @@ class _CheckpointReader:
         self.forged: list[str] = []
         self.checkpoint_key = checkpoint_key(partition)
         self.vouched_key = vouched_key(partition)
-        self.best: PartitionCheckpoint | None = None
         self.runs: set[str] = set()
         self.snapshots: dict[str, HistorySnapshot] = {}
-        self.vouch: CheckpointSnapshots | None = None
+        self.snapshot_records: dict[str, LogRecord] = {}  # run -> the record of its snapshot kept
+        # (covered offset, decoded, record), newest last: a plain reader keeps the newest alone
+        self.checkpoints: list[tuple[int, PartitionCheckpoint, LogRecord]] = []
+        self.vouches: list[tuple[int, CheckpointSnapshots, LogRecord]] = []
 
     def admit(self, record: LogRecord, serde: Serde) -> None:
         if record.key is None:
             return
         if record.key.startswith(SNAPSHOT_KEY_PREFIX):
-            if not self._forged(record, HistorySnapshot):
-                newer(self.snapshots, record.key, record.value, serde)
+            run_id = record.key[len(SNAPSHOT_KEY_PREFIX) :].decode("utf-8", "replace")
+            before = self.snapshots.get(run_id)
+            newer(self.snapshots, record.key, record.value, serde)
+            after = self.snapshots.get(run_id)
+            if after is None:
+                self.snapshot_records.pop(run_id, None)
+            elif after is not before and self.key is not None:
+                self.snapshot_records[run_id] = record  # checked in result(), if still the newest
             return
         if record.value is None:
             return
@@ -212,20 +230,20 @@ class _CheckpointReader:
             self.runs.add(record.key[len(RUN_KEY_PREFIX) :].decode())
         elif record.key == self.checkpoint_key:
             decoded = serde.decode(record.value)
-            if (
-                isinstance(decoded, PartitionCheckpoint)
-                and (self.best is None or decoded.covered_offset > self.best.covered_offset)
-                and not self._forged(record, PartitionCheckpoint)
+            if isinstance(decoded, PartitionCheckpoint) and (
+                not self.checkpoints or decoded.covered_offset > self.checkpoints[-1][0]
             ):
-                self.best = decoded
+                self._keep(self.checkpoints, (decoded.covered_offset, decoded, record))
         elif record.key == self.vouched_key:
             found = serde.decode(record.value)
-            if (
-                isinstance(found, CheckpointSnapshots)
-                and not self._forged(record, CheckpointSnapshots)
-                and (self.vouch is None or found.covered_offset >= self.vouch.covered_offset)
+            if isinstance(found, CheckpointSnapshots) and (
+                not self.vouches or found.covered_offset >= self.vouches[-1][0]
             ):
-                self.vouch = found
+                self._keep(self.vouches, (found.covered_offset, found, record))
+
+    def _keep(self, kept: list[Any], candidate: Any) -> None:
+        kept.append(candidate)
+        del kept[: -(_CANDIDATES if self.key is not None else 1)]
 
     def _forged(self, record: LogRecord, kind: type[Record]) -> bool:
         """With the workers' public key: True (and named) if ``record`` is not one a worker signed."""
@@ -238,7 +256,16 @@ class _CheckpointReader:
         return why is not None
 
     def result(self) -> CheckpointRead:
-        return CheckpointRead(self.best, self.runs, self.snapshots, self.vouch, self.forged)
+        best = next(
+            (c for _, c, r in reversed(self.checkpoints) if not self._forged(r, PartitionCheckpoint)), None
+        )
+        vouch = next(
+            (v for _, v, r in reversed(self.vouches) if not self._forged(r, CheckpointSnapshots)), None
+        )
+        for run_id, record in self.snapshot_records.items():
+            if run_id in self.snapshots and self._forged(record, HistorySnapshot):
+                del self.snapshots[run_id]  # its run is read from its first offset
+        return CheckpointRead(best, self.runs, self.snapshots, vouch, self.forged)
 
 
 def rebuild(settings: Settings, serde: Serde, log: EventLog, partition: int, epoch: int) -> RebuiltPartition:

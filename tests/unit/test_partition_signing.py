@@ -34,7 +34,8 @@ from runtime.log.schemas.catalog import load_catalog
 from runtime.log.schemas.serde import Serde
 from runtime.worker.metrics import WorkerMetrics
 from runtime.worker.partition_forgery import PartitionForgeries
-from runtime.worker.rebuild import checkpoint_key, claim, rebuild
+from runtime.worker.rebuild import checkpoint_key, claim, latest_checkpoint, rebuild
+from runtime.worker.snapshots import snapshot_key
 
 pytestmark = pytest.mark.unit
 
@@ -108,7 +109,10 @@ def test_a_forged_claim_does_not_raise_the_watermark() -> None:
             ),
             b"checkpoint/0",
         ),
-        (CheckpointSnapshots(run_id="", partition=0, covered_offset=5, snapshot_through={"r": 5}), b"vouched/0"),
+        (
+            CheckpointSnapshots(run_id="", partition=0, covered_offset=5, snapshot_through={"r": 5}),
+            b"vouched/0",
+        ),
         (
             HistorySnapshot(
                 run_id="r", partition=0, first_offset=1, through_offset=5, records=[b"x"], sha256="00"
@@ -208,3 +212,33 @@ def test_the_owners_tail_takes_no_forged_claim_for_a_newer_one(
     assert len(lines) == 3 and "thief" in lines[0] and "no worker's signature" in lines[0], lines
     unkeyed = Settings(partitions=1)
     assert PartitionForgeries(unkeyed, Serde.offline(unkeyed), WorkerMetrics()).is_claim(0, forged)
+
+
+def test_a_forged_newest_checkpoint_falls_back_to_a_genuine_one_and_a_forged_snapshot_is_dropped(
+    serde: Serde,
+) -> None:
+    log = MemoryLog(SETTINGS)
+    topic = SETTINGS.checkpoints_topic
+    genuine = PartitionCheckpoint(
+        run_id="", partition=0, covered_offset=5, commands_offset=1, active_runs={"r": 1}
+    )
+    log.append(
+        topic,
+        0,
+        checkpoint_key(0),
+        sign_value(SIGNER, checkpoint_key(0), PartitionCheckpoint, serde.encode(genuine)),
+    )
+    newest = replace(genuine, covered_offset=500, active_runs={})
+    log.append(topic, 0, checkpoint_key(0), serde.encode(newest)).result()
+    snapshot = HistorySnapshot(
+        run_id="r", partition=0, first_offset=1, through_offset=5, records=[b"x"], sha256="00"
+    )
+    log.append(topic, 0, snapshot_key("r"), serde.encode(snapshot)).result()
+
+    read = latest_checkpoint(SETTINGS, serde, log, 0)
+    assert read.checkpoint is not None and read.checkpoint.covered_offset == 5
+    assert read.snapshots == {}  # its run is read from its first offset
+    assert [f.split(" (")[1].split(")")[0] for f in read.forged] == ["PartitionCheckpoint", "HistorySnapshot"]
+    unkeyed = Settings(partitions=1)
+    blind = latest_checkpoint(unkeyed, Serde.offline(unkeyed), log, 0)
+    assert blind.checkpoint is not None and blind.checkpoint.covered_offset == 500 and "r" in blind.snapshots
