@@ -66,7 +66,11 @@ class Opener:
     """Opens sealed values with the keys of one deployment's keys topic; safe across threads."""
 
     def __init__(
-        self, keys: Callable[[], KeyStore], max_age: float = MAX_AGE, *, on_close: Callable[[], None] | None = None
+        self,
+        keys: Callable[[], KeyStore],
+        max_age: float = MAX_AGE,
+        *,
+        on_close: Callable[[], None] | None = None,
     ) -> None:
         self._make_keys = keys  # called on the first sealed value: a store of plain text needs no Kafka
         self.max_age = max_age

@@ -15,13 +15,9 @@ check, and it needs nothing that can write: ``audit verify`` reads with the sink
 
 from __future__ import annotations
 
-import io
-import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
-
-from fastavro import parse_schema, schemaless_writer
 
 from runtime.config import Settings
 from runtime.errors import TerminalError
@@ -29,15 +25,16 @@ from runtime.log.kafka.access import check_access
 from runtime.log.kafka.backend import KafkaLog
 from runtime.log.port.partitioning import partition_for
 from runtime.log.port.protocol import EventLog
-from runtime.log.records.chain import LINK_SIZE, Chain, ChainKey
+from runtime.log.records.chain import Chain, ChainKey
 from runtime.log.records.events import Event, RunRejected, RunStarted
 from runtime.log.records.fencing import FenceFilter
+from runtime.log.records.partition_signing import claim_check
 from runtime.log.records.signing import SIGNED_TYPES, Vouching, verify_key_of
 from runtime.log.schemas.datum import DecodeError
-from runtime.log.schemas.frame import frame_header
 from runtime.log.schemas.serde import Serde
 
 from .audit import run_events
+from .row_bytes import reencoded
 from .store import QueryStore
 from .tables import EVENTS
 
@@ -102,9 +99,17 @@ class Verdict:
         if self.broken_at is None:
             return f"run {self.run_id}: {self.records} records, {self.checked}"
         at = self.broken_at
-        return (
-            f"run {self.run_id}: first bad record {at.where} (seq {at.seq}, {at.type}): {self.kind} -- {self.detail}"
-        )
+        return f"run {self.run_id}: first bad record {at.where} (seq {at.seq}, {at.type}): {self.kind} -- {self.detail}"
+
+
+FORGED = "forged claim: "  # an Entry's problem: a claim no worker signed, among the run's records
+
+
+def _unreadable(run_id: str, count: int, entry: Entry) -> Verdict:
+    """The verdict on an entry without a value: undecodable, or a forged claim (partition_signing)."""
+    if entry.problem.startswith(FORGED):
+        return Verdict(run_id, count, entry, "forged", f"{entry.problem[len(FORGED) :]}; it fences nothing")
+    return Verdict(run_id, count, entry, "unreadable", entry.problem)
 
 
 def verify_entries(key: ChainKey, run_id: str, entries: Iterable[Entry]) -> Verdict:
@@ -115,7 +120,7 @@ def verify_entries(key: ChainKey, run_id: str, entries: Iterable[Entry]) -> Verd
     for entry in entries:
         count += 1
         if entry.value is None:
-            return Verdict(run_id, count, entry, "unreadable", entry.problem)
+            return _unreadable(run_id, count, entry)
         found = chain.admit(entry.value)
         if found is not None:
             kind = found.kind
@@ -141,7 +146,7 @@ def verify_signatures(reader: Reader, run_id: str, entries: Iterable[Entry]) -> 
     for entry in entries:
         count += 1
         if entry.value is None:
-            return Verdict(run_id, count, entry, "unreadable", entry.problem)
+            return _unreadable(run_id, count, entry)
         forged = vouching.admit(
             entry.value, entry.type, first=entry.type in (RunStarted.__name__, RunRejected.__name__)
         )
@@ -178,8 +183,12 @@ def log_entries(client: Reader, run_id: str) -> Iterator[Entry]:
     settings = client.settings
     partition = partition_for(run_id, settings.partitions)
     key = run_id.encode()
-    fence = FenceFilter()
+    # With the workers' public key a claim no worker signed fences nothing; one read between two of
+    # the run's records (it could have fenced the later ones) is named as the run's bad record.
+    fence = FenceFilter(claims=claim_check(verify_key_of(settings.verify_key), partition))
     topic = settings.events_topic
+    forged_claims: list[Entry] = []
+    started = False
     for record in client.log.read(topic, partition, keep=lambda k: k == key or k is None):
         if record.value is None:
             continue
@@ -190,38 +199,20 @@ def log_entries(client: Reader, run_id: str) -> Iterator[Entry]:
             if record.key == key:
                 yield Entry(where, None, -1, "?", f"cannot be decoded: {error}")
             continue
-        if not isinstance(event, Event) or not fence.admit(event, record.offset) or event.run_id != run_id:
+        if not isinstance(event, Event) or not fence.admit(event, record.offset):
+            if fence.forged and fence.forged[-1][0] == record.offset and started:
+                forged_claims.append(Entry(where, None, -1, event.type, f"{FORGED}{fence.forged[-1][1]}"))
             continue
+        if event.run_id != run_id:
+            continue
+        started = True
+        yield from forged_claims
+        forged_claims.clear()
         yield Entry(where, record.value, event.seq, event.type)
 
 
 def verify_log(client: Reader, run_id: str, check: str = "chain") -> Verdict:
     return verify(client, run_id, check, log_entries(client, run_id))
-
-
-def _datum(schema: Any, value: Any) -> Any:
-    """A store column's value (as a query returns it) as the Avro value of ``schema``."""
-    if isinstance(schema, list):
-        if value is None and "null" in schema:
-            return None
-        other = [s for s in schema if s != "null"]
-        return _datum(other[0], value) if len(other) == 1 else value
-    kind = schema.get("type") if isinstance(schema, dict) else schema
-    if isinstance(kind, (dict, list)):
-        return _datum(kind, value)
-    if kind in ("int", "long"):
-        return int(value)
-    if kind == "boolean":
-        return bool(value)
-    if kind == "string":
-        return str(value)
-    if kind == "bytes":
-        return b""  # ``chain`` (the bytes before it are what its link covers); ``signature`` is put back
-    if kind == "array":
-        return [_datum(schema["items"], item) for item in value]
-    if kind == "map":
-        return {str(k): _datum(schema["values"], v) for k, v in dict(value).items()}
-    return value
 
 
 def _reencoded(
@@ -231,17 +222,7 @@ def _reencoded(
     text = serde.resolver.writer_text(schema_id)
     if text is None:
         raise DecodeError(f"schema id {schema_id} is not in the registry")
-    writer = json.loads(text)
-    datum = {f["name"]: _datum(f["type"], event.get(f["name"])) for f in writer["fields"]}
-    if "signature" in datum:
-        datum["signature"] = signature
-    out = io.BytesIO()
-    out.write(frame_header(schema_id))
-    schemaless_writer(out, parse_schema(writer), datum)
-    value = out.getvalue()
-    if not link:
-        return value
-    return value[:-1] + bytes((LINK_SIZE * 2,)) + link
+    return reencoded(text, schema_id, event, link, signature)
 
 
 def store_entries(client: Reader, store: QueryStore, run_id: str) -> Iterator[Entry]:

@@ -32,6 +32,7 @@ from runtime import stagemarks
 from runtime.log.port.protocol import EventLog, LogRecord, Tail
 from runtime.log.records.events import Event, RunRejected, RunStarted
 from runtime.log.records.fencing import FenceFilter
+from runtime.log.records.partition_signing import claim_check
 from runtime.log.records.signing import Vouching
 from runtime.log.records.status import ENDING_EVENTS
 from runtime.log.schemas.datum import DecodeError
@@ -143,7 +144,7 @@ class ResultTail:
 
     def _follow(self, partition: int, start: int) -> None:
         assert self._tail is not None
-        self._fences[partition] = FenceFilter()
+        self._fences[partition] = FenceFilter(claims=claim_check(self._verify_key, partition))
         self._tail.follow(partition, start)
 
     def _run(self) -> None:

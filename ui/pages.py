@@ -15,7 +15,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from analytics import audit, explore
+from analytics import audit, explore, vouched
 from analytics import diff as run_diff
 from analytics.audit import AuditError, parse_since, run_events
 from analytics.results import JsonValue
@@ -108,6 +108,10 @@ def runs_page(store: QueryStore, settings: Settings, query: Mapping[str, str]) -
         limit=_limit(query.get("limit")),
     )
     rows = explore.run_list(store, settings, wanted)
+    # With the workers' public key: a run whose status rests on a record no worker signed shows FORGED.
+    forged = vouched.forged_statuses(store, settings, [str(r["run_id"]) for r in rows.rows])
+    for row in rows.rows:
+        row["forged"] = forged.get(str(row["run_id"]))
     has_cost = any(r.get("cost") is not None for r in rows.rows)
     return _render(
         "runs.html",
@@ -167,6 +171,8 @@ def run_data(store: QueryStore, settings: Settings, run_id: str) -> dict[str, An
         cost_state = "unpriced" if tokens else "no_usage"
     return {
         "run": summary,
+        # With the workers' public key: the status record no worker signed (shown FORGED), or None.
+        "forged": vouched.forged_statuses(store, settings, [run_id]).get(run_id),
         "timeline": line,
         "svg": Markup(svg.render(line)),
         "cost": sum(cost) if cost else None,

@@ -79,9 +79,11 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     gc.disable()
     from runtime.log.kafka.access import check_access
     from runtime.log.kafka.backend import KafkaLog
+    from runtime.log.kafka.openness import say_if_open
 
     _app_module(args.app)
     check_access(settings, "worker")  # a user without the worker's permissions: one line, now
+    say_if_open(settings)  # a cluster where anyone may write the events topic: one line, meanwhile
     stagemarks.start("access checked")
     # Join the group first: the join runs in librdkafka's threads while the rest is imported.
     log = KafkaLog(settings)
@@ -170,8 +172,10 @@ def _supervised_worker(args: argparse.Namespace, settings: Settings, worker_id: 
     # Refused credentials, or a user without the worker's permissions, end the supervisor here,
     # instead of every fork failing the same way.
     from runtime.log.kafka.access import check_access
+    from runtime.log.kafka.openness import say_if_open
 
     check_access(settings, "worker")  # its connections are closed before any fork
+    say_if_open(settings).join(15)  # said once, by the supervisor, before any fork
     # The ids are resolved over a connection closed before any fork (Serde.warm_up).
     serde = Serde(settings)
     serde.warm_up()

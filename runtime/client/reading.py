@@ -11,8 +11,10 @@ from runtime.config import Settings
 from runtime.errors import AgentlogError
 from runtime.log.port.partitioning import partition_for
 from runtime.log.port.protocol import EventLog
+from runtime.log.records.chain import Chain, chain_key_of, link_of
 from runtime.log.records.events import Event, ModelCallScheduled, RunRejected, RunStarted, RunSubmitted
 from runtime.log.records.fencing import FenceFilter
+from runtime.log.records.partition_signing import claim_check
 from runtime.log.records.payloads import PayloadMissing, inlined, read_back, read_blobs
 from runtime.log.records.prompts import PromptMissing, RecordedInput, checked_args, rebuild_inputs
 from runtime.log.records.run_index import RunLocation, parse_location, run_key
@@ -37,6 +39,9 @@ class RunReader:
         # The workers' public key (runtime.log.records.signing): with it, a status-bearing record
         # no worker signed is marked forged as it is read, and left out of the run's status.
         self.verify_key = verify_key_of(settings.verify_key)
+        # The chain key, where a reader holds it (an auditor's `agentlog status`): every record of a
+        # run read from its start is checked, and one that breaks the chain is marked forged too.
+        self.chain_key = chain_key_of(settings.chain_key.get_secret_value())
 
     def partition(self, run_id: str) -> int:
         """The partition of the commands and events topics that holds the run's records."""
@@ -71,8 +76,9 @@ class RunReader:
         still says what is wrong."""
         partition = self.partition(run_id)
         key = run_id.encode()
-        fence = FenceFilter()
+        fence = FenceFilter(claims=claim_check(self.verify_key, partition))  # forged claims fence nothing
         vouching = None if self.verify_key is None else Vouching(self.verify_key, run_id)
+        chain: Chain | None = None
 
         def keep(k: bytes | None) -> bool:
             self.records_read += 1
@@ -90,11 +96,23 @@ class RunReader:
             if not fence.admit(event, record.offset) or event.run_id != run_id:
                 continue
             forged = None
+            if (
+                chain is None
+                and self.chain_key is not None
+                and isinstance(event, (RunStarted, RunRejected))
+                and link_of(record.value) is not None  # a run written before the key: not checked
+            ):
+                chain = Chain(self.chain_key, run_id)  # from the run's first record only
+            if chain is not None and (broke := chain.admit(record.value)) is not None:
+                forged = (
+                    f"{self.settings.events_topic}[{partition}]@{record.offset} ({event.type}): {broke.kind}"
+                )
+                logger.warning("run %s: forged record %s", run_id, forged)
             if vouching is not None:
                 why = vouching.admit(
                     record.value, event.type, first=isinstance(event, (RunStarted, RunRejected))
                 )
-                if why is not None:
+                if why is not None and forged is None:
                     forged = (
                         f"{self.settings.events_topic}[{partition}]@{record.offset} ({event.type}): {why}"
                     )

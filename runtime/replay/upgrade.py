@@ -25,7 +25,9 @@ from runtime.log.port.partitioning import partition_for
 from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import PARTITION_TYPES, Event, PatchRecorded, RunStarted
 from runtime.log.records.fencing import FenceFilter
+from runtime.log.records.partition_signing import claim_check
 from runtime.log.records.payloads import PayloadMissing, inlined, read_back
+from runtime.log.records.signing import verify_key_of
 from runtime.log.records.status import RunState, status_after
 from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR
 from runtime.log.schemas.datum import DecodeError
@@ -158,7 +160,7 @@ def in_flight_histories(
     histories: list[list[Event]] = []
     skipped: list[str] = []
     for partition in partitions:
-        fence = FenceFilter()
+        fence = FenceFilter(claims=claim_check(verify_key_of(settings.verify_key), partition))
         runs: dict[str, list[Event]] = {}
         states: dict[str, RunState] = {}
         undecodable: set[str] = set()

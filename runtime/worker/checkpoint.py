@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from runtime.config import Settings
 from runtime.log.port.protocol import Committer, EventLog
 from runtime.log.records.events import PartitionCheckpoint
+from runtime.log.records.partition_signing import sign_value
 from runtime.log.records.run_index import run_key
 from runtime.log.schemas.serde import Serde
 from runtime.worker.admission import commit_point
@@ -73,6 +74,7 @@ class Checkpointer:
         self.lose = lose
         self._last_round = time.monotonic()
         self.snapshots = SnapshotWriter(settings, serde, log, worker_id)
+        self.signer = self.snapshots.signer  # runtime.log.records.partition_signing
 
     def maybe_checkpoint(self, owned_partitions: list[OwnedPartition], feed: Committer) -> None:
         now = time.monotonic()
@@ -132,12 +134,9 @@ class Checkpointer:
                     for position, fire_at in timers
                 },
             )
-            self.log.append(
-                self.settings.checkpoints_topic,
-                owned.partition,
-                checkpoint_key(owned.partition),
-                self.serde.encode(checkpoint),
-            )
+            key = checkpoint_key(owned.partition)
+            value = sign_value(self.signer, key, PartitionCheckpoint, self.serde.encode(checkpoint))
+            self.log.append(self.settings.checkpoints_topic, owned.partition, key, value)
             feed.commit(owned.partition, next_command)
             self.snapshots.retire(owned, counts)
         finally:

@@ -23,8 +23,6 @@ from typing import TYPE_CHECKING
 from runtime import stagemarks
 from runtime.config import ConfigError, Settings
 from runtime.log.port.protocol import CommandFeed, Delivery, EventLog
-from runtime.log.records.events import EpochClaimed
-from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.serde import Serde
 from runtime.worker.admission import Admission
 from runtime.worker.batching import TurnBatcher
@@ -247,11 +245,8 @@ class Worker:
         self.feed = self.log.join(self.worker_id, self.session_timeout_ms)
         return self.feed
 
-    def _is_claim(self, value: bytes) -> bool:
-        try:
-            return isinstance(self.serde.decode(value), EpochClaimed)
-        except DecodeError:
-            return False
+    def _is_claim(self, partition: int, value: bytes) -> bool:
+        return self.takeover.forgeries.is_claim(partition, value)
 
     async def _shutdown(self) -> None:
         tasks = [t for owned in self.owned.values() for t in owned.tasks]

@@ -197,6 +197,15 @@ class WorkerCollector(Collector):
         for action, count in dict(self.metrics.foreign_records).items():
             foreign.add_metric([action], count)
         yield foreign
+        forged = CounterMetricFamily(
+            "agentlog_forged_partition_records",
+            "Claims, checkpoints and snapshots no worker signed (runtime.worker.partition_forgery): "
+            "not obeyed, by record type",
+            labels=["type"],
+        )
+        for kind, count in dict(self.metrics.forged_partition_records).items():
+            forged.add_metric([kind], count)
+        yield forged
         yield _plain_counter(
             "agentlog_run_cache_wakes",
             "Evicted runs woken (replayed from their records) because something reached them",

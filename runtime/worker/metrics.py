@@ -91,6 +91,8 @@ class WorkerMetrics:
         # Records in an owned partition this worker did not write (runtime.worker.foreign), by what
         # was done: "parked" (its run), "named" (an ended run's), "named_unknown_run".
         self.foreign_records: dict[str, int] = {}
+        # Partition records no worker signed (runtime.worker.partition_forgery), by record type.
+        self.forged_partition_records: dict[str, int] = {}
         # Limits (runtime.worker.limits.gate), by limit name and dimension: only calls that waited.
         self.permits_waiting: dict[tuple[str, str], int] = {}  # calls waiting now
         self.permit_waits: dict[tuple[str, str], Histogram] = {}  # how long each wait lasted

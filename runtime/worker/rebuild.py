@@ -29,7 +29,10 @@ import logging
 import time
 from collections import defaultdict
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from runtime.config import Settings
 from runtime.log.port.protocol import EventLog, LogRecord
@@ -42,13 +45,21 @@ from runtime.log.records.events import (
     Event,
     HistorySnapshot,
     PartitionCheckpoint,
+    Record,
     RunContinuedAsNew,
     RunRejected,
     RunStarted,
 )
 from runtime.log.records.fencing import FenceFilter
+from runtime.log.records.partition_signing import (
+    ClaimCheck,
+    claim_signature,
+    partition_verify_key,
+    value_forged,
+)
 from runtime.log.records.payloads import PayloadMissing, inlined, is_outlined, read_back
 from runtime.log.records.run_index import RUN_KEY_PREFIX
+from runtime.log.records.signing import signing_key_of
 from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.serde import Serde
 from runtime.worker.children import follow_ups
@@ -107,11 +118,27 @@ class RebuiltPartition:
     # Runs not resumed (ended, or never started here) with a record that breaks their chain after
     # their end: run -> the first such record. Named, not replayed (runtime.worker.foreign).
     forged_ended: dict[str, str] = field(default_factory=dict)
+    # Partition records no worker signed (runtime.log.records.partition_signing), read with the
+    # workers' public key: a claim that fenced nothing, a checkpoint or snapshot not trusted. Named.
+    forged_partition_records: list[str] = field(default_factory=list)
 
 
-def claim(settings: Settings, serde: Serde, log: EventLog, partition: int, worker: str) -> Future[int]:
-    """Append the EpochClaimed record; its offset (the future's result) is the new epoch."""
+def claim(
+    settings: Settings,
+    serde: Serde,
+    log: EventLog,
+    partition: int,
+    worker: str,
+    signed: dict[int, bytes] | None = None,
+) -> Future[int]:
+    """Append the EpochClaimed record (signed with the workers' key: runtime.log.records.partition_signing;
+    its signature noted in ``signed``); its offset (the future's result) is the new epoch."""
     claim_record = EpochClaimed(run_id="", partition=partition, worker=worker, occurred_at=_now_ms())
+    signer = signing_key_of(settings.signing_key.get_secret_value())
+    if signer is not None:
+        claim_record = replace(claim_record, signature=claim_signature(signer, claim_record))
+        if signed is not None:
+            signed[partition] = claim_record.signature
     return log.append(settings.events_topic, partition, None, serde.encode(claim_record))
 
 
@@ -127,6 +154,7 @@ class CheckpointRead:
     known_runs: set[str]  # the run index
     snapshots: dict[str, HistorySnapshot]  # run id -> its snapshot with the highest through offset
     vouch: CheckpointSnapshots | None  # the one with the highest covered offset
+    forged: list[str] = field(default_factory=list)  # records no worker signed, named (not trusted)
 
     def vouched(self) -> dict[str, int]:
         """Run -> through offset of the snapshots the checkpoint vouches for."""
@@ -148,29 +176,53 @@ def latest_checkpoints(
     settings: Settings, serde: Serde, log: EventLog, partitions: list[int]
 ) -> dict[int, CheckpointRead]:
     """``latest_checkpoint`` of each of ``partitions``, read together."""
-    reads = {partition: _CheckpointReader(partition) for partition in partitions}
+    key = partition_verify_key(settings.signing_key.get_secret_value(), settings.verify_key)
+    where = settings.checkpoints_topic
+    reads = {partition: _CheckpointReader(partition, key, where) for partition in partitions}
     ranges = dict.fromkeys(partitions, (None, None))
     for partition, record in log.read_partitions(settings.checkpoints_topic, ranges):
         reads[partition].admit(record, serde)
     return {partition: reader.result() for partition, reader in reads.items()}
 
 
-class _CheckpointReader:
-    """Folds one partition's checkpoint records into a CheckpointRead, record by record."""
+_CANDIDATES = 8  # with the workers' key: the newest checkpoints kept, in case the newest are forged
 
-    def __init__(self, partition: int) -> None:
+
+class _CheckpointReader:
+    """Folds one partition's checkpoint records into a CheckpointRead, record by record.
+
+    With the workers' public key (runtime.log.records.partition_signing) signatures are checked at
+    the end, on what would be used -- the newest checkpoint and vouch, each run's newest snapshot --
+    not on every record an uncompacted topic holds: one verification each, unless forged. A forged
+    one is named and the next newest taken (of the last ``_CANDIDATES``); a forged snapshot leaves
+    its run to be read from the history."""
+
+    def __init__(self, partition: int, key: Ed25519PublicKey | None = None, topic: str = "") -> None:
+        self.partition = partition
+        self.key = key  # the workers' public key: a record it does not verify is not trusted
+        self.topic = topic
+        self.forged: list[str] = []
         self.checkpoint_key = checkpoint_key(partition)
         self.vouched_key = vouched_key(partition)
-        self.best: PartitionCheckpoint | None = None
         self.runs: set[str] = set()
         self.snapshots: dict[str, HistorySnapshot] = {}
-        self.vouch: CheckpointSnapshots | None = None
+        self.snapshot_records: dict[str, LogRecord] = {}  # run -> the record of its snapshot kept
+        # (covered offset, decoded, record), newest last: a plain reader keeps the newest alone
+        self.checkpoints: list[tuple[int, PartitionCheckpoint, LogRecord]] = []
+        self.vouches: list[tuple[int, CheckpointSnapshots, LogRecord]] = []
 
     def admit(self, record: LogRecord, serde: Serde) -> None:
         if record.key is None:
             return
         if record.key.startswith(SNAPSHOT_KEY_PREFIX):
+            run_id = record.key[len(SNAPSHOT_KEY_PREFIX) :].decode("utf-8", "replace")
+            before = self.snapshots.get(run_id)
             newer(self.snapshots, record.key, record.value, serde)
+            after = self.snapshots.get(run_id)
+            if after is None:
+                self.snapshot_records.pop(run_id, None)
+            elif after is not before and self.key is not None:
+                self.snapshot_records[run_id] = record  # checked in result(), if still the newest
             return
         if record.value is None:
             return
@@ -179,18 +231,41 @@ class _CheckpointReader:
         elif record.key == self.checkpoint_key:
             decoded = serde.decode(record.value)
             if isinstance(decoded, PartitionCheckpoint) and (
-                self.best is None or decoded.covered_offset > self.best.covered_offset
+                not self.checkpoints or decoded.covered_offset > self.checkpoints[-1][0]
             ):
-                self.best = decoded
+                self._keep(self.checkpoints, (decoded.covered_offset, decoded, record))
         elif record.key == self.vouched_key:
             found = serde.decode(record.value)
             if isinstance(found, CheckpointSnapshots) and (
-                self.vouch is None or found.covered_offset >= self.vouch.covered_offset
+                not self.vouches or found.covered_offset >= self.vouches[-1][0]
             ):
-                self.vouch = found
+                self._keep(self.vouches, (found.covered_offset, found, record))
+
+    def _keep(self, kept: list[Any], candidate: Any) -> None:
+        kept.append(candidate)
+        del kept[: -(_CANDIDATES if self.key is not None else 1)]
+
+    def _forged(self, record: LogRecord, kind: type[Record]) -> bool:
+        """With the workers' public key: True (and named) if ``record`` is not one a worker signed."""
+        if self.key is None or record.value is None or record.key is None:
+            return False
+        why = value_forged(self.key, record.key, kind, record.value)
+        if why is not None:
+            where = f"{self.topic}[{self.partition}]@{record.offset} ({kind.__name__})"
+            self.forged.append(f"{where}: {why}; not trusted, the rebuild reads the history instead")
+        return why is not None
 
     def result(self) -> CheckpointRead:
-        return CheckpointRead(self.best, self.runs, self.snapshots, self.vouch)
+        best = next(
+            (c for _, c, r in reversed(self.checkpoints) if not self._forged(r, PartitionCheckpoint)), None
+        )
+        vouch = next(
+            (v for _, v, r in reversed(self.vouches) if not self._forged(r, CheckpointSnapshots)), None
+        )
+        for run_id, record in self.snapshot_records.items():
+            if run_id in self.snapshots and self._forged(record, HistorySnapshot):
+                del self.snapshots[run_id]  # its run is read from its first offset
+        return CheckpointRead(best, self.runs, self.snapshots, vouch, self.forged)
 
 
 def rebuild(settings: Settings, serde: Serde, log: EventLog, partition: int, epoch: int) -> RebuiltPartition:
@@ -253,7 +328,10 @@ class _PartitionRebuild:
         if checkpoint is not None:
             result.commands_from = checkpoint.commands_offset
             result.commands_handled.update(checkpoint.commands_handled)
-        self.fence = FenceFilter()
+        # With the workers' public key, a claim no worker signed fences nothing (named in finish()).
+        key = partition_verify_key(settings.signing_key.get_secret_value(), settings.verify_key)
+        self.fence = FenceFilter(claims=None if key is None else ClaimCheck(key, partition))
+        result.forged_partition_records.extend(read.forged)
         self.undecodable_runs: dict[str, str] = {}  # run id -> why
         self.events_by_run: dict[str, list[Event]] = defaultdict(list)
         self.records_by_run: dict[str, list[bytes]] = defaultdict(list)
@@ -418,6 +496,10 @@ class _PartitionRebuild:
         for run_id in list(self.deferred):
             self._index_waiting(run_id)
         result.fenced = self.fence.fenced_count
+        result.forged_partition_records.extend(
+            f"{self.settings.events_topic}[{result.partition}]@{offset} (EpochClaimed): {why}; it fences nothing"
+            for offset, why in self.fence.forged
+        )
         for run_id, why in self.forged.items():
             if run_id in self.terminal or not self.events_by_run.get(run_id):
                 result.forged_ended[run_id] = why

@@ -42,6 +42,8 @@ from runtime.config import Settings
 from runtime.errors import AgentlogError
 from runtime.log.port.protocol import EventLog
 from runtime.log.records.events import CheckpointSnapshots, Event, HistorySnapshot
+from runtime.log.records.partition_signing import sign_value
+from runtime.log.records.signing import signing_key_of
 from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.serde import Serde
 from runtime.worker.partition import OwnedPartition
@@ -87,6 +89,8 @@ class SnapshotWriter:
         self.worker_id = worker_id
         self._too_large: set[str] = set()  # runs already reported as too large to snapshot
         self._previous: dict[int, dict[str, int]] = {}  # partition -> the record counts of its last round
+        # The workers' key (runtime.log.records.partition_signing): snapshots and vouches signed.
+        self.signer = signing_key_of(settings.signing_key.get_secret_value())
 
     def write(
         self, owned: OwnedPartition, counts: Mapping[str, int], covered: int, listed: Iterable[str]
@@ -109,12 +113,9 @@ class SnapshotWriter:
             covered_offset=covered,
             snapshot_through=vouched,
         )
-        self.log.append(
-            self.settings.checkpoints_topic,
-            owned.partition,
-            vouched_key(owned.partition),
-            self.serde.encode(vouch),
-        )
+        key = vouched_key(owned.partition)
+        value = sign_value(self.signer, key, CheckpointSnapshots, self.serde.encode(vouch))
+        self.log.append(self.settings.checkpoints_topic, owned.partition, key, value)
 
     def _snapshots_due(
         self, owned: OwnedPartition, counts: Mapping[str, int], covered: int
@@ -153,12 +154,9 @@ class SnapshotWriter:
             )
             # Not awaited: the checkpoint after it on the same partition is ordered behind it, and a
             # snapshot lost anyway only makes a rebuild read the run from its first offset.
-            self.log.append(
-                self.settings.checkpoints_topic,
-                owned.partition,
-                snapshot_key(run_id),
-                self.serde.encode(snapshot),
-            )
+            key = snapshot_key(run_id)
+            value = sign_value(self.signer, key, HistorySnapshot, self.serde.encode(snapshot))
+            self.log.append(self.settings.checkpoints_topic, owned.partition, key, value)
             owned.snapshots[run_id] = (covered, count)
             vouched[run_id] = covered
         return vouched

@@ -18,6 +18,7 @@ from runtime.worker.execution import Executor
 from runtime.worker.heap import release_free_heap
 from runtime.worker.held_commands import CommandWindow
 from runtime.worker.partition import Evicted, OwnedPartition
+from runtime.worker.partition_forgery import PartitionForgeries
 from runtime.worker.rebuild import RebuiltPartition, claim, rebuild_partitions
 from runtime.worker.resources import wake_failure
 from runtime.worker.run_cache import UNREPLAYED
@@ -41,10 +42,14 @@ class Takeover:
         self.log = log
         self.executor = executor
         self.worker_id = worker_id
+        self.forgeries = PartitionForgeries(settings, serde, executor.metrics)
 
     def claim_all(self, partitions: list[int]) -> dict[int, int]:
         """Claim every partition at once (each rebuild then waits only for its own); the epochs."""
-        claims = {p: claim(self.settings, self.serde, self.log, p, self.worker_id) for p in partitions}
+        claims = {
+            p: claim(self.settings, self.serde, self.log, p, self.worker_id, self.forgeries.own)
+            for p in partitions
+        }
         return {p: future.result(timeout=30) for p, future in claims.items()}
 
     def take_all(self, epochs: dict[int, int]) -> dict[int, OwnedPartition]:
@@ -111,6 +116,8 @@ class Takeover:
                 owned.snapshots[run_id] = rebuilt.snapshots[run_id]
             owned.evicted[run_id] = Evicted(UNREPLAYED, timers)
         self.executor.runs.arm_evicted(owned)
+        for record in rebuilt.forged_partition_records:  # runtime.worker.partition_forgery
+            self.forgeries.name(record, record.split("(", 1)[1].split(")", 1)[0])
         for run_id, why in rebuilt.forged_ended.items():  # runtime.worker.foreign: named, not re-run
             self.executor.metrics.foreign_records["named"] = (
                 self.executor.metrics.foreign_records.get("named", 0) + 1

@@ -30,8 +30,15 @@ from infra import kafka, kafka_auth, kafka_users
 from infra.deployment import scratch_deployment
 from runtime.client import Client, RunError
 from runtime.config import Settings
+from runtime.log.port.partitioning import partition_for
 from runtime.log.records.chain import LINK_SIZE
-from runtime.log.records.events import RunCompleted, RunParked, SignalReceived, ToolCallCompleted
+from runtime.log.records.events import (
+    EpochClaimed,
+    RunCompleted,
+    RunParked,
+    SignalReceived,
+    ToolCallCompleted,
+)
 from runtime.log.records.signing import public_text
 from support.secure_cluster import ADMIN_PASSWORD, as_user
 from support.sink import EventLog, SinkProcess, agentlog, read_partition
@@ -271,3 +278,28 @@ def test_an_auditor_verifies_read_only_and_a_client_names_an_admins_forgery(
     audited = agentlog(as_user(deployment, SINK), "audit", "verify", run_id, AGENTLOG_VERIFY_KEY=verify_key)
     assert audited.returncode == 1, audited.stdout + audited.stderr
     assert f"first bad record {where}" in audited.stdout and "forged" in audited.stdout
+
+    # A claim the admin forges (no worker's signature) takes nothing: the owner names it, keeps the
+    # partition and runs the next run there to its end; a reader with the public key is not fenced.
+    partition = partition_for(run_id, deployment.partitions)
+    log = EventLog(deployment)
+    claim = EpochClaimed(run_id="", partition=partition, worker="admin", occurred_at=1)
+    log.append_raw(log.serde.encode(claim), partition)
+    del log.producer
+    wait_until(
+        lambda: '"forged_partition_record"' in worker.log_path.read_text(),
+        5,
+        "the owner to name the forged claim",
+        process=worker.proc,
+        detail=worker.log_tail,
+    )
+    next_id = next(
+        f"{run_id}-{n}"
+        for n in range(100)
+        if partition_for(f"{run_id}-{n}", deployment.partitions) == partition
+    )
+    with Client(submitter) as client:
+        assert client.submit("short", {"order": "7"}, run_id=next_id).result(timeout=30) == "7"
+    assert "newer epoch claimed" not in worker.log_path.read_text()
+    # Role users, TLS and ACLs: the worker did not call this deployment open.
+    assert '"deployment_open"' not in worker.log_path.read_text()

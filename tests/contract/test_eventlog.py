@@ -24,7 +24,8 @@ from support.wait import wait_until
 CLAIM = b"claim"  # the contract's stand-in for an encoded EpochClaimed (the port does not decode)
 
 
-def is_claim(value: bytes) -> bool:
+def is_claim(partition: int, value: bytes) -> bool:
+    del partition
     return value == CLAIM
 
 

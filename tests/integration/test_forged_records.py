@@ -16,17 +16,28 @@ import concurrent.futures
 import json
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from analytics.verify import read_only, verify_log
 from runtime.client import Client, ForgedRecord, RunError
 from runtime.config import Settings
 from runtime.log.records.chain import ChainKey, link_of, seal
-from runtime.log.records.events import Event, RunCompleted, RunParked, SignalReceived
+from runtime.log.records.events import (
+    EpochClaimed,
+    Event,
+    PartitionCheckpoint,
+    RunCompleted,
+    RunParked,
+    SignalReceived,
+)
+from runtime.log.records.partition_signing import claim_signature
 from runtime.log.records.signing import public_text, sign
+from runtime.worker.rebuild import checkpoint_key
 from support.services import agentlog
 from support.sink import EventLog
 from support.trust_apps import payments
@@ -224,3 +235,95 @@ def test_a_forgery_after_a_run_ended_is_named_by_reads_and_by_a_fresh_workers_re
     assert live.split(" (")[0] in named[0] or rebuilt in named[0], named[0]
     assert len(payments(tmp_path)) == 1  # not re-run: the refund is paid once
     assert not any(isinstance(e, RunParked) for e in _events(client, run.run_id))
+
+
+def test_a_forged_claim_and_checkpoint_are_named_and_the_owner_keeps_its_partition(
+    deployment: Settings,
+    verifying: Settings,
+    client: Client,
+    forger: EventLog,
+    workers: list[WorkerProcess],
+    tmp_path: Path,
+) -> None:
+    first = _worker(deployment, workers, tmp_path, "w1")
+    run = client.submit("approved_refund", {"order": "C-3", "amount": 7.5})
+    client.flush()
+    wait_until(lambda: _events(client, run.run_id), 30, "the run to start", process=first.proc)
+    partition = forger.partition(run.run_id)
+    # What a leaked admin credential can write: a claim with no signature, one signed with the
+    # forger's own key, and a checkpoint that says nothing is active (a rebuild trusting it would
+    # drop the waiting run).
+    unsigned = EpochClaimed(run_id="", partition=partition, worker="thief", occurred_at=1)
+    claims = [
+        forger.append_raw(forger.serde.encode(claim), partition)
+        for claim in (
+            unsigned,
+            replace(unsigned, signature=claim_signature(Ed25519PrivateKey.generate(), unsigned)),
+        )
+    ]
+    fake = PartitionCheckpoint(
+        run_id="", partition=partition, covered_offset=claims[-1] + 1_000_000, commands_offset=0
+    )
+    forger.producer.produce(
+        deployment.checkpoints_topic,
+        key=checkpoint_key(partition),
+        value=forger.serde.encode(fake),
+        partition=partition,
+    )
+    assert forger.producer.flush(30) == 0
+
+    # The owner's tail names both claims and takes neither for a newer owner: the approval is
+    # handled, the refund paid (its effect proves the partition is still ours) -- once.
+    named = wait_until(
+        lambda: [
+            line for line in first.log_path.read_text().splitlines() if '"forged_partition_record"' in line
+        ],
+        5,
+        "the owner to name the forged claims",
+        process=first.proc,
+        detail=first.log_tail,
+    )
+    run.signal("approve", True)
+    assert run.result(timeout=30) == {"refunded": 7.5}
+    named = [line for line in first.log_path.read_text().splitlines() if '"forged_partition_record"' in line]
+    assert len(named) == 2 and all("thief" in line for line in named), named
+    assert "newer epoch claimed" not in first.log_path.read_text()
+    # This scratch deployment lets anyone write (plaintext, no users): the worker said so at start.
+    opened = [line for line in first.log_path.read_text().splitlines() if '"deployment_open"' in line]
+    assert len(opened) == 1 and "without authentication" in opened[0], opened
+    assert len(payments(tmp_path)) == 1
+    # A reader with the verify key sees the owner's records after the forged claims; one without
+    # it reads them as a fenced zombie's -- what the forgery did before claims were signed.
+    status = client.run(run.run_id).status()
+    assert status.status == "completed" and status.result == {"refunded": 7.5}
+    with Client(deployment) as blind:
+        assert blind.run(run.run_id).status().status == "running"
+    # `audit verify`'s check, in this process (the CLI's own test is the one above).
+    reader = read_only(verifying)
+    try:
+        verdict = verify_log(reader, run.run_id, "signatures")
+    finally:
+        reader.close()
+    assert verdict.kind == "forged" and verdict.broken_at is not None, verdict
+    described = verdict.describe()
+    assert f"first bad record {forger.topic}[{partition}]@{claims[0]}" in described, described
+    assert "no worker's signature" in described and "fences nothing" in described, described
+
+    # The next owner trusts no forged checkpoint: it reads the history, names it, and does not
+    # run the ended run again.
+    first.kill()
+    second = _worker(deployment, workers, tmp_path, "w2")
+    wait_until(
+        lambda: "(PartitionCheckpoint)" in second.log_path.read_text(),
+        15,
+        "the rebuild to name the forged checkpoint",
+        process=second.proc,
+        detail=second.log_tail,
+    )
+    checkpoint_lines = [
+        line
+        for line in second.log_path.read_text().splitlines()
+        if '"forged_partition_record"' in line and "(PartitionCheckpoint)" in line
+    ]
+    assert len(checkpoint_lines) == 1 and "reads the history" in checkpoint_lines[0], checkpoint_lines
+    assert len(payments(tmp_path)) == 1  # the ended run is not run again

@@ -13,10 +13,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from analytics.migrations import MIGRATIONS_LIST
 from analytics.store import StoreLock, connect, parse_dsn
 from runtime.config import Settings
+from runtime.log.records.chain import START, ChainKey, link_of, seal
+from runtime.log.records.signing import SIGNED_TYPES, public_text, sign
 from support.sink import EventLog, InProcessSink, RunWriter, wait_for_rows
 from support.ui_store import free_port
 from ui import pages
@@ -118,3 +121,44 @@ def test_without_a_sink_the_ui_opens_the_store_per_request_and_lets_go(
             assert 'data-run="ui-run-c"' in body and 'data-run="ui-run-d"' in body
     finally:
         server.stop()
+
+
+def test_with_the_verify_key_a_run_whose_ending_no_worker_signed_shows_forged(
+    deployment: Settings, tmp_path: Path
+) -> None:
+    """Issue 40: the UI holding the workers' public key names a status no worker signed: FORGED on
+    the runs list and the run page, in place of the forged status; a genuine run shows its own."""
+    signer = Ed25519PrivateKey.generate()
+    chain = ChainKey(b"the workers' chain key")
+    log = EventLog(deployment)
+    rows = 0
+    for run_id, forged in (("ui-run-signed", False), ("ui-run-forged", True)):
+        writer = RunWriter(run_id)
+        tip = START
+        for event in writer.history(steps=1):
+            value = log.serde.encode(event)
+            if event.type in SIGNED_TYPES and not (forged and event.type == "RunCompleted"):
+                value = sign(signer, run_id.encode(), tip, value)
+            value = seal(chain, run_id.encode(), tip, value)
+            tip = link_of(value) or START
+            log.append_raw(value, log.partition(run_id), run_id.encode())
+            rows += 1
+    dsn = f"chdb://{tmp_path / 'store'}"
+    with InProcessSink(deployment, dsn):
+        wait_for_rows(dsn, deployment.events_topic, rows)
+
+    verifying = deployment.model_copy(update={"verify_key": public_text(signer)})
+    with connect(dsn) as store:
+        runs = pages.runs_page(store, verifying, {})
+        forged_page = pages.run_page(store, verifying, "ui-run-forged")
+        signed_page = pages.run_page(store, verifying, "ui-run-signed")
+        unverified = pages.run_page(store, deployment, "ui-run-forged")
+    row = re.search(r'data-run="ui-run-forged".*?</tr>', runs, re.S)
+    assert row is not None and ">FORGED<" in row.group(0) and "no worker&#39;s signature" in row.group(0)
+    good = re.search(r'data-run="ui-run-signed".*?</tr>', runs, re.S)
+    assert good is not None and '<span class="status completed">completed</span>' in good.group(0)
+    assert (
+        ">FORGED<" in forged_page and '<span class="status completed">' not in forged_page.split("</h1>")[0]
+    )
+    assert ">FORGED<" not in signed_page and '<span class="status completed">' in signed_page
+    assert ">FORGED<" not in unverified  # without the key the UI cannot tell

@@ -167,3 +167,15 @@ def test_signing_needs_the_empty_fields_at_the_end(serde: Serde) -> None:
     sealed = seal(CHAIN, RUN.encode(), START, serde.encode(_run()[0]))
     with pytest.raises(UnsignableRecord):
         sign(SIGNER, RUN.encode(), START, sealed)
+
+
+def test_an_unchained_signature_that_looks_like_a_link_still_verifies(serde: Serde) -> None:
+    # 1 in 256 signatures has the link's length byte 9 bytes from the value's end: link_of reads
+    # such an unchained value as chained; its signature is found all the same.
+    for command_offset in range(20_000):
+        record = RunStarted(run_id=RUN, seq=1, workflow="refund", input="{}", command_offset=command_offset)
+        value = sign(SIGNER, RUN.encode(), START, serde.encode(record))
+        if link_of(value) is not None:
+            break
+    assert link_of(value) is not None, "no signature with 0x10 at -9 in 20,000 tries"
+    assert Vouching(PUBLIC, RUN).admit(value, "RunStarted", first=True) is None

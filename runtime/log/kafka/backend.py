@@ -155,7 +155,7 @@ class KafkaLog:
         return commands_owner(self.settings, partition)
 
     def ownership(
-        self, loop: asyncio.AbstractEventLoop, is_claim: Callable[[bytes], bool]
+        self, loop: asyncio.AbstractEventLoop, is_claim: Callable[[int, bytes], bool]
     ) -> KafkaOwnershipCheck:
         return KafkaOwnershipCheck(self.settings, loop, is_claim)
 

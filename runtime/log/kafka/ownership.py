@@ -53,7 +53,7 @@ class KafkaOwnershipCheck:
     """Tracks, per owned partition, up to which offset our ownership is proven."""
 
     def __init__(
-        self, settings: Settings, loop: asyncio.AbstractEventLoop, is_claim: Callable[[bytes], bool]
+        self, settings: Settings, loop: asyncio.AbstractEventLoop, is_claim: Callable[[int, bytes], bool]
     ) -> None:
         self.settings = settings
         self.is_claim = is_claim
@@ -173,7 +173,7 @@ class KafkaOwnershipCheck:
             if watch is None or partition not in assigned:
                 continue
             partition_record = message.key() is None and offset > watch.epoch and bool(message.value())
-            if partition_record and self.is_claim(message.value() or b""):
+            if partition_record and self.is_claim(partition, message.value() or b""):
                 fenced.add(partition)
                 continue
             if partition not in fenced:

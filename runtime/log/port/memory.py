@@ -179,7 +179,7 @@ class MemoryLog:
         return None if owner is None or owner.closed else owner.worker_id
 
     def ownership(
-        self, loop: asyncio.AbstractEventLoop, is_claim: Callable[[bytes], bool]
+        self, loop: asyncio.AbstractEventLoop, is_claim: Callable[[int, bytes], bool]
     ) -> MemoryOwnershipCheck:
         del loop
         return MemoryOwnershipCheck(self, is_claim)
@@ -350,7 +350,7 @@ class _Watch:
 class MemoryOwnershipCheck:
     """Reads the owned partitions of the events topic on demand, as the Kafka tail does."""
 
-    def __init__(self, log: MemoryLog, is_claim: Callable[[bytes], bool]) -> None:
+    def __init__(self, log: MemoryLog, is_claim: Callable[[int, bytes], bool]) -> None:
         self.log = log
         self.is_claim = is_claim
         self._watches: dict[int, _Watch] = {}
@@ -380,7 +380,11 @@ class MemoryOwnershipCheck:
             if offset < watch.verified_upto:
                 return True
             for record in self.log.read(self.log.settings.events_topic, partition, start=watch.verified_upto):
-                if record.key is None and record.offset > watch.epoch and self.is_claim(record.value or b""):
+                if (
+                    record.key is None
+                    and record.offset > watch.epoch
+                    and self.is_claim(partition, record.value or b"")
+                ):
                     watch.fenced = True
                     return False
                 watch.verified_upto = record.offset + 1

@@ -210,9 +210,11 @@ class EventLog(Protocol):
         """The member of the workers' group that the commands ``partition`` is assigned to now (its
         worker id), or None if no member holds it."""
 
-    def ownership(self, loop: asyncio.AbstractEventLoop, is_claim: Callable[[bytes], bool]) -> OwnershipCheck:
-        """An ownership check over the events topic; ``is_claim`` tells a keyless record that is
-        an ``EpochClaimed`` (the port does not decode)."""
+    def ownership(
+        self, loop: asyncio.AbstractEventLoop, is_claim: Callable[[int, bytes], bool]
+    ) -> OwnershipCheck:
+        """An ownership check over the events topic; ``is_claim(partition, value)`` tells a keyless
+        record that is an ``EpochClaimed`` a worker wrote there (the port does not decode)."""
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every append is acknowledged; WriteError if some is not within ``timeout``."""

@@ -123,6 +123,7 @@ class EpochClaimed(Event):
 
     partition: int
     previous_epoch: int = -1
+    signature: bytes = b""  # the workers' signature (runtime.log.records.partition_signing), as read
 
 
 @record_type
@@ -198,6 +199,7 @@ class PartitionCheckpoint(Event):
     waiting_timers: dict[str, int] = field(default_factory=dict)
     # Commands at or after commands_offset already handled (runtime.worker.admission): skipped.
     commands_handled: list[int] = field(default_factory=list)
+    signature: bytes = b""  # the workers' signature (runtime.log.records.partition_signing), as read
 
 
 @record_type
@@ -481,6 +483,7 @@ class CheckpointSnapshots(CheckpointRecord):
     partition: int
     covered_offset: int
     snapshot_through: dict[str, int] = field(default_factory=dict)
+    signature: bytes = b""  # the workers' signature (runtime.log.records.partition_signing), as read
 
 
 @record_type
@@ -492,6 +495,7 @@ class HistorySnapshot(CheckpointRecord):
     through_offset: int
     records: list[bytes]
     sha256: str
+    signature: bytes = b""  # the workers' signature (runtime.log.records.partition_signing), as read
 
 
 CHECKPOINT_TYPES: tuple[type[CheckpointRecord], ...] = (CheckpointSnapshots, HistorySnapshot)

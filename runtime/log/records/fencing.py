@@ -16,13 +16,18 @@ it, so the watermark is right from there on.
 
 A zombie is also kept from *starting* an effect: before an effecting call the writer checks
 that no foreign claim precedes its ``...Scheduled`` record (see ``runtime.worker.ownership``).
+
+With the workers' public key (``claims``: runtime.log.records.partition_signing) a claim no worker
+signed is not a claim: it raises nothing, so the real owner's records after it are not read as
+fenced; it is kept in ``forged`` (offset, why) for the reader to name.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runtime.log.records.events import EpochClaimed, Event
+from runtime.log.records.partition_signing import ClaimCheck
 
 
 @dataclass
@@ -31,10 +36,16 @@ class FenceFilter:
 
     watermark: int = -1
     fenced_count: int = 0
+    claims: ClaimCheck | None = None
+    forged: list[tuple[int, str]] = field(default_factory=list)
 
     def admit(self, event: Event, offset: int) -> bool:
-        """True if ``event`` (read at ``offset``) is part of the log; False if it is fenced."""
+        """True if ``event`` (read at ``offset``) is part of the log; False if it is fenced (or a
+        forged claim)."""
         if isinstance(event, EpochClaimed):
+            if self.claims is not None and (why := self.claims.forged(event)) is not None:
+                self.forged.append((offset, why))
+                return False
             self.watermark = max(self.watermark, offset)
             return True
         if event.epoch < self.watermark:
