@@ -28,7 +28,7 @@ import signal
 import subprocess
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -370,13 +370,14 @@ def _write_configs(settings: Settings, node: Node) -> tuple[Path, Path]:
     return props, log4j
 
 
-def _java(libs: Path, log4j: Path, node: Node, *, heap: str) -> list[str]:
+def _java(libs: Path, log4j: Path, node: Node, *, heap: str, options: Sequence[str] = ()) -> list[str]:
     java = shutil.which("java")
     if java is None:
         raise ServiceError(SERVICE, "java is not installed (Kafka needs Java 17 or newer)")
     return [
         java,
         heap,
+        *options,
         # kafka-run-class.sh's own GC settings: short pauses matter more than throughput here,
         # since every agent step waits for an ack.
         "-XX:+UseG1GC",
@@ -421,7 +422,8 @@ def _format_once(
         return
     progress(f"formatting Kafka storage in {node.data_dir}")
     cid = _cluster_id(settings) if node_count(settings) > 1 else new_cluster_id()
-    java = _java(libs, log4j, node, heap="-Xmx256m")
+    # The tool runs a second: the optimising compiler would only cost it CPU (about 40 % of it).
+    java = _java(libs, log4j, node, heap="-Xmx256m", options=["-XX:TieredStopAtLevel=1"])
     tool = ["kafka.tools.StorageTool", "format", "-t", cid, "-c", str(props)]
     if is_secure(settings):
         tool += kafka_auth.format_arguments(cluster_home(settings))
@@ -508,7 +510,11 @@ def start_node(settings: Settings, node: Node, progress: Callable[[str], None]) 
         f"starting Kafka node {node.node_id} on {node.address} (controller {HOST}:{node.controller_port})"
     )
     heap = HEAP if node_count(settings) == 1 else CLUSTER_HEAP
-    argv = [*_java(libs, log4j, node, heap=heap), "kafka.Kafka", str(props)]
+    argv = [
+        *_java(libs, log4j, node, heap=heap, options=settings.kafka_jvm_options),
+        "kafka.Kafka",
+        str(props),
+    ]
     return process.start_detached(argv, log_path=node.log_path, pid_path=node.pid_path, cwd=node.home)
 
 

@@ -156,6 +156,11 @@ class Settings(BaseModel):
     kafka_controller_port: int = Field(
         default=9093, description="Port of the local KRaft controller (agentlog infra)."
     )
+    kafka_jvm_options: list[str] = Field(
+        default_factory=list,
+        description="Extra JVM options of the local Kafka nodes (agentlog infra), as a JSON list: e.g. "
+        '["-XX:TieredStopAtLevel=1"] for clusters that live minutes (half the start-up CPU, slower later).',
+    )
     registry_port: int = Field(
         default=8081, description="Port of the local schema registry (agentlog infra)."
     )
@@ -398,11 +403,13 @@ def _environment_values(environ: dict[str, str]) -> dict[str, Any]:
         if name not in fields:
             unknown.append(variable)
             continue
-        if get_origin(fields[name].annotation) is dict:
+        origin = get_origin(fields[name].annotation)
+        if origin in (dict, list):
             try:
                 values[name] = json.loads(raw)
             except json.JSONDecodeError as error:
-                raise ConfigError(f"{variable} must be a JSON object: {error}") from error
+                shape = "object" if origin is dict else "list"
+                raise ConfigError(f"{variable} must be a JSON {shape}: {error}") from error
         else:
             values[name] = raw
     if unknown:

@@ -9,6 +9,7 @@ see each other's runs.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,10 @@ from support.secure_cluster import SecureCluster
 from support.services import drop_made_deployments, make_deployment, reach_services
 from support.wait import wait_until
 from support.workers import WorkerProcess
+
+# The Kafka clusters tests start (the secure cluster, the failover cluster, private stacks) live
+# minutes: without the optimising compiler a node starts on half the CPU (kafka_jvm_options).
+os.environ.setdefault("AGENTLOG_KAFKA_JVM_OPTIONS", '["-XX:TieredStopAtLevel=1"]')
 
 SERVICE_FIXTURES = {"services", "deployment", "workers"}
 FOLDER_MARKERS = {"unit": "unit", "integration": "integration", "chaos": "chaos"}
