@@ -47,6 +47,7 @@ POM = Path(__file__).with_name("pom.xml")
 EXPECTED_JARS = 90  # what infra/pom.xml resolves to, for the progress line only
 HOST = "127.0.0.1"
 HEAP = "-Xmx768m"
+OPEN_FILES = 100_000  # descriptors of a node (Kafka's docs: "at least 100000")
 CLUSTER_HEAP = "-Xmx512m"  # per node of a cluster: three JVMs share a small machine
 CONTROLLER_OFFSET = 100  # a cluster's controllers sit this far above its brokers when their ranges clash
 START_TIMEOUT = 120.0
@@ -515,7 +516,11 @@ def start_node(settings: Settings, node: Node, progress: Callable[[str], None]) 
         "kafka.Kafka",
         str(props),
     ]
-    return process.start_detached(argv, log_path=node.log_path, pid_path=node.pid_path, cwd=node.home)
+    pid = process.start_detached(argv, log_path=node.log_path, pid_path=node.pid_path, cwd=node.home)
+    # A node keeps a few files open per partition: Kafka's docs ask for at least 100,000
+    # descriptors; a usual default (1,024, or 20,000 here) ends in "Too many open files".
+    process.raise_open_files(pid, OPEN_FILES)
+    return pid
 
 
 def start(settings: Settings, progress: Callable[[str], None]) -> int:

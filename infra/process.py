@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -115,6 +116,19 @@ def start_detached(
     _CHILDREN[child.pid] = child
     write_pid_file(pid_path, child.pid)
     return child.pid
+
+
+def raise_open_files(pid: int, wanted: int) -> int:
+    """Raise ``pid``'s open-file limit to ``wanted`` (soft and hard) where this process may, else
+    its soft limit to its hard one; return the soft limit it has now."""
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    if soft >= wanted:
+        return soft
+    try:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (wanted, max(wanted, hard)))
+    except (PermissionError, ValueError):  # raising the hard limit needs CAP_SYS_RESOURCE
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (hard, hard))
+    return int(resource.prlimit(pid, resource.RLIMIT_NOFILE)[0])
 
 
 def wait_gone(pid: int, timeout: float) -> bool:
