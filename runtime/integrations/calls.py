@@ -126,9 +126,13 @@ def register_tool(
     key_args: Sequence[str] | None,
     retry: RetryPolicy | None,
     errors: ErrorMapping = _no_mapping,
+    record_unit: bool = True,
 ) -> None:
     """The agentlog tool ``name`` that runs one framework tool (or operation), once per app. An
-    effect's key is given to the body through ``idempotency_key()``."""
+    effect's key is given to the body through ``idempotency_key()``. ``record_unit=False``: the
+    unit's name is not recorded with each call (``App.tool``'s ``carried``), where ``name`` already
+    says which unit it is (one framework tool); an operation tool runs several kinds of unit, and
+    its recorded unit name is what tells a replay which one each call was."""
     if name in app.tools:
         return
 
@@ -153,6 +157,7 @@ def register_tool(
         effect=effect,
         key_args=tuple(key_args) if effect and key_args is not None else None,
         retry=retry,
+        carried=() if record_unit else (unit_arg,),
     )(tool_call)
 
 
