@@ -20,6 +20,7 @@ from typing import Any
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from runtime.errors import TerminalError
+from runtime.log.records.responses import short_result
 from runtime.workflow.app import App, RetryPolicy
 
 Body = Callable[[], Awaitable[Any]]
@@ -55,9 +56,19 @@ class ModelResult(dict[str, Any]):
 
     __slots__ = ("agentlog_usage",)
 
-    def __init__(self, response: Any, usage: dict[str, Any], model: str | None) -> None:
-        super().__init__(response=response)
-        self.agentlog_usage = {"usage": usage, "model": model}
+    def __init__(
+        self, response: Any, usage: dict[str, Any], model: str | None, *, short: bool = False
+    ) -> None:
+        """``short``: record ``{"r": ...}`` when it reads back as the same response
+        (runtime.log.records.responses), the usage and model left to the record's fields."""
+        counts = {k: v for k, v in usage.items() if type(v) is int and v >= 0}  # as the worker reads them
+        model = model if isinstance(model, str) and model else None
+        shortened = short_result(response, model, counts) if short else None
+        if shortened is None:
+            super().__init__(response=response)
+        else:
+            super().__init__(shortened)
+        self.agentlog_usage = {"usage": counts, "model": model}
 
 
 def idempotency_key() -> str:

@@ -1,12 +1,15 @@
-"""What a PydanticAI tool call records since issue 37's records4: its outcome without the wrapper keys
-of a plain return (runtime.integrations.pydantic_ai.returns), its arguments without the unit's name
-(``App.tool(carried=...)``); and a run recorded before, in the longer forms, still replays
-(tests/golden/pydantic-refund-15-steps.json, recorded by the code before these changes)."""
+"""What a PydanticAI agent's calls record since issue 37's records4: a tool call's outcome without the
+wrapper keys of a plain return (runtime.integrations.pydantic_ai.returns), its arguments without the
+unit's name (``App.tool(carried=...)``), a model response without what its record's fields hold
+(runtime.log.records.responses); each read back whole, and a run recorded before, in the longer
+forms, still replays (tests/golden/pydantic-refund-15-steps.json, recorded by the code before)."""
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -14,11 +17,23 @@ import pytest
 from pydantic_ai.durable_exec import JSON_CODEC
 from pydantic_ai.durable_exec._toolset import CallToolResult, wrap_tool_call_result
 from pydantic_ai.exceptions import ModelRetry
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.usage import RequestUsage
 
 from runtime.config import Settings
+from runtime.integrations.calls import ModelResult
 from runtime.integrations.pydantic_ai.returns import compact_outcome, full_outcome
-from runtime.log.records.events import Event, RunCompleted, ToolCallCompleted, ToolCallScheduled
+from runtime.log.records.events import (
+    Event,
+    ModelCallCompleted,
+    RunCompleted,
+    ToolCallCompleted,
+    ToolCallScheduled,
+)
+from runtime.log.records.prompts import checked_args, rebuild_inputs
+from runtime.log.records.responses import full_text, full_value, short_result
 from runtime.replay.replayer import Replayer, load_history
+from runtime.worker.calls import completed
 from support.memory_worker import serving
 
 pytestmark = pytest.mark.unit
@@ -44,7 +59,14 @@ async def _retry_outcome() -> Any:
 
 @pytest.mark.parametrize(
     "value",
-    [{"order": "7", "status": "delivered"}, "ok", None, [1, 2], {"kind": "tool-return", "x": 1}, {"result": 1}],
+    [
+        {"order": "7", "status": "delivered"},
+        "ok",
+        None,
+        [1, 2],
+        {"kind": "tool-return", "x": 1},
+        {"result": 1},
+    ],
 )
 async def test_a_plain_return_is_recorded_without_its_wrapper_and_read_back_whole(value: Any) -> None:
     outcome = await _outcome(value)
@@ -101,5 +123,95 @@ def test_a_run_recorded_before_replays_to_its_result_and_keeps_its_effect_key() 
     # The hashes of today's calls differ from the recorded ones: the earlier form is what matched.
     fresh = next(e for e in _record(steps=1) if isinstance(e, ToolCallScheduled))
     first = next(e for e in history if isinstance(e, ToolCallScheduled))
-    assert json.loads(fresh.args) == {k: v for k, v in json.loads(first.args).items() if k != "pydantic_ai_unit"}
+    assert json.loads(fresh.args) == {
+        k: v for k, v in json.loads(first.args).items() if k != "pydantic_ai_unit"
+    }
     assert fresh.args_hash != first.args_hash
+
+
+# --- a model response recorded short (runtime.log.records.responses) ---------------------------------
+def _response_json(response: ModelResponse) -> dict[str, Any]:
+    dumped: dict[str, Any] = JSON_CODEC.dump(ModelResponse, response)
+    return dumped
+
+
+AT = datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
+RESPONSES = {
+    "tool call": ModelResponse(
+        parts=[ToolCallPart("lookup", {"order": "7"}, tool_call_id="c1")],
+        model_name="gpt-x",
+        usage=RequestUsage(input_tokens=120, output_tokens=7, cache_read_tokens=100),
+        timestamp=AT,
+    ),
+    "no usage, no model": ModelResponse(parts=[TextPart("done")], timestamp=AT),
+    "whole second": ModelResponse(
+        parts=[TextPart("x")], model_name="m", timestamp=datetime(2026, 5, 1, tzinfo=UTC)
+    ),
+    "other counters kept": ModelResponse(
+        parts=[TextPart("x")],
+        model_name="m",
+        usage=RequestUsage(input_tokens=5, output_tokens=1, cache_write_tokens=3, details={"reasoning": 2}),
+        timestamp=AT,
+    ),
+}
+
+
+def _completed_with(result: ModelResult) -> ModelCallCompleted:
+    command: Any = SimpleNamespace(kind="model", position=1, in_doubt=False)
+    event = completed(command, result, 1, 0.0)
+    assert isinstance(event, ModelCallCompleted)
+    return event
+
+
+@pytest.mark.parametrize("name", list(RESPONSES))
+def test_a_response_recorded_short_reads_back_byte_for_byte_with_its_records_fields(name: str) -> None:
+    full = _response_json(RESPONSES[name])
+    full["request_timestamp"] = "2026-05-01T11:59:59.999000Z"
+    full["duration"] = "PT0.12S"
+    usage = full.get("usage") or {}
+    counts = {"input_tokens": usage.get("input_tokens"), "output_tokens": usage.get("output_tokens")}
+    counts["cached_tokens"] = usage.get("cache_read_tokens")
+    event = _completed_with(
+        ModelResult(
+            full, {k: v for k, v in counts.items() if v is not None}, full.get("model_name"), short=True
+        )
+    )
+    recorded = orjson.loads(event.result)
+    assert set(recorded) == {"r"} and "kind" not in recorded["r"]
+    assert len(event.result) < len(orjson.dumps({"response": full}))
+    assert full_value(event) == {"response": full}
+    assert orjson.loads(full_text(event)) == {"response": full}
+    # PydanticAI reads it as the same response
+    assert JSON_CODEC.load(ModelResponse, full_value(event)["response"]) == JSON_CODEC.load(
+        ModelResponse, full
+    )
+
+
+def test_a_response_keeps_what_its_records_fields_do_not_hold() -> None:
+    full = _response_json(RESPONSES["tool call"])
+    # The record will hold another count and no model: the response keeps its own values.
+    result = ModelResult(full, {"input_tokens": 1}, None, short=True)
+    event = _completed_with(result)
+    assert full_value(event)["response"]["usage"]["input_tokens"] == 120
+    # A result that is not a response stays as it is
+    assert short_result({"kind": "other"}, "m", {}) is None
+    assert short_result("text", "m", {}) is None
+    # results recorded before read as they are
+    before = ModelCallCompleted(run_id="r", position=1, result='{"response":{"kind":"response"}}')
+    assert full_text(before) == before.result
+
+
+def test_a_pydantic_ai_run_recorded_short_replays_and_audit_bases_resolve() -> None:
+    from examples import refund_pydantic_ai
+
+    history = _record(steps=3)
+    results = [e for e in history if isinstance(e, ModelCallCompleted)]
+    assert results and all(e.result.startswith('{"r":') for e in results)
+    assert all('"model_name"' not in e.result and '"usage"' not in e.result for e in results)
+    replayed = Replayer(app=refund_pydantic_ai.app).replay(history)
+    assert replayed.ok and replayed.drift == ()
+    # the whole request of each call, rebuilt from the records and checked against its args hash
+    inputs = rebuild_inputs(history)
+    last = checked_args(inputs[max(inputs)])
+    responses = [m for m in last["messages"] if m.get("kind") == "response"]
+    assert len(responses) == 3 and all(r["model_name"] and r["usage"]["input_tokens"] for r in responses)

@@ -91,4 +91,5 @@ def recorded_response(response: Any) -> ModelResult:
         compact_response(response),
         {k: v for k, v in shown.items() if isinstance(v, int)},
         model if isinstance(model, str) else None,
+        short=True,  # the usage and model said once, by the record's fields
     )

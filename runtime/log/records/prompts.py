@@ -69,6 +69,7 @@ from runtime.log.records.references import (
     unresolved,
     unresolved_edit,
 )
+from runtime.log.records.responses import full_text
 
 NOT_RECORDED = -1
 # New message bytes one record may carry; a message past it is stored out of line (see above).
@@ -232,7 +233,7 @@ class PromptBook:
             if isinstance(event, ModelCallScheduled):
                 self.learn(event)
             elif isinstance(event, ModelCallCompleted) and event.result_offset is None:
-                self.saw_result(event.position, event.result)
+                self.saw_result(event.position, full_text(event))
 
     def learn(self, event: ModelCallScheduled) -> None:
         """Append a recorded call's new messages (rebuilding the book from history, in log order)."""
@@ -426,7 +427,7 @@ def rebuild_inputs(
     found: dict[int, RecordedInput] = {}
     for event in events:
         if isinstance(event, ModelCallCompleted) and event.result_offset is None:
-            results[event.position] = event.result
+            results[event.position] = full_text(event)
         if not isinstance(event, ModelCallScheduled):
             continue
         first_new = len(sequence)
