@@ -368,7 +368,7 @@ class PromptBook:
 
         def store(data: bytes, _address: str) -> int:
             full = hashlib.sha256(data).digest()
-            return add(orjson.loads(data), data, full, False)
+            return add(orjson.loads(data), data, full, True)
 
         first_new = self.size  # "plain" (no slots) means all of this record's entries, values too
         # Most calls send the params of the call before: one serialization finds them.
