@@ -23,6 +23,7 @@ from pydantic_ai.usage import RequestUsage
 from runtime.config import Settings
 from runtime.integrations.calls import ModelResult
 from runtime.integrations.pydantic_ai.returns import compact_outcome, full_outcome
+from runtime.log.records.delta import apply, diff
 from runtime.log.records.events import (
     Event,
     ModelCallCompleted,
@@ -215,3 +216,28 @@ def test_a_pydantic_ai_run_recorded_short_replays_and_audit_bases_resolve() -> N
     last = checked_args(inputs[max(inputs)])
     responses = [m for m in last["messages"] if m.get("kind") == "response"]
     assert len(responses) == 3 and all(r["model_name"] and r["usage"]["input_tokens"] for r in responses)
+
+
+def test_an_edit_sets_a_value_that_is_not_an_object_bare_and_reads_either_form() -> None:
+    base = {"parts": [{"content": {"step": 1}, "tool_call_id": "a"}], "n": None}
+    value = {"parts": [{"content": {"step": 2}, "tool_call_id": "b"}], "n": [1], "new": {"x": 0}}
+    edit = diff(base, value)
+    assert edit == {
+        "k": {
+            "n": [1],
+            "new": {"=": {"x": 0}},  # an object is still wrapped: a bare one would read as an edit
+            "parts": {"i": {"0": {"k": {"content": {"k": {"step": 2}}, "tool_call_id": "b"}}}},
+        }
+    }
+    assert apply(base, edit) == value
+    # the form records written before hold
+    before = {
+        "k": {
+            "n": {"=": [1]},
+            "new": {"=": {"x": 0}},
+            "parts": {"i": {"0": {"k": {"content": {"k": {"step": {"=": 2}}}, "tool_call_id": {"=": "b"}}}}},
+        }
+    }
+    assert apply(base, before) == value
+    for falsy in (0, False, "", [], None):
+        assert apply({"a": 1}, diff({"a": 1}, {"a": falsy})) == {"a": falsy}
