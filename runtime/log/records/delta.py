@@ -34,7 +34,7 @@ class DeltaError(AgentlogError):
     """An edit that does not apply to its base (a record altered, or the wrong base)."""
 
 
-def diff(base: Any, value: Any) -> dict[str, Any]:
+def diff(base: Any, value: Any) -> Any:
     """The edit that turns ``base`` into ``value`` (``{}`` when they are equal)."""
     if base == value and (
         type(base) is type(value)
