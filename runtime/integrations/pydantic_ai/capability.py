@@ -66,6 +66,7 @@ from runtime.integrations.calls import (
     tool_args,
 )
 from runtime.integrations.pydantic_ai.deltas import emitting
+from runtime.integrations.pydantic_ai.message_forms import forms_of
 from runtime.integrations.pydantic_ai.returns import compacting, full_outcome
 from runtime.integrations.pydantic_ai.units import (
     UNIT_ARG,
@@ -294,7 +295,10 @@ class _Backend(CallableOperationBackend[None]):
             "parameters": recorded_parameters(parameters, f"model {model!r} request parameters"),
         }
         asked = run.ctx.model(
-            model, messages=recorded_messages(messages), prompt_version=durability.prompt_version, **params
+            model,
+            messages=recorded_messages(messages, forms_of(run)),
+            prompt_version=durability.prompt_version,
+            **params,
         )
         recorded = await run.wait_for(asked)
         return recorded["response"]
