@@ -17,11 +17,13 @@ import pytest
 from pydantic_ai.durable_exec import JSON_CODEC
 from pydantic_ai.durable_exec._toolset import CallToolResult, wrap_tool_call_result
 from pydantic_ai.exceptions import ModelRetry
-from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
 from pydantic_ai.usage import RequestUsage
 
 from runtime.config import Settings
 from runtime.integrations.calls import ModelResult
+from runtime.integrations.pydantic_ai import units
+from runtime.integrations.pydantic_ai.message_forms import MessageForms
 from runtime.integrations.pydantic_ai.returns import compact_outcome, full_outcome
 from runtime.log.records.delta import apply, diff
 from runtime.log.records.events import (
@@ -241,3 +243,42 @@ def test_an_edit_sets_a_value_that_is_not_an_object_bare_and_reads_either_form()
     assert apply(base, before) == value
     for falsy in (0, False, "", [], None):
         assert apply({"a": 1}, diff({"a": 1}, {"a": falsy})) == {"a": falsy}
+
+
+# --- each message turned once per agent run (runtime.integrations.pydantic_ai.message_forms) ---------
+def test_a_transcripts_messages_are_turned_once_and_again_when_pydantic_ai_changes_one() -> None:
+    request = ModelRequest(parts=[UserPromptPart("refund 7")])
+    response = ModelResponse(parts=[TextPart("done")], model_name="m")
+    turned: list[Any] = []
+
+    def turn(message: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        turned.append(message)
+        form: dict[str, Any] = {"kind": message.kind, "run_id": getattr(message, "run_id", None)}
+        return form, form
+
+    forms = MessageForms()
+    forms.forms([request], turn)
+    recorded, _ = forms.forms([request, response], turn)
+    assert turned == [request, response]  # the first message not again
+    response.run_id = "r/agent/0"  # PydanticAI assigns a field of a message it sends back
+    recorded, _ = forms.forms([request, response], turn)
+    assert turned == [request, response, response] and recorded[1]["run_id"] == "r/agent/0"
+    response.parts = [TextPart("other")]  # a part replaced
+    forms.forms([request, response], turn)
+    assert len(turned) == 4
+    # an equal message that is another object is turned on its own
+    forms.forms([ModelRequest(parts=[UserPromptPart("refund 7")]), response], turn)
+    assert len(turned) == 5
+
+
+def test_recorded_messages_read_the_same_with_and_without_the_kept_forms() -> None:
+    request = ModelRequest(parts=[UserPromptPart("refund 7")], instructions="Be brief.")
+    response = ModelResponse(
+        parts=[ToolCallPart("lookup", {"order": "7"}, tool_call_id="c1")],
+        model_name="m",
+        usage=RequestUsage(input_tokens=5, output_tokens=1),
+    )
+    messages = [request, response]
+    kept = units.recorded_messages(messages, MessageForms())
+    assert list(kept) == list(units.recorded_messages(messages))
+    assert kept.earlier() == units.recorded_messages(messages).earlier()
