@@ -54,7 +54,9 @@ def diff(base: Any, value: Any) -> Any:
             edit["x"] = removed
         return edit
     if isinstance(base, list) and isinstance(value, list) and len(base) == len(value):
-        items = {str(i): e for i, (b, v) in enumerate(zip(base, value, strict=True)) if (e := diff(b, v)) != {}}
+        items = {
+            str(i): e for i, (b, v) in enumerate(zip(base, value, strict=True)) if (e := diff(b, v)) != {}
+        }
         return {"i": items} if items else {}
     if isinstance(base, (dict, list)) or type(base) is not type(value) or base != value:
         return _set(value)  # by type too: 1 == 1.0 == True, but their JSON differs
