@@ -13,7 +13,9 @@ import datetime as dt
 import json
 from typing import Any
 
+from runtime.log.records.events import ModelCallCompleted
 from runtime.log.records.prompts import PromptMissing, RecordedInput, checked_args
+from runtime.log.records.responses import full_value, is_short
 
 from .audit import AuditError, Rows, _ch_time
 from .prompt_inputs import resolved
@@ -43,7 +45,9 @@ def _result(store: QueryStore, run_id: str, position: int, kind: str) -> dict[st
     rows = list(
         store.query(
             f"""SELECT argMax(result, offset) AS result, argMax(result_offset, offset) AS result_offset,
-                argMax(result_sha256, offset) AS result_sha256, argMax(result_size, offset) AS result_size
+                argMax(result_sha256, offset) AS result_sha256, argMax(result_size, offset) AS result_size,
+                argMax(response_model, offset) AS response_model, argMax(input_tokens, offset) AS input_tokens,
+                argMax(output_tokens, offset) AS output_tokens, argMax(cached_tokens, offset) AS cached_tokens
             FROM {EVENTS}
             WHERE run_id = {{run:String}} AND position = {{position:Int32}} AND fenced = 0
               AND type = {{type:String}}""",
@@ -63,7 +67,22 @@ def _result(store: QueryStore, run_id: str, position: int, kind: str) -> dict[st
                 "read_with": f"agentlog history {run_id} --json --payloads",
             },
         }
+    if kind == "Model" and isinstance(row["result"], str) and is_short(row["result"]):
+        # A framework response recorded short, shown whole (runtime.log.records.responses).
+        return {"result": full_value(_completed(row))}
     return {"result": _json(row["result"])}
+
+
+def _completed(row: dict[str, Any]) -> ModelCallCompleted:
+    return ModelCallCompleted(
+        run_id="",
+        position=0,
+        result=row["result"],
+        response_model=row["response_model"],
+        input_tokens=row["input_tokens"],
+        output_tokens=row["output_tokens"],
+        cached_tokens=row["cached_tokens"],
+    )
 
 
 def _verify(row: dict[str, JsonValue], messages: JsonValue, params: JsonValue) -> dict[str, JsonValue]:

@@ -37,7 +37,8 @@ def run_inputs(store: QueryStore, run_id: str) -> dict[int, RecordedInput]:
     Raises PromptMissing when the rows do not hold what a prompt names."""
     rows = store.query(
         f"""SELECT type, position, model, args_hash, prompt_version, message_count, message_slots,
-            new_roles, new_messages, params, result, result_offset
+            new_roles, new_messages, params, result, result_offset, response_model, input_tokens,
+            output_tokens, cached_tokens
         FROM {EVENTS}
         WHERE run_id = {{run:String}} AND fenced = 0
           AND type IN ('ModelCallScheduled', 'ModelCallCompleted')
@@ -55,6 +56,11 @@ def _event(run_id: str, row: dict[str, Any]) -> Event:
             position=row["position"],
             result=row["result"] or "",
             result_offset=row["result_offset"],
+            # a framework response recorded short is read back with them (runtime.log.records.responses)
+            response_model=row["response_model"],
+            input_tokens=row["input_tokens"],
+            output_tokens=row["output_tokens"],
+            cached_tokens=row["cached_tokens"],
         )
     return ModelCallScheduled(
         run_id=run_id,

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 from analytics.audit import iso_to_ms
 from analytics.results import JsonValue
+from runtime.log.records.events import ModelCallCompleted
+from runtime.log.records.responses import full_text, is_short
 from runtime.workflow.limits import DIMENSION_LABELS
 
 _OUTCOMES = ("Completed", "Failed")
@@ -350,7 +352,7 @@ def _call_event(
         start = at - latency if latency else at
     if phase == "Completed":
         outcome = "completed"
-        call.result = event.get("result")
+        call.result = _shown_result(kind, event)
         if event.get("result") is None and event.get("result_sha256"):
             call.result = (
                 f"(out of line: {event.get('result_size')} bytes, sha256 {event.get('result_sha256')})"
@@ -365,6 +367,25 @@ def _call_event(
             start, at, outcome, epoch, worker, number, in_doubt, call.error if phase == "Failed" else None
         )
     )
+
+
+def _shown_result(kind: str, event: Mapping[str, JsonValue]) -> JsonValue:
+    """A call's result as the call returned it: a framework response recorded short is shown whole
+    (runtime.log.records.responses), with what its record's fields hold."""
+    result = event.get("result")
+    if kind != "model" or not isinstance(result, str) or not is_short(result):
+        return result
+    model = event.get("response_model")
+    record = ModelCallCompleted(
+        run_id="",
+        position=0,
+        result=result,
+        response_model=model if isinstance(model, str) else None,
+        input_tokens=_int(event.get("input_tokens")),
+        output_tokens=_int(event.get("output_tokens")),
+        cached_tokens=_int(event.get("cached_tokens")),
+    )
+    return full_text(record)
 
 
 def _close_lost_attempts(call: Call, epochs: Sequence[EpochChange]) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from runtime.errors import TerminalError
+from runtime.log.records.responses import short_result
 from runtime.workflow.app import App, RetryPolicy
 
 Body = Callable[[], Awaitable[Any]]
@@ -55,9 +56,19 @@ class ModelResult(dict[str, Any]):
 
     __slots__ = ("agentlog_usage",)
 
-    def __init__(self, response: Any, usage: dict[str, Any], model: str | None) -> None:
-        super().__init__(response=response)
-        self.agentlog_usage = {"usage": usage, "model": model}
+    def __init__(
+        self, response: Any, usage: dict[str, Any], model: str | None, *, short: bool = False
+    ) -> None:
+        """``short``: record ``{"r": ...}`` when it reads back as the same response
+        (runtime.log.records.responses), the usage and model left to the record's fields."""
+        counts = {k: v for k, v in usage.items() if type(v) is int and v >= 0}  # as the worker reads them
+        model = model if isinstance(model, str) and model else None
+        shortened = short_result(response, model, counts) if short else None
+        if shortened is None:
+            super().__init__(response=response)
+        else:
+            super().__init__(shortened)
+        self.agentlog_usage = {"usage": counts, "model": model}
 
 
 def idempotency_key() -> str:
@@ -126,9 +137,13 @@ def register_tool(
     key_args: Sequence[str] | None,
     retry: RetryPolicy | None,
     errors: ErrorMapping = _no_mapping,
+    record_unit: bool = True,
 ) -> None:
     """The agentlog tool ``name`` that runs one framework tool (or operation), once per app. An
-    effect's key is given to the body through ``idempotency_key()``."""
+    effect's key is given to the body through ``idempotency_key()``. ``record_unit=False``: the
+    unit's name is not recorded with each call (``App.tool``'s ``carried``), where ``name`` already
+    says which unit it is (one framework tool); an operation tool runs several kinds of unit, and
+    its recorded unit name is what tells a replay which one each call was."""
     if name in app.tools:
         return
 
@@ -153,6 +168,7 @@ def register_tool(
         effect=effect,
         key_args=tuple(key_args) if effect and key_args is not None else None,
         retry=retry,
+        carried=() if record_unit else (unit_arg,),
     )(tool_call)
 
 

@@ -104,6 +104,9 @@ class ToolSpec:
     ] = ()  # arguments recorded as a hash (runtime.workflow.redact), besides secret names
     # Seconds a call may go without heartbeat() before its attempt fails (runtime.worker.heartbeats).
     heartbeat_timeout: float | None = None
+    # Arguments handed to the call in this process but neither recorded nor hashed (a framework
+    # unit's body and name, runtime.integrations.calls: the tool's name already says which unit).
+    carried: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,7 @@ class App:
         retry: RetryPolicy | None = None,
         redact: tuple[str, ...] = (),
         heartbeat_timeout: float | None = None,
+        carried: tuple[str, ...] = (),
     ) -> Callable[[F], F]:
         """Register a tool as ``name``: a callable taking keyword arguments, sync or async.
 
@@ -209,7 +213,9 @@ class App:
         (runtime.worker.heartbeats) before its attempt fails as timed out and is retried by
         ``retry``, without waiting for the retry policy's whole ``timeout``. Raises
         RegistrationError for a bad signature, a heartbeat_timeout that is not a positive number
-        shorter than the timeout, or a name taken twice."""
+        shorter than the timeout, or a name taken twice. ``carried`` (for integrations) names
+        arguments the call gets that are not recorded nor matched on replay: the process's own
+        handles, such as a framework unit's body."""
 
         def register(fn: F) -> F:
             if name in self.tools:
@@ -239,6 +245,7 @@ class App:
                 tuple(key_args) if key_args is not None else None,
                 tuple(redact),
                 heartbeat_timeout,
+                tuple(carried),
             )
             return fn
 

@@ -68,6 +68,7 @@ from runtime.log.records.events import (
     ToolCallScheduled,
 )
 from runtime.log.records.prompts import PromptBook
+from runtime.log.records.responses import full_text, full_value
 from runtime.log.records.status import RunState, status_after
 from runtime.workflow.activation import (
     NO_BLOBS,
@@ -436,7 +437,7 @@ class RunMachine:
         if result_text is not None and isinstance(stamped, (ModelCallCompleted, ToolCallCompleted)):
             applied = dataclasses.replace(stamped, result=result_text, result_offset=None)
         elif isinstance(stamped, ModelCallCompleted):  # inline in the log: the next request may edit it
-            self._prompts.saw_result(stamped.position, stamped.result)
+            self._prompts.saw_result(stamped.position, full_text(stamped))
         self.apply(applied)
         return stamped
 
@@ -467,7 +468,9 @@ class RunMachine:
             return
         if self.spend is not None and isinstance(event, ModelCallCompleted):
             self.spend.add(call_spend(event, command))
-        command.future.set_result(orjson.loads(event.result))  # written by canonical_json
+        # Written by canonical_json; a framework response recorded short is read back whole.
+        value = full_value(event) if isinstance(event, ModelCallCompleted) else orjson.loads(event.result)
+        command.future.set_result(value)
         if event.in_doubt and self.replaying:  # live re-executions were listed by finish_replay
             self.in_doubt.append(InDoubt(command.kind, command.name, command.position, command.key))
         self._drive()

@@ -91,8 +91,13 @@ def tool_intent(
         raise AgentlogError(f"tool {name!r} is not registered (known: {sorted(app.tools)})")
     position = next_position()  # taken once the call is known to be valid
     recorded = redact(args, key_root, spec.redact)
+    with_carried = recorded
+    if spec.carried and any(arg in recorded for arg in spec.carried):
+        recorded = {k: v for k, v in recorded.items() if k not in spec.carried}
     command = Intent(position, "tool", name, args, args_hash("tool", name, recorded), DurableFuture(position))
     _note_redaction(command, recorded)
+    if with_carried is not recorded:  # recorded before its carried arguments were left out: they were hashed
+        command.earlier_hash = lambda: args_hash("tool", name, with_carried)
     if spec.effect:
         # From the recorded (redacted) arguments: nothing in the log is derived from a secret.
         key_args = recorded if spec.key_args is None else {k: recorded.get(k) for k in spec.key_args}

@@ -12,10 +12,12 @@ import orjson
 import pytest
 
 from runtime.integrations.calls import ModelResult
+from runtime.integrations.pydantic_ai.compact import compact_response
 from runtime.integrations.pydantic_ai.units import recorded_response
 from runtime.log.records.events import Event, ModelCallCompleted, ModelCallScheduled
 from runtime.log.records.prompts import PromptBook, PromptMissing, checked_args, rebuild_inputs
 from runtime.log.records.references import REF, address, canonical, delta_body, edit_body, edit_of
+from runtime.log.records.responses import full_value
 from runtime.worker.calls import completed
 from runtime.worker.usage import usage_of
 from runtime.workflow.canonical import args_hash, canonical_json
@@ -141,7 +143,9 @@ def test_a_framework_model_result_records_only_its_response_and_the_worker_reads
     }
     result = recorded_response(response)
     assert isinstance(result, ModelResult)
-    assert set(orjson.loads(canonical_json(result))) == {"response"}  # no outer usage or model
+    # Recorded short (runtime.log.records.responses): no outer usage or model, nor inner ones
+    recorded = orjson.loads(canonical_json(result))
+    assert set(recorded) == {"r"} and "usage" not in recorded["r"] and "model_name" not in recorded["r"]
     usage = usage_of(result)
     assert (usage.input_tokens, usage.output_tokens, usage.cached_tokens, usage.response_model) == (
         12,
@@ -149,6 +153,11 @@ def test_a_framework_model_result_records_only_its_response_and_the_worker_reads
         2,
         "gpt-x",
     )
+    # ... and read back whole from the record the worker writes
+    command: Any = SimpleNamespace(kind="model", position=3, in_doubt=False)
+    event = completed(command, result, 1, 0.0)
+    assert isinstance(event, ModelCallCompleted)
+    assert full_value(event) == {"response": compact_response(response)}
 
 
 def test_the_completed_record_carries_the_usage_in_its_own_fields() -> None:

@@ -66,6 +66,8 @@ from runtime.integrations.calls import (
     tool_args,
 )
 from runtime.integrations.pydantic_ai.deltas import emitting
+from runtime.integrations.pydantic_ai.message_forms import forms_of
+from runtime.integrations.pydantic_ai.returns import compacting, full_outcome
 from runtime.integrations.pydantic_ai.units import (
     UNIT_ARG,
     mapped_errors,
@@ -293,7 +295,10 @@ class _Backend(CallableOperationBackend[None]):
             "parameters": recorded_parameters(parameters, f"model {model!r} request parameters"),
         }
         asked = run.ctx.model(
-            model, messages=recorded_messages(messages), prompt_version=durability.prompt_version, **params
+            model,
+            messages=recorded_messages(messages, forms_of(run)),
+            prompt_version=durability.prompt_version,
+            **params,
         )
         recorded = await run.wait_for(asked)
         return recorded["response"]
@@ -322,10 +327,11 @@ class _Backend(CallableOperationBackend[None]):
             key_args=durability.effects.get(tool),
             retry=durability.tool_retry,
             errors=mapped_errors,
+            record_unit=False,  # the agentlog tool's name says which tool: ~70 bytes a call saved
         )
         args = tool_args(arguments, tool, UNIT_ARG)
-        args[UNIT_ARG] = UnitRef(name, body)
-        return await run.wait_for(run.ctx.tool(agentlog_tool, **args))
+        args[UNIT_ARG] = UnitRef(name, compacting(body))
+        return full_outcome(await run.wait_for(run.ctx.tool(agentlog_tool, **args)))
 
     async def _operation(
         self, run: AgentRun[Any], name: str, body: Callable[[], Awaitable[object]]

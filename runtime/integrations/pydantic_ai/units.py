@@ -17,6 +17,7 @@ from pydantic_core import PydanticSerializationError
 from runtime.errors import TerminalError
 from runtime.integrations.calls import ModelResult, UnrecordableValue, as_json
 from runtime.integrations.pydantic_ai.compact import compact_message, compact_response
+from runtime.integrations.pydantic_ai.message_forms import MessageForms
 from runtime.models.errors import status_error
 from runtime.workflow.earlier_form import Messages
 
@@ -24,17 +25,26 @@ from runtime.workflow.earlier_form import Messages
 UNIT_ARG = "pydantic_ai_unit"
 
 
-def recorded_messages(messages: Any) -> Messages:
+def recorded_messages(messages: Any, forms: MessageForms | None = None) -> Messages:
     """The model request's messages as recorded: PydanticAI's JSON shape, compact
     (runtime.integrations.pydantic_ai.compact), without the timestamps that requests take from the
     clock when the agent builds them (a replayed agent builds them again at another time; the
     responses' timestamps come from the log and are kept). Runs recorded before messages were
-    compact recorded the full form: replay accepts its hash too (runtime.workflow.earlier_form)."""
+    compact recorded the full form: replay accepts its hash too (runtime.workflow.earlier_form).
+    ``forms``: the agent run's messages turned already (runtime.integrations.pydantic_ai.message_forms)."""
+    if forms is not None and isinstance(messages, list):
+        recorded, earlier = forms.forms(messages, _turned)
+        return Messages(recorded, earlier=lambda: earlier)
     dumped = as_json(messages, "model request messages")
     return Messages(
         [_without_request_timestamps(compact_message(message)) for message in dumped],
         earlier=lambda: [_without_request_timestamps(message) for message in dumped],
     )
+
+
+def _turned(message: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    dumped = as_json(message, "a model request message")
+    return _without_request_timestamps(compact_message(dumped)), _without_request_timestamps(dumped)
 
 
 def recorded_parameters(parameters: Any, what: str) -> Any:
@@ -91,4 +101,5 @@ def recorded_response(response: Any) -> ModelResult:
         compact_response(response),
         {k: v for k, v in shown.items() if isinstance(v, int)},
         model if isinstance(model, str) else None,
+        short=True,  # the usage and model said once, by the record's fields
     )

@@ -8,7 +8,9 @@ Stored as an edit, it costs what changed.
 
 An edit (canonical JSON, keys short because every record carries them):
 
-- ``{"=": V}``: the value is V;
+- ``{"=": V}``: the value is V; written ``V`` itself when V is not an object (every edit is an
+  object, so a scalar or an array in an edit's place is a value: ``{"k": {"step": 2}}`` sets
+  ``step``; records written before hold ``{"=": 2}``, still read);
 - ``{"k": {key: edit, ...}, "x": [key, ...]}``: the base object with each named key's edit applied
   (a key the base lacks is edited from nothing, so its edit is ``{"=": V}``) and the ``x`` keys
   removed -- either part left out when empty;
@@ -32,7 +34,7 @@ class DeltaError(AgentlogError):
     """An edit that does not apply to its base (a record altered, or the wrong base)."""
 
 
-def diff(base: Any, value: Any) -> dict[str, Any]:
+def diff(base: Any, value: Any) -> Any:
     """The edit that turns ``base`` into ``value`` (``{}`` when they are equal)."""
     if base == value and (
         type(base) is type(value)
@@ -43,7 +45,7 @@ def diff(base: Any, value: Any) -> dict[str, Any]:
     ):
         return {}
     if isinstance(base, dict) and isinstance(value, dict):
-        keys = {k: e for k, v in value.items() if (e := diff(base[k], v) if k in base else {"=": v})}
+        keys = {k: e for k, v in value.items() if (e := diff(base[k], v) if k in base else _set(v)) != {}}
         edit: dict[str, Any] = {}
         if keys:
             edit["k"] = keys
@@ -52,17 +54,24 @@ def diff(base: Any, value: Any) -> dict[str, Any]:
             edit["x"] = removed
         return edit
     if isinstance(base, list) and isinstance(value, list) and len(base) == len(value):
-        items = {str(i): e for i, (b, v) in enumerate(zip(base, value, strict=True)) if (e := diff(b, v))}
+        items = {
+            str(i): e for i, (b, v) in enumerate(zip(base, value, strict=True)) if (e := diff(b, v)) != {}
+        }
         return {"i": items} if items else {}
     if isinstance(base, (dict, list)) or type(base) is not type(value) or base != value:
-        return {"=": value}  # by type too: 1 == 1.0 == True, but their JSON differs
+        return _set(value)  # by type too: 1 == 1.0 == True, but their JSON differs
     return {}
+
+
+def _set(value: Any) -> Any:
+    """The edit that makes a value ``value`` whatever it was: the value itself unless an object."""
+    return {"=": value} if isinstance(value, dict) else value
 
 
 def apply(base: Any, edit: Any) -> Any:
     """``base`` with ``edit`` applied; DeltaError if the edit does not fit it."""
     if not isinstance(edit, dict):
-        raise DeltaError(f"an edit is a JSON object, got {edit!r}")
+        return edit  # a value that is not an object, set as it is
     if not edit:
         return base
     if "=" in edit:
@@ -86,7 +95,9 @@ def apply(base: Any, edit: Any) -> Any:
     for key, key_edit in keys.items():
         if key in result:
             result[key] = apply(result[key], key_edit)
-        elif isinstance(key_edit, dict) and "=" in key_edit:
+        elif not isinstance(key_edit, dict):
+            result[key] = key_edit
+        elif "=" in key_edit:
             result[key] = key_edit["="]
         else:
             raise DeltaError(f"an edit of key {key!r}, which the base lacks")

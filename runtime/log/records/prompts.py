@@ -69,6 +69,7 @@ from runtime.log.records.references import (
     unresolved,
     unresolved_edit,
 )
+from runtime.log.records.responses import full_text
 
 NOT_RECORDED = -1
 # New message bytes one record may carry; a message past it is stored out of line (see above).
@@ -232,7 +233,7 @@ class PromptBook:
             if isinstance(event, ModelCallScheduled):
                 self.learn(event)
             elif isinstance(event, ModelCallCompleted) and event.result_offset is None:
-                self.saw_result(event.position, event.result)
+                self.saw_result(event.position, full_text(event))
 
     def learn(self, event: ModelCallScheduled) -> None:
         """Append a recorded call's new messages (rebuilding the book from history, in log order)."""
@@ -367,7 +368,7 @@ class PromptBook:
 
         def store(data: bytes, _address: str) -> int:
             full = hashlib.sha256(data).digest()
-            return add(orjson.loads(data), data, full, False)
+            return add(orjson.loads(data), data, full, True)
 
         first_new = self.size  # "plain" (no slots) means all of this record's entries, values too
         # Most calls send the params of the call before: one serialization finds them.
@@ -426,7 +427,7 @@ def rebuild_inputs(
     found: dict[int, RecordedInput] = {}
     for event in events:
         if isinstance(event, ModelCallCompleted) and event.result_offset is None:
-            results[event.position] = event.result
+            results[event.position] = full_text(event)
         if not isinstance(event, ModelCallScheduled):
             continue
         first_new = len(sequence)

@@ -59,6 +59,7 @@ from runtime.log.records.events import (
     ToolCallFailed,
     ToolCallScheduled,
 )
+from runtime.log.records.responses import full_text
 
 StreamKind = Literal[
     "started", "attempt", "delta", "superseded", "completed", "failed", "waiting", "signal", "ended", "gap"
@@ -168,7 +169,8 @@ def from_record(event: Event, *, contents: bool = True, epoch: int = -1) -> Stre
     if isinstance(event, ToolCallScheduled):
         return StreamEvent(run, "started", event.position, 0, {"call": "tool", "name": event.tool}, at, epoch)
     if isinstance(event, ModelCallCompleted | ToolCallCompleted):
-        data = {"result": event.result if contents and event.result_offset is None else None}
+        shown = full_text(event) if isinstance(event, ModelCallCompleted) else event.result
+        data = {"result": shown if contents and event.result_offset is None else None}
         return StreamEvent(
             run, "completed", event.position, event.attempt, _sealed(data, contents), at, epoch
         )
