@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from analytics import audit
+from analytics import audit, calls
 from analytics import prices as store_prices
 from analytics.store import connect
+from runtime.cli.main import main as cli_main
 from runtime.cli.whatif import print_report
 from runtime.client import Client
 from runtime.config import Settings
@@ -198,3 +199,40 @@ def test_production_runs_submitted_during_a_whatif_are_not_starved(done: Done) -
         production,
         sorted(str(r["ended_at"]) for r in forks),
     )
+
+
+def test_the_other_audit_views_leave_whatif_runs_out_unless_asked(
+    done: Done, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``audit tools``, divergences, history size and ``audit cost`` are about production: a what-if
+    fork copies its original's tool calls (the same idempotency keys) and records its effects dry, so
+    counting it would show duplicates and spend that production never made."""
+    ids = [done.prompt["whatif"], done.code.whatif_id, done.slow.whatif_id]
+    with connect(done.dsn) as store:
+        forks = {str(r["run_id"]) for r in audit.runs(store, limit=100, whatif="*").rows if r["whatif"]}
+        tools = audit.tool_attempts(store, limit=1000).rows
+        every_tool = audit.tool_attempts(store, limit=1000, whatif="*").rows
+        diverged = audit.divergences(store, limit=1000).rows
+        sizes = audit.history_size(store, done.settings, top=100).rows
+        cost = calls.cost(store, "run").rows
+        cost_of = {w: calls.cost(store, "run", whatif=w).rows for w in ids}
+        every_cost = calls.cost(store, "run", whatif="*").rows
+        spend = calls.whatif_spend(store)
+    assert len(forks) == 12 + 2 + 12
+    production = {*done.runs, *done.production}
+    assert {run for r in tools for run in r["runs"]} == production  # type: ignore[union-attr]
+    assert not any(r["duplicate"] for r in tools)
+    assert {run for r in every_tool for run in r["runs"]} == production | forks  # type: ignore[union-attr]
+    assert any(r["duplicate"] for r in every_tool)  # a fork's copied calls share its original's keys
+    assert not forks & {str(r["run_id"]) for r in diverged}
+    assert {str(r["run_id"]) for r in sizes} == production
+    assert {str(r["run"]) for r in cost} == production
+    assert [len(cost_of[w]) for w in ids] == [12, 2, 12]
+    assert {str(r["run"]) for r in every_cost} == production | forks
+    # The calls the what-ifs made anew: the two calls of every fork, none copied from an original.
+    whatif_usd = sum(float(str(r["cost_usd"])) for rows in cost_of.values() for r in rows)
+    assert spend == (12 * 2 + 2 * 2 + 12 * 2, pytest.approx(whatif_usd))
+    assert spend[1] > 0
+    assert cli_main(["audit", "cost", "--dsn", done.dsn]) == 0
+    shown = capsys.readouterr().out
+    assert f"what-if calls left out: 52 calls, {spend[1]:.6f} USD (--whatif to include them)" in shown
