@@ -28,7 +28,7 @@ from runtime.whatif.change import parse_change
 from runtime.whatif.report import Report
 from runtime.whatif.selection import Selection
 from support.sink import InProcessSink, agentlog, kafka_offsets, make_deployment, wait_for_rows
-from support.whatif_apps import STRICT, SYSTEM, app_v2, effects
+from support.whatif_apps import STRICT, SYSTEM, app, app_v2, effects
 from support.workers import WorkerProcess
 from ui import pages
 
@@ -112,7 +112,10 @@ def done(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             slow = session.start(
                 client,
                 session.prepare(
-                    client, Selection(run_ids=tuple(runs)), parse_change([], ["planner=planner-slow"], None)
+                    client,
+                    Selection(run_ids=tuple(runs)),
+                    parse_change([], ["planner=planner-slow"], None),
+                    app,
                 ),
                 session.Options(window=SLOW_WINDOW, progress=submit_production),
             )
