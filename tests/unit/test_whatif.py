@@ -206,7 +206,7 @@ def test_code_that_lacks_the_runs_workflow_or_a_version_the_worker_lacks_is_refu
 
     with pytest.raises(ChangeError, match="does not register workflow 'refund'"):
         session.prepare(client, Selection(run_ids=(runs[0],)), parse_change([], [], "x:empty"), App("empty"))
-    with pytest.raises(ChangeError, match="'planner-9' that the code support.whatif_apps:app_v2 does not"):
+    with pytest.raises(ChangeError, match=r"'planner-9' that the code support\.whatif_apps:app_v2 does not"):
         session.prepare(
             client, Selection(run_ids=(runs[0],)), parse_change([], ["planner=planner-9"], V2), app_v2
         )
