@@ -176,12 +176,28 @@ def _detail(event: Mapping[str, JsonValue]) -> JsonValue:
 
 
 # -- tools, divergences, sizes, runs -------------------------------------------------------------
+def whatif_condition(whatif: str | None, run_column: str = "run_id") -> str:
+    """The SQL condition on ``run_column`` that keeps what-if runs (agentlog whatif) out of a view of
+    production runs unless asked: None leaves them out, "*" keeps every run, a what-if's id keeps
+    only its runs (the query's ``whatif`` String parameter, which the caller sets to it)."""
+    if whatif == "*":
+        return "1 = 1"
+    if whatif is None:
+        return f"{run_column} NOT IN (SELECT run_id FROM {DATABASE}.runs WHERE whatif IS NOT NULL)"
+    return f"{run_column} IN (SELECT run_id FROM {DATABASE}.runs WHERE whatif = {{whatif:String}})"
+
+
 def tool_attempts(
-    store: QueryStore, tool: str | None = None, since: dt.datetime | None = None, limit: int = 100
+    store: QueryStore,
+    tool: str | None = None,
+    since: dt.datetime | None = None,
+    limit: int = 100,
+    whatif: str | None = None,
 ) -> Rows:
-    """Attempts per idempotency key: a key with more than one completion (or call) is a duplicate effect."""
-    conditions = ["1"]
-    parameters: dict[str, Any] = {"limit": limit}
+    """Attempts per idempotency key: a key with more than one completion (or call) is a duplicate effect.
+    What-if runs' calls (never made: recorded dry) are left out unless ``whatif`` asks (``whatif_condition``)."""
+    conditions = [whatif_condition(whatif, "c.run_id")]
+    parameters: dict[str, Any] = {"limit": limit, "whatif": whatif or ""}
     if tool:
         conditions.append("c.tool = {tool:String}")
         parameters["tool"] = tool
@@ -213,22 +229,33 @@ def tool_attempts(
     return _rows(result)
 
 
-def divergences(store: QueryStore, run_id: str | None = None, limit: int = 100) -> Rows:
-    """Re-decided decisions, non-determinism and parked runs, oldest first."""
-    where = "WHERE run_id = {run:String}" if run_id else ""
+def divergences(
+    store: QueryStore, run_id: str | None = None, limit: int = 100, whatif: str | None = None
+) -> Rows:
+    """Re-decided decisions, non-determinism and parked runs, oldest first. What-if runs are left out
+    unless ``whatif`` asks (``whatif_condition``) or ``run_id`` names one."""
+    where = "WHERE run_id = {run:String}" if run_id else f"WHERE {whatif_condition(whatif)}"
     result = store.query(
         f"SELECT run_id, occurred_at, kind, position, detail FROM {DATABASE}.divergences {where} "
         "ORDER BY occurred_at, run_id, offset LIMIT {limit:UInt32}",
-        {"run": run_id or "", "limit": limit},
+        {"run": run_id or "", "limit": limit, "whatif": whatif or ""},
     )
     return _rows(result)
 
 
-def history_size(store: QueryStore, settings: Settings, over: str | None = None, top: int = 20) -> Rows:
-    """Runs by history size against the configured thresholds, closest to the warn level first."""
+def history_size(
+    store: QueryStore,
+    settings: Settings,
+    over: str | None = None,
+    top: int = 20,
+    whatif: str | None = None,
+) -> Rows:
+    """Runs by history size against the configured thresholds, closest to the warn level first;
+    what-if runs left out unless ``whatif`` asks (``whatif_condition``)."""
     if over not in (None, "warn", "limit"):
         raise AuditError("--over must be warn or limit")
-    where = {"warn": "WHERE over_warn", "limit": "WHERE over_limit", None: ""}[over]
+    where = {"warn": "WHERE over_warn AND ", "limit": "WHERE over_limit AND ", None: "WHERE "}[over]
+    where += whatif_condition(whatif)
     result = store.query(
         f"""SELECT run_id, workflow, status, events, bytes, over_warn, over_limit
         FROM {DATABASE}.history_size(warn_events = {{we:UInt64}}, warn_bytes = {{wb:UInt64}},
@@ -242,6 +269,7 @@ def history_size(store: QueryStore, settings: Settings, over: str | None = None,
             "le": settings.history_limit_events,
             "lb": settings.history_limit_bytes,
             "top": top,
+            "whatif": whatif or "",
         },
     )
     return _rows(result)
@@ -260,15 +288,13 @@ def runs(
     them) or a what-if's id (only its runs)."""
     if status and status not in RUN_STATES:
         raise AuditError(f"--status {status!r}: expected one of {', '.join(RUN_STATES)}")
-    whatif_condition = (
-        "whatif IS NULL" if whatif is None else "1 = 1" if whatif == "*" else "whatif = {whatif:String}"
-    )
+    which = "whatif IS NULL" if whatif is None else "1 = 1" if whatif == "*" else "whatif = {whatif:String}"
     conditions = [
         c
         for c, on in (("status = {status:String}", status), ("parent_run_id = {parent:String}", parent))
         if on
     ]
-    conditions.append(f"({whatif_condition})")
+    conditions.append(f"({which})")
     where = f"WHERE {' AND '.join(conditions)}"
     result = store.query(
         f"SELECT run_id, workflow, status, started_at, ended_at, events, bytes, parent_run_id{', whatif' if whatif else ''} "

@@ -17,7 +17,7 @@ from runtime.log.records.events import ModelCallCompleted
 from runtime.log.records.prompts import PromptMissing, RecordedInput, checked_args
 from runtime.log.records.responses import full_value, is_short
 
-from .audit import AuditError, Rows, _ch_time
+from .audit import AuditError, Rows, _ch_time, whatif_condition
 from .prompt_inputs import resolved
 from .results import JsonValue
 from .store import QueryStore
@@ -144,7 +144,13 @@ def call(store: QueryStore, run_id: str, position: int) -> dict[str, JsonValue]:
 _BUDGET_COLUMN = "\n            any(r.budget) AS budget,"
 
 
-def cost(store: QueryStore, by: str = "run", since: dt.datetime | None = None, limit: int = 100) -> Rows:
+def cost(
+    store: QueryStore,
+    by: str = "run",
+    since: dt.datetime | None = None,
+    limit: int = 100,
+    whatif: str | None = None,
+) -> Rows:
     """Tokens and cost of model calls grouped ``by`` run, workflow, model or prompt_version, highest first.
 
     ``unpriced_calls`` counts calls that reported usage but have no price for their model: their
@@ -156,7 +162,7 @@ def cost(store: QueryStore, by: str = "run", since: dt.datetime | None = None, l
     if key is None:
         raise AuditError(f"--by {by!r}: expected one of {', '.join(COST_KEYS)}")
     # Calls a reset or fork copied from the original were paid for once, by the original.
-    where = "WHERE NOT c.copied" + (
+    where = f"WHERE NOT c.copied AND {whatif_condition(whatif, 'c.run_id')}" + (
         " AND c.scheduled_at >= {since:DateTime64(3, 'UTC')}" if since is not None else ""
     )
     result = store.query(
@@ -176,9 +182,23 @@ def cost(store: QueryStore, by: str = "run", since: dt.datetime | None = None, l
         GROUP BY {by}
         ORDER BY cost_usd DESC, {by}
         LIMIT {{limit:UInt32}}""",
-        {"since": _ch_time(since) if since is not None else "", "limit": limit},
+        {"since": _ch_time(since) if since is not None else "", "limit": limit, "whatif": whatif or ""},
     )
     return Rows(result.columns, list(result.dicts()))
+
+
+def whatif_spend(store: QueryStore, since: dt.datetime | None = None) -> tuple[int, float]:
+    """The model calls of what-if runs (agentlog whatif) made anew (not copied) and what they cost:
+    real calls, paid for, that ``cost`` leaves out of the production spend unless asked -- so its
+    output can say how much it left out."""
+    after = " AND scheduled_at >= {since:DateTime64(3, 'UTC')}" if since is not None else ""
+    result = store.query(
+        f"""SELECT count(), round(sum(ifNull(cost_usd, 0)), 6) FROM {DATABASE}.model_calls
+        WHERE NOT copied AND run_id IN (SELECT run_id FROM {DATABASE}.runs WHERE whatif IS NOT NULL){after}""",
+        {"since": _ch_time(since) if since is not None else ""},
+    )
+    calls, spent = result.rows[0] if result.rows else (0, 0.0)
+    return int(str(calls)), float(str(spent or 0.0))
 
 
 def _shown(value: Any) -> str:

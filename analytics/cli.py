@@ -38,6 +38,7 @@ def add_audit_commands(subparsers: Subparsers) -> None:
     tools.add_argument("--tool", help="only this tool")
     tools.add_argument("--since", help="ISO-8601 time or a duration back from now (15m, 2h, 7d)")
     tools.add_argument("--limit", type=int, default=100)
+    _whatif_option(tools)
     tools.set_defaults(func=_audit_tools)
 
     div = commands.add_parser(
@@ -45,6 +46,7 @@ def add_audit_commands(subparsers: Subparsers) -> None:
     )
     div.add_argument("--run", dest="run_id", help="only this run")
     div.add_argument("--limit", type=int, default=100)
+    _whatif_option(div)
     div.set_defaults(func=_audit_divergences)
 
     size = commands.add_parser(
@@ -52,6 +54,7 @@ def add_audit_commands(subparsers: Subparsers) -> None:
     )
     size.add_argument("--over", choices=("warn", "limit"), help="only runs at or over this threshold")
     size.add_argument("--top", type=int, default=20)
+    _whatif_option(size)
     size.set_defaults(func=_audit_history_size)
 
     runs = commands.add_parser("runs", parents=[common], help="runs, most recently active first")
@@ -60,13 +63,7 @@ def add_audit_commands(subparsers: Subparsers) -> None:
     )
     runs.add_argument("--limit", type=int, default=50)
     runs.add_argument("--parent", metavar="RUN", help="only the child runs RUN started (ctx.child)")
-    runs.add_argument(
-        "--whatif",
-        nargs="?",
-        const="*",
-        metavar="ID",
-        help="with what-if runs (agentlog whatif), left out otherwise; with an ID, only that what-if's",
-    )
+    _whatif_option(runs)
     runs.set_defaults(func=_audit_runs)
 
     whatif = commands.add_parser(
@@ -96,6 +93,16 @@ def add_audit_commands(subparsers: Subparsers) -> None:
     sql.set_defaults(func=_audit_sql)
 
     add_call_and_cost_commands(commands, common)
+
+
+def _whatif_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--whatif",
+        nargs="?",
+        const="*",
+        metavar="ID",
+        help="with what-if runs (agentlog whatif), left out otherwise; with an ID, only that what-if's",
+    )
 
 
 def _dsn(args: argparse.Namespace, settings: Settings) -> str:
@@ -173,17 +180,17 @@ def _audit_verify(args: argparse.Namespace, settings: Settings) -> int:
 def _audit_tools(args: argparse.Namespace, settings: Settings) -> int:
     since = audit.parse_since(args.since) if args.since else None
     with unseal.reading(_dsn(args, settings), settings) as store:
-        return _print(args, audit.tool_attempts(store, args.tool, since, args.limit))
+        return _print(args, audit.tool_attempts(store, args.tool, since, args.limit, args.whatif))
 
 
 def _audit_divergences(args: argparse.Namespace, settings: Settings) -> int:
     with unseal.reading(_dsn(args, settings), settings) as store:
-        return _print(args, audit.divergences(store, args.run_id, args.limit))
+        return _print(args, audit.divergences(store, args.run_id, args.limit, args.whatif))
 
 
 def _audit_history_size(args: argparse.Namespace, settings: Settings) -> int:
     with unseal.reading(_dsn(args, settings), settings) as store:
-        return _print(args, audit.history_size(store, settings, args.over, args.top))
+        return _print(args, audit.history_size(store, settings, args.over, args.top, args.whatif))
 
 
 def _audit_runs(args: argparse.Namespace, settings: Settings) -> int:

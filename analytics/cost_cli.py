@@ -31,6 +31,14 @@ def add_call_and_cost_commands(commands: Subparsers, common: argparse.ArgumentPa
     cost.add_argument("--by", choices=tuple(calls.COST_KEYS), default="run")
     cost.add_argument("--since", help="ISO-8601 time or a duration back from now (15m, 2h, 7d)")
     cost.add_argument("--limit", type=int, default=100)
+    cost.add_argument(
+        "--whatif",
+        nargs="?",
+        const="*",
+        metavar="ID",
+        help="with what-if runs' calls (agentlog whatif), left out otherwise (their total is said); "
+        "with an ID, only that what-if's",
+    )
     cost.set_defaults(func=_audit_cost)
 
     price = commands.add_parser("prices", help="the model prices cost is computed with")
@@ -60,11 +68,17 @@ def _audit_call(args: argparse.Namespace, settings: Settings) -> int:
 def _audit_cost(args: argparse.Namespace, settings: Settings) -> int:
     since = audit.parse_since(args.since) if args.since else None
     with unseal.reading(_dsn(args, settings), settings) as store:
-        rows = calls.cost(store, args.by, since, args.limit)
+        rows = calls.cost(store, args.by, since, args.limit, args.whatif)
+        left_out = calls.whatif_spend(store, since) if args.whatif is None else (0, 0.0)
     if args.json:
         render.as_json(rows.rows, sys.stdout)
     else:
         render.table(rows.columns, rows.rows, sys.stdout)
+    if left_out[0]:  # what-if calls are real, paid calls: say what was left out rather than hide it
+        print(
+            f"what-if calls left out: {left_out[0]} calls, {left_out[1]:.6f} USD (--whatif to include them)",
+            file=sys.stderr if args.json else sys.stdout,
+        )
     return 0
 
 

@@ -2,7 +2,7 @@
 which of their decisions change and what it costs (runtime.whatif does the work; this parses and prints).
 
     agentlog whatif --workflow refund --last 200 --prompt planner=@new_prompt.txt [--prices prices.csv]
-    agentlog whatif RUN_ID ... --model planner=planner-v2 --json
+    agentlog whatif RUN_ID ... --model planner=planner-v2 --workers-app myagent:app --json
     agentlog whatif --workflow refund --last 50 --app myagent_v2:app
     agentlog whatif --resume ID      # start the forks an interrupted what-if had not started
     agentlog whatif --report ID      # the report as far as the what-if got, from the log
@@ -91,23 +91,30 @@ def print_report(report: Report) -> None:
 def _whatif(args: argparse.Namespace, settings: Settings) -> int:
     from runtime.client import Client
     from runtime.whatif import session
-    from runtime.whatif.change import parse_change
+    from runtime.whatif.change import check_models, parse_change
     from runtime.whatif.selection import Selection
 
     prices = _prices(args, settings)
     progress = None if args.json else (lambda run_id: print(f"ended     {run_id}", file=sys.stderr))
     options = session.Options(window=args.window, timeout=args.timeout, prices=prices, progress=progress)
-    if (args.resume or args.report) and (args.runs or args.prompt or args.model or args.app or args.workflow):
+    if (args.resume or args.report) and (
+        args.runs or args.prompt or args.model or args.app or args.workflow or args.workers_app
+    ):
         raise AgentlogError(
             "--resume and --report take a what-if id only: its runs and change are in the log"
         )
     app = None
     if not (args.resume or args.report):
         change = parse_change(args.prompt or [], args.model or [], args.app)
-        if args.app:
+        if args.app and args.workers_app:
+            raise AgentlogError(
+                "--workers-app is for a change of the code the workers run; --app is new code"
+            )
+        if args.app or args.workers_app:
             from runtime.cli.runs import load_app
 
-            app = load_app(args.app)
+            app = load_app(args.app or args.workers_app)
+        check_models(change, app)  # before connecting: a NEW model the code lacks
         if not args.runs and args.workflow is None:
             raise AgentlogError(
                 "name the runs: run ids, or --workflow NAME (with --last N, --since, --status)"
@@ -167,6 +174,11 @@ def add_whatif_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     )
     sub.add_argument(
         "--app", help="module:app of a new code version to replay the runs with (from their start)"
+    )
+    sub.add_argument(
+        "--workers-app",
+        metavar="MODULE:APP",
+        help="the code the workers run (their --app), to check --model's NEW model against",
     )
     sub.add_argument("--resume", metavar="ID", help="start the forks an interrupted what-if had not started")
     sub.add_argument("--report", metavar="ID", help="a what-if's report as far as it got, from the log")

@@ -111,12 +111,29 @@ def check_app(change: Change, app: App, workflows: Mapping[str, str]) -> None:
     missing = sorted(set(workflows.values()) - set(app.workflows))
     if missing:
         raise ChangeError(
-            f"the code {change.app or 'given'} does not register workflow {', '.join(repr(w) for w in missing)} "
-            f"that the selected runs used (it registers: {', '.join(sorted(app.workflows)) or 'none'})"
+            f"the code {change.app or 'the workers run'} does not register workflow "
+            f"{', '.join(repr(w) for w in missing)} that the selected runs used "
+            f"(it registers: {', '.join(sorted(app.workflows)) or 'none'})"
+        )
+    check_models(change, app)
+
+
+def check_models(change: Change, app: App | None) -> None:
+    """Raise ChangeError if ``--model OLD=NEW`` names a NEW that ``app`` does not register (the
+    ``--app`` code, else the code the workers run), naming the models it does; or if there is no
+    code to check it against (workers do not advertise their models: a fork calling a model they
+    lack would fail mid-run, after the what-if started)."""
+    if not change.models:
+        return
+    if app is None:
+        raise ChangeError(
+            "--model OLD=NEW needs the code to check NEW against: --workers-app module:app "
+            "(the --app the workers run), or --app for new code"
         )
     unknown = sorted(set(change.models.values()) - set(app.models))
     if unknown:
         raise ChangeError(
-            f"--model names model {', '.join(repr(m) for m in unknown)} that the code does not register "
+            f"--model names model {', '.join(repr(m) for m in unknown)} that the code "
+            f"{change.app or 'the workers run'} does not register "
             f"(it registers: {', '.join(sorted(app.models)) or 'none'})"
         )

@@ -14,7 +14,7 @@ from runtime.client import Client
 from runtime.client.commands import new_run_id
 from runtime.log.records.events import Event
 from runtime.pricing import PriceTable
-from runtime.whatif.change import Change, check_app, check_change
+from runtime.whatif.change import Change, check_app, check_change, check_models
 from runtime.whatif.forks import DEFAULT_WINDOW, PlannedRun, plan, run_forks
 from runtime.whatif.histories import read_histories
 from runtime.whatif.report import Report, build_report, rows_for
@@ -44,8 +44,10 @@ class Prepared:
 
 
 def prepare(client: Client, selection: Selection, change: Change, app: App | None = None) -> Prepared:
-    """Select the runs and check the change against them (and against ``app``, the ``--app`` code,
-    when given); SelectionError or ChangeError naming what is wrong, before anything is written."""
+    """Select the runs and check the change against them and against ``app`` (the ``--app`` code,
+    else the code the workers run: needed for a ``--model`` change, whose NEW model it must
+    register); SelectionError or ChangeError naming what is wrong, before anything is written."""
+    check_models(change, app)
     selected = select(logged_runs(client.log, client.serde, client.settings), selection)
     histories = read_histories(client, [r.run_id for r in selected])
     workflows = {r.run_id: r.workflow for r in selected}

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from analytics import audit
+from analytics import audit, calls
 from analytics import prices as store_prices
 from analytics.store import connect
+from runtime.cli.main import main as cli_main
 from runtime.cli.whatif import print_report
 from runtime.client import Client
 from runtime.config import Settings
@@ -27,7 +28,7 @@ from runtime.whatif.change import parse_change
 from runtime.whatif.report import Report
 from runtime.whatif.selection import Selection
 from support.sink import InProcessSink, agentlog, kafka_offsets, make_deployment, wait_for_rows
-from support.whatif_apps import STRICT, SYSTEM, app_v2, effects
+from support.whatif_apps import STRICT, SYSTEM, app, app_v2, effects
 from support.workers import WorkerProcess
 from ui import pages
 
@@ -39,6 +40,7 @@ fake-planner-1,2020-01-01,2.00,8.00,1.00
 fake-writer-1,2020-01-01,1.00,4.00,0.50
 """
 V2 = "support.whatif_apps:app_v2"
+SLOW_WINDOW = 3
 
 
 @dataclass
@@ -51,6 +53,8 @@ class Done:
     prompt: dict[str, Any]  # the prompt change's report (agentlog whatif --json)
     code: Report  # the code change's report
     table: str  # the prompt change's report as the terminal shows it, read back from the log
+    slow: Report  # a model change to a slow model under a one-call-at-a-time limit
+    production: list[str]  # runs submitted while that what-if ran
 
 
 def _whatif(settings: Settings, *args: str) -> dict[str, Any]:
@@ -96,7 +100,26 @@ def done(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             shown = io.StringIO()
             with contextlib.redirect_stdout(shown):
                 print_report(session.report(client, prompt["whatif"], PriceTable(read_prices(prices))))
-        after = effects(world)
+            after = effects(world)  # before production runs make effects of their own
+            production: list[str] = []
+
+            def submit_production(fork: str) -> None:  # once the what-if's first fork has ended
+                if not production:
+                    production.extend(
+                        client.submit("refund", {"order": f"p{i}", "amount": 30}).run_id for i in range(3)
+                    )
+
+            slow = session.start(
+                client,
+                session.prepare(
+                    client,
+                    Selection(run_ids=tuple(runs)),
+                    parse_change([], ["planner=planner-slow"], None),
+                    app,
+                ),
+                session.Options(window=SLOW_WINDOW, progress=submit_production),
+            )
+            client.results(production, timeout=60)
     except BaseException:
         print(worker.log_tail())
         raise
@@ -107,7 +130,7 @@ def done(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     with InProcessSink(settings, dsn):
         total = sum(len(offsets) for offsets in kafka_offsets(settings).values())
         wait_for_rows(dsn, settings.events_topic, total)
-    yield Done(settings, dsn, runs, before, after, prompt, code, shown.getvalue())
+    yield Done(settings, dsn, runs, before, after, prompt, code, shown.getvalue(), slow, production)
 
 
 def test_a_prompt_change_names_exactly_the_runs_whose_decisions_change(done: Done) -> None:
@@ -149,11 +172,70 @@ def test_the_store_lists_whatif_runs_only_when_asked_and_beside_their_originals(
         every = audit.runs(store, limit=100, whatif="*").rows
         beside = audit.whatif_runs(store, whatif_id).rows
         page = pages.whatif_page(store, whatif_id)
-    assert {r["run_id"] for r in listed} == set(done.runs)  # production runs only
+    assert {r["run_id"] for r in listed} == {*done.runs, *done.production}  # production runs only
     assert len(mine) == 12 and {r["whatif"] for r in mine} == {whatif_id}
-    assert len(every) == 12 + 12 + 2  # with the what-if runs of both what-ifs
+    assert len(every) == 12 + 3 + 12 + 2 + 12  # with the what-if runs of the three what-ifs
     assert {r["origin_run_id"] for r in beside if r["changed"]} == over
     delta = sum(float(str(r["cost_usd"])) - float(str(r["origin_cost_usd"])) for r in beside)
     assert delta == pytest.approx(done.prompt["cost_usd"]["delta"])
     assert page.count('class="changed"') == 3
     assert f"/diff?a={beside[0]['origin_run_id']}&amp;b={beside[0]['run_id']}" in page
+
+
+def test_production_runs_submitted_during_a_whatif_are_not_starved(done: Done) -> None:
+    """A what-if of the 12 runs under ``--model planner=planner-slow``: every planner call (the
+    what-if's and production's) holds the one permit of the ``planners`` limit (concurrent 1) for
+    SLOW_CALL_S, so the what-if's 12 slow calls take the permit in turn. Three production runs are
+    submitted once its first fork has ended. What protects them is the window: the what-if holds at
+    most SLOW_WINDOW runs in the workers, so a production call waits for the permit behind at most
+    that many what-if calls (permits are granted in the order asked), not behind every fork still
+    to run. Each production run therefore ends before the what-if's last fork does; without the
+    window (every fork started at once) they would wait behind the whole what-if."""
+    assert len(done.slow.rows) == 12 and all(row.whatif is not None for row in done.slow.rows)
+    with connect(done.dsn) as store:
+        forks = audit.runs(store, limit=100, whatif=done.slow.whatif_id).rows
+        production = [r for r in audit.runs(store, limit=100).rows if r["run_id"] in done.production]
+    assert len(forks) == 12 and len(production) == 3
+    assert {r["status"] for r in production} == {"completed"}
+    last_fork = max(str(r["ended_at"]) for r in forks)
+    assert all(str(r["ended_at"]) < last_fork for r in production), (
+        production,
+        sorted(str(r["ended_at"]) for r in forks),
+    )
+
+
+def test_the_other_audit_views_leave_whatif_runs_out_unless_asked(
+    done: Done, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``audit tools``, divergences, history size and ``audit cost`` are about production: a what-if
+    fork copies its original's tool calls (the same idempotency keys) and records its effects dry, so
+    counting it would show duplicates and spend that production never made."""
+    ids = [done.prompt["whatif"], done.code.whatif_id, done.slow.whatif_id]
+    with connect(done.dsn) as store:
+        forks = {str(r["run_id"]) for r in audit.runs(store, limit=100, whatif="*").rows if r["whatif"]}
+        tools = audit.tool_attempts(store, limit=1000).rows
+        every_tool = audit.tool_attempts(store, limit=1000, whatif="*").rows
+        diverged = audit.divergences(store, limit=1000).rows
+        sizes = audit.history_size(store, done.settings, top=100).rows
+        cost = calls.cost(store, "run").rows
+        cost_of = {w: calls.cost(store, "run", whatif=w).rows for w in ids}
+        every_cost = calls.cost(store, "run", whatif="*").rows
+        spend = calls.whatif_spend(store)
+    assert len(forks) == 12 + 2 + 12
+    production = {*done.runs, *done.production}
+    assert {run for r in tools for run in r["runs"]} == production  # type: ignore[union-attr]
+    assert not any(r["duplicate"] for r in tools)
+    assert {run for r in every_tool for run in r["runs"]} == production | forks  # type: ignore[union-attr]
+    assert any(r["duplicate"] for r in every_tool)  # a fork's copied calls share its original's keys
+    assert not forks & {str(r["run_id"]) for r in diverged}
+    assert {str(r["run_id"]) for r in sizes} == production
+    assert {str(r["run"]) for r in cost} == production
+    assert [len(cost_of[w]) for w in ids] == [12, 2, 12]
+    assert {str(r["run"]) for r in every_cost} == production | forks
+    # The calls the what-ifs made anew: the two calls of every fork, none copied from an original.
+    whatif_usd = sum(float(str(r["cost_usd"])) for rows in cost_of.values() for r in rows)
+    assert spend == (12 * 2 + 2 * 2 + 12 * 2, pytest.approx(whatif_usd))
+    assert spend[1] > 0
+    assert cli_main(["audit", "cost", "--dsn", done.dsn]) == 0
+    shown = capsys.readouterr().out
+    assert f"what-if calls left out: 52 calls, {spend[1]:.6f} USD (--whatif to include them)" in shown

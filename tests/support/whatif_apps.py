@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from typing import Any
 
 from runtime import App, Context
@@ -22,6 +23,7 @@ STRICT = (
     "You are the refund agent. Refund delivered orders; an order over 100 goes to a human: open a ticket."
 )
 REPLY_TOKENS = 7
+SLOW_CALL_S = 0.3
 
 
 def _world() -> sqlite3.Connection:
@@ -69,6 +71,13 @@ def strict_planner(messages: list[dict[str, Any]], **params: Any) -> dict[str, A
     return {**answer, "model": "fake-planner-2"}
 
 
+def slow_planner(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
+    """Another model (``--model planner=planner-slow``): the planner, but each call takes
+    ``SLOW_CALL_S`` -- a provider whose calls are the bottleneck (the starvation test)."""
+    time.sleep(SLOW_CALL_S)
+    return {**planner(messages), "model": "fake-planner-3"}
+
+
 def writer(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
     return {
         "content": f"done: {messages[-1]['content']}",
@@ -112,7 +121,11 @@ def _app(name: str, *, email: bool) -> App:
     made = App(name)
     made.model("planner")(planner)
     made.model("planner-strict")(strict_planner)
+    made.model("planner-slow")(slow_planner)
     made.model("writer")(writer)
+    # One provider key for every planner, one call in flight at a time: a what-if's calls and
+    # production's wait for the same permits (the starvation test).
+    made.limit("planners", models=("planner", "planner-strict", "planner-slow"), concurrent=1)
     made.tool("lookup")(lookup)
     made.tool("refund", effect=True, key_args=("order", "amount"))(refund)
     made.tool("create_ticket", effect=True, key_args=("order", "queue"))(create_ticket)

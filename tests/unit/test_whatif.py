@@ -100,7 +100,7 @@ def test_a_model_change_is_called_in_place_of_the_old_one(
     before = effects(db)
     picked = runs[:3]  # amounts 40, 150, 60
     prepared = session.prepare(
-        client, Selection(run_ids=tuple(picked)), parse_change([], ["planner=planner-strict"], None)
+        client, Selection(run_ids=tuple(picked)), parse_change([], ["planner=planner-strict"], None), app
     )
     report = session.start(client, prepared, session.Options(prices=prices))
     assert [r.origin for r in report.changed] == [runs[1]]
@@ -206,9 +206,22 @@ def test_code_that_lacks_the_runs_workflow_or_a_version_the_worker_lacks_is_refu
 
     with pytest.raises(ChangeError, match="does not register workflow 'refund'"):
         session.prepare(client, Selection(run_ids=(runs[0],)), parse_change([], [], "x:empty"), App("empty"))
-    with pytest.raises(ChangeError, match="'planner-9' that the code does not register"):
+    with pytest.raises(ChangeError, match=r"'planner-9' that the code support\.whatif_apps:app_v2 does not"):
         session.prepare(
             client, Selection(run_ids=(runs[0],)), parse_change([], ["planner=planner-9"], V2), app_v2
+        )
+    # --model OLD=NEW of the code the workers run: NEW checked against it, before any fork.
+    with pytest.raises(ChangeError) as refused:
+        session.prepare(
+            client, Selection(run_ids=(runs[0],)), parse_change([], ["planner=planner-9"], None), app
+        )
+    assert str(refused.value) == (
+        "--model names model 'planner-9' that the code the workers run does not register "
+        "(it registers: planner, planner-slow, planner-strict, writer)"
+    )
+    with pytest.raises(ChangeError, match="needs the code to check NEW against: --workers-app"):
+        session.prepare(
+            client, Selection(run_ids=(runs[0],)), parse_change([], ["planner=planner-strict"], None)
         )
     # A version the worker was not started with: its forks are refused, and the report says why.
     prepared = session.prepare(
@@ -232,6 +245,15 @@ def test_code_that_lacks_the_runs_workflow_or_a_version_the_worker_lacks_is_refu
         (
             ["whatif", "r1", "--app", "support.whatif_apps:SYSTEM"],
             "support.whatif_apps:SYSTEM is not an agentlog App",
+        ),
+        (
+            ["whatif", "r1", "--model", "planner=planner-9", "--workers-app", "support.whatif_apps:app"],
+            "--model names model 'planner-9' that the code the workers run does not register "
+            "(it registers: planner, planner-slow, planner-strict, writer)",
+        ),
+        (
+            ["whatif", "r1", "--model", "planner=planner-strict"],
+            "--model OLD=NEW needs the code to check NEW against: --workers-app module:app",
         ),
         (
             ["whatif", "--resume", "w1", "--prompt", "planner=x"],
