@@ -80,7 +80,6 @@ def _watermark_term(forged: str = "0") -> str:
     return f"multiIf(type = '{CLAIM_TYPE}', if({forged}, toInt64(-1), offset), decode_error != '', toInt64(-1), epoch)"
 
 
-_WATERMARK_TERM = _watermark_term()
 # In the store a forged claim is the only fenced claim (consumers.claims).
 _STORED_WATERMARK_TERM = _watermark_term("fenced != 0")
 # The writer schema id in bytes 1-4 (big-endian) of the Confluent frame.
