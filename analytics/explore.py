@@ -221,7 +221,8 @@ def claims(
     result = store.query(
         f"SELECT offset, occurred_at, worker, previous_epoch FROM {EVENTS} "
         "WHERE run_id = '' AND type = {claim:String} AND topic = {topic:String} "
-        "AND partition = {p:Int32} AND offset IN {epochs:Array(Int64)}",
+        "AND partition = {p:Int32} AND offset IN {epochs:Array(Int64)} "
+        "AND fenced = 0",  # a fenced claim is a forged one (consumers.claims): it opened no epoch
         {"claim": CLAIM_TYPE, "topic": topic, "p": partition, "epochs": sorted(set(epochs))},
     )
     return {int(row["offset"]): row for row in result.dicts()}

@@ -24,6 +24,7 @@ from runtime.config import Settings
 from runtime.log.kafka.access import check_access
 from runtime.log.schemas.registry import registry_client
 
+from .claims import store_claims
 from .core import SinkConfig, SinkCore, SinkStats
 from .direct import run_direct
 from .payloads import PayloadCopier
@@ -160,7 +161,9 @@ def run_sink(
         client = open_client(location)
         try:
             migrate(client)  # before the payloads copier writes its table
-            writer = StoreWriter(client, topic, WriterSchemas(registry_client(settings)))
+            writer = StoreWriter(
+                client, topic, WriterSchemas(registry_client(settings)), store_claims(settings.verify_key)
+            )
             core = SinkCore(writer, topic, config)
             if ops is not None:
                 ops.attach(core)

@@ -24,6 +24,8 @@ non-claim whose epoch is below it is fenced. Folding fenced records into that ma
 nothing -- their epoch is already below it -- which is what lets a window function compute it
 (the running maximum may include the record's own epoch: ``e < max(w, e)`` iff ``e < w``).
 The watermark before the batch comes from the previous batches, or from the store on start.
+With the workers' public key a claim no worker signed raises nothing and is stored fenced
+(consumers.claims), as ``FenceFilter(claims=...)`` reads it.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from runtime.log.schemas.frame import HEADER_SIZE, ID_SIZE
 from . import rowbinary
 from .avro_wire import container
 from .batch import META, Batch, SinkRecord, Undecodable, staged_body
+from .claims import StoreClaims, positions_sql
 from .columns import (
     FRAME_COLUMN,
     META_COLUMN,
@@ -69,8 +72,16 @@ _UNDECODABLE_COLUMNS = [
     "decode_error",
     "raw_value",
 ]
-# What a record contributes to its partition's watermark; undecodable records contribute nothing.
-_WATERMARK_TERM = f"multiIf(type = '{CLAIM_TYPE}', offset, decode_error != '', toInt64(-1), epoch)"
+
+
+# What a record contributes to its partition's watermark; undecodable records contribute nothing,
+# nor does a forged claim (consumers.claims): ``forged`` is SQL true for those.
+def _watermark_term(forged: str = "0") -> str:
+    return f"multiIf(type = '{CLAIM_TYPE}', if({forged}, toInt64(-1), offset), decode_error != '', toInt64(-1), epoch)"
+
+
+# In the store a forged claim is the only fenced claim (consumers.claims).
+_STORED_WATERMARK_TERM = _watermark_term("fenced != 0")
 # The writer schema id in bytes 1-4 (big-endian) of the Confluent frame.
 _FRAME_SCHEMA_ID = f"toInt32(reinterpretAsUInt32(reverse(substring({FRAME_COLUMN}, 2, {ID_SIZE}))))"
 # Partition, offset and value size from the staged header (consumers.batch.META: little-endian).
@@ -106,6 +117,7 @@ class WriteStats:
 class _PartitionMarks:
     after: int  # the partition's fencing watermark once the batch is in
     unfenced: bool  # no record of the partition's batch can be fenced (see _partition_marks)
+    claims: bool = False  # the partition's batch holds a claim
 
 
 class _GroupRejected(Exception):
@@ -121,8 +133,11 @@ class _GroupRejected(Exception):
 class StoreWriter:
     """Owns the events table and this sink's stage table for one topic."""
 
-    def __init__(self, client: Client, topic: str, schemas: WriterSchemas) -> None:
+    def __init__(
+        self, client: Client, topic: str, schemas: WriterSchemas, claims: StoreClaims | None = None
+    ) -> None:
         self.client = client
+        self.claims = claims  # with the workers' public key: forged claims fence nothing
         self.topic = topic
         self.schemas = schemas
         self.stage = f"{DATABASE}._stage_{_topic_slug(topic)}"
@@ -138,12 +153,14 @@ class StoreWriter:
         self._columns = table_columns(self.client, EVENTS)
         self.reset_stage()
         rows = self.client.query(
-            f"SELECT partition, max(offset), max({_WATERMARK_TERM}) FROM {EVENTS} "
+            f"SELECT partition, max(offset), max({_STORED_WATERMARK_TERM}) FROM {EVENTS} "
             "WHERE topic = {topic:String} GROUP BY partition",
             parameters={"topic": self.topic},
         ).result_rows
         next_offsets = {int(p): int(o) + 1 for p, o, _ in rows}
         self.watermarks = {int(p): int(w) for p, _, w in rows}
+        if self.claims is not None:
+            self.claims.load(self.client, self.topic)
         return SinkState(next_offsets, dict(self.watermarks))
 
     def reset_stage(self) -> None:
@@ -181,7 +198,14 @@ class StoreWriter:
         if undecodable:
             self._stage_undecodable(undecodable)
         marks = self._partition_marks()
-        self._commit_stage(token, fencing=any(not m.unfenced for m in marks.values()))
+        forged, seen = "0", dict[int, set[bytes]]()
+        if self.claims is not None and any(m.claims for m in marks.values()):  # rare: a takeover
+            positions, seen = self.claims.check(self.client, self._staged_rows())
+            forged = positions_sql(positions)
+            marks = self._partition_marks(forged)
+        self._commit_stage(token, fencing=any(not m.unfenced for m in marks.values()), forged=forged)
+        if self.claims is not None:
+            self.claims.note(seen)
         for partition, mark in marks.items():  # only once the batch is in
             self.watermarks[partition] = max(self.watermarks.get(partition, -1), mark.after)
         self.client.command(f"TRUNCATE TABLE IF EXISTS {self.stage}")
@@ -306,7 +330,7 @@ class StoreWriter:
             f"{_META_FIELDS} FROM {self.stage})"
         )
 
-    def _partition_marks(self) -> dict[int, _PartitionMarks]:
+    def _partition_marks(self, forged: str = "0") -> dict[int, _PartitionMarks]:
         """Per partition of the staged batch: the watermark after it, and whether the fencing
         window can be skipped.
 
@@ -318,7 +342,7 @@ class StoreWriter:
         decoded = "decode_error = ''"
         claim = f"type = '{CLAIM_TYPE}'"
         rows = self.client.query(
-            f"SELECT partition, max({_WATERMARK_TERM}), countIf({decoded} AND {claim}), "
+            f"SELECT partition, max({_watermark_term(forged)}), countIf({decoded} AND {claim}), "
             f"minIf(epoch, {decoded} AND NOT {claim}), maxIf(epoch, {decoded} AND NOT {claim}) "
             f"FROM {self._staged_rows()} GROUP BY partition"
         ).result_rows
@@ -327,20 +351,20 @@ class StoreWriter:
             p = int(partition)
             before = self.watermarks.get(p, -1)
             unfenced = int(claims) == 0 and int(low) == int(high) and int(low) >= before
-            marks[p] = _PartitionMarks(int(after), unfenced)
+            marks[p] = _PartitionMarks(int(after), unfenced, int(claims) > 0)
         return marks
 
-    def _commit_stage(self, token: str, fencing: bool) -> None:
+    def _commit_stage(self, token: str, fencing: bool, forged: str = "0") -> None:
         staged = [name for name in self._columns if name not in _NOT_STAGED]
         rows = self._staged_rows()
-        fenced = "toUInt8(0)"
+        fenced = f"toUInt8({forged})"
         if fencing:
             # The window runs over five narrow columns and yields the (usually empty) set of
             # fenced records; windowing the whole wide row would sort every column of the batch.
             fenced = (
-                "toUInt8((partition, offset) IN ("
+                f"toUInt8({forged} OR (partition, offset) IN ("
                 f"SELECT partition, offset FROM (SELECT partition, offset, type, epoch, decode_error, "
-                f"max({_WATERMARK_TERM}) OVER (PARTITION BY partition ORDER BY offset "
+                f"max({_watermark_term(forged)}) OVER (PARTITION BY partition ORDER BY offset "
                 f"ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS mark FROM {rows}) "
                 f"WHERE type != '{CLAIM_TYPE}' AND decode_error = '' "
                 f"AND epoch < greatest({_transform('partition', self.watermarks)}, mark)))"

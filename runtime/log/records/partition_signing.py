@@ -23,7 +23,9 @@ Cost: one signature a claim and one a checkpoint round (~50 us each, every few s
 
 What it does not stop: a copy of a genuine claim appended later, read by a reader that did not
 read the original (the copy's bytes are a worker's). Such a copy fences the owner's later records
-for that reader; the owner's own tail catches a copy of its own claim (it knows it).
+for that reader; the owner's own tail catches a copy of its own claim (it knows it), and the sink
+(consumers.claims) every copy, reading every claim. Why no cheap binding tells a copy apart:
+docs/tamper-evident-history.md, "Not covered".
 """
 
 from __future__ import annotations
