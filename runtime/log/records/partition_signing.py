@@ -121,6 +121,8 @@ def sign_value(key: Ed25519PrivateKey | None, topic_key: bytes, kind: type[Recor
         return value
     tail = _tail(kind)
     end = len(value) - 1 - tail
+    # A guard against a caller's mistake (signing a value twice), not a check of the value: a signed
+    # value whose signature happens to end in 0x00 (one in 256) passes it where the field comes last.
     if end < 0 or value[end:] != b"\x00" * (1 + tail):
         raise UnsignablePartitionRecord(f"the encoded {kind.__name__} does not end with an empty signature")
     body = value[:end]
