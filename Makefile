@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 AGENTLOG := $(VENV)/bin/agentlog
 
-.PHONY: setup system-packages up down demo demo-pydantic-ai test lint unit docs bench bench-stages bench-sink bench-rebuild chaos fuzz compare compare-agents clean
+.PHONY: setup system-packages up down demo demo-pydantic-ai test test-long lint unit docs bench bench-stages bench-sink bench-rebuild chaos fuzz compare compare-agents clean
 
 $(VENV)/.installed: pyproject.toml
 	@echo "agentlog setup: creating the virtualenv $(VENV) and installing agentlog with its dev tools (uv; seconds from its cache, a minute or two cold)"
@@ -46,10 +46,15 @@ lint: setup
 unit: setup
 	$(PY) -m pytest -m unit
 
-# Sets everything up, starts the services, runs the whole suite (pytest-xdist,
+# Sets everything up, starts the services, runs the suite but its long tier (pytest-xdist,
 # TEST_WORKERS=4), stops the services and prints where the time went (tools/test_suite.sh).
 test:
-	VENV=$(VENV) tools/test_suite.sh
+	VENV=$(VENV) TEST_MARK="not long" tools/test_suite.sh
+
+# The long tier (tests/conftest.py LONG): its own clusters, stacks and browser, and the tests at
+# scale. CI runs it after `make test`.
+test-long:
+	VENV=$(VENV) TEST_MARK=long tools/test_suite.sh
 
 bench: up
 	$(PY) bench/refund40.py

@@ -48,6 +48,32 @@ SLOW_FIRST = (
     "tests/chaos/test_audit_store_handoff.py",
     "tests/chaos/test_registry_outage.py",
 )
+# The long tier (`make test-long`, run by CI after `make test`): modules that start Kafka clusters, a
+# private stack, a registry or a browser of their own, or that run at scale (a thousand runs, a 60 s
+# rate window, eighteen thousand records through a killed sink). `make test` leaves them out so that
+# the suite a developer runs stays within minutes on two cores; every crash test of a single worker
+# or sink stays in it.
+LONG = frozenset(
+    {
+        "tests/chaos/test_security_acl.py",
+        "tests/chaos/test_security_chain.py",
+        "tests/chaos/test_cluster_failover.py",
+        "tests/chaos/test_step_overlap_crash.py",
+        "tests/chaos/test_infra_restarts.py",
+        "tests/chaos/test_registry_outage.py",
+        "tests/chaos/test_ui_browser.py",
+        "tests/chaos/test_sink_chaos.py",
+        "tests/chaos/test_run_cache_crash.py",
+        "tests/chaos/test_rate_limit_waits.py",
+        "tests/integration/test_infra.py",
+        "tests/integration/test_kafka_sasl.py",
+        "tests/integration/test_kafka_tls.py",
+        "tests/integration/test_wheel_install.py",
+        "tests/integration/test_pydantic_ai_waiting.py",
+        "tests/integration/test_limits.py",
+    }
+)
+
 # Modules whose private services take the same fixed ports (support.stack): one xdist group, so
 # they run on one worker, one after another. The collection refuses a module that brings up a
 # private stack without being listed here.
@@ -62,6 +88,7 @@ _SECURE: list[SecureCluster] = []
 _CALL_FAILED = pytest.StashKey[bool]()
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the long marker is added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The folders and the markers agree: a test in tests/<folder> carries the folder's marker, a
     test in tests/unit asks for no service, every test marked chaos lives in tests/chaos, and a
@@ -86,8 +113,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # A backend's class runs in `make unit` (in memory) or beside the services, never in neither.
             wrong.append(f"{item.nodeid}: a contract test marked neither unit nor integration")
         module = item.nodeid.split("::", 1)[0]
+        if module in LONG:
+            item.add_marker(pytest.mark.long)
         if "private_stack" in vars(getattr(item, "module", None) or object) and module not in SAME_PORTS:
             wrong.append(f"{item.nodeid}: brings up a private stack but is not in SAME_PORTS")
+    root = tests.parent
+    wrong.extend(
+        f"{module}: listed in LONG but not there" for module in sorted(LONG) if not (root / module).is_file()
+    )
     if wrong:
         raise pytest.UsageError("tests in the wrong folder:\n" + "\n".join(wrong))
     rank = {module: n for n, module in enumerate(SLOW_FIRST)}

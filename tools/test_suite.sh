@@ -7,6 +7,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 WORKERS=${TEST_WORKERS:-4}
+# Which tests: `make test` passes "not long", `make test-long` passes "long" (tests/conftest.py LONG).
+MARK=${TEST_MARK:-}
 status=0
 phases=()
 
@@ -43,8 +45,8 @@ suite_log=$(mktemp)
 machine_before=$(machine_cpu)
 services_before=0
 for pid in $(service_pids); do services_before=$(awk "BEGIN { print $services_before + $(proc_cpu "$pid") }"); done
-suite() { "$VENV/bin/python" -m pytest -n "$WORKERS" --dist loadscope --durations=20 2>&1 | tee "$suite_log"; }
-phase "suite (pytest -n $WORKERS)" suite
+suite() { "$VENV/bin/python" -m pytest -n "$WORKERS" --dist loadscope --durations=20 ${MARK:+-m "$MARK"} 2>&1 | tee "$suite_log"; }
+phase "suite (pytest -n $WORKERS${MARK:+ -m \"$MARK\"})" suite
 # A green run prints only test progress and results; librdkafka's log lines (`%3|...|FAIL|...`) come
 # from a Kafka client that outlived its test, which tests/conftest.py's open-client check should catch.
 rdkafka_lines=$(grep -c '^%[0-9]|' "$suite_log" || true)
