@@ -9,6 +9,8 @@ agentlog        ``AgentlogDurability`` + ``run_agent`` in a workflow, one worker
 dbos            PydanticAI's ``DBOSDurability`` in a ``@DBOS.workflow``, tools ``@DBOS.step()``, SQLite
 restate-shipped ``restate.ext.pydantic.RestateAgent(auto_wrap_tools=True)``, restate-server 1.7.12
 restate-cached  the same, its serializer's ``TypeAdapter`` built once per type, not once per call
+temporal        PydanticAI's ``TemporalDurability`` in a workflow (``PydanticAIPlugin``), Temporal's dev
+                server on SQLite (WAL), the activity options of bench/compare.py's Temporal
 plain           plain PydanticAI, no durability: the floor of L, T and CPU
 
 and each measures (medians over the rounds; every engine every round, the order rotated):
@@ -23,18 +25,19 @@ R    s from a fresh process's start (the one running the run SIGKILLed in its 31
 B    bytes the engine stores a step for a run: agentlog, the key + value of the run's records on
      the events and payloads topics; DBOS, the content of the run's rows in its system tables
      (and ``B file``: the SQLite files over every step they hold); Restate, ``SUM(raw_length)`` of
-     the invocation's ``sys_journal`` rows (see each module for what is left out)
+     the invocation's ``sys_journal`` rows; Temporal, the workflow's ``historySizeBytes`` (see each
+     module for what is left out)
 
 Also, once a sitting: the native refund-40 agent's bytes a step (bench/refund40.py B), and the
 issue-37 framework targets as measured / target.
 
 Prints one JSON line per engine and round, then the table. Restate and DBOS run in the peers'
 virtualenv (bench/peers/install.sh; `make compare` runs it). Restate's ports: --restate-port-base
-.. +2 and +10.
+.. +2 and +10; Temporal's: --temporal-port-base .. +2.
 
 Run: `make compare-agents` (or `make compare`, which runs it after bench/compare.py), or
 `python bench/compare_agents.py [--rounds 3] [--l-runs 3] [--t-runs 200] [--dbos-t-runs 100]
-[--only agentlog|dbos|restate-shipped|restate-cached|plain ...]`.
+[--temporal-t-runs 50] [--only agentlog|dbos|restate-shipped|restate-cached|temporal|plain ...]`.
 """
 
 from __future__ import annotations
@@ -59,12 +62,14 @@ from bench.peers import agent_agentlog
 PEERS = ROOT / ".agentlog" / "peers"
 PEERS_PYTHON = PEERS / "venv" / "bin" / "python"
 RESTATE_SERVER = PEERS / "package" / "bin" / "restate-server"
-SYSTEMS = ("agentlog", "dbos", "restate-shipped", "restate-cached", "plain")
+TEMPORAL_CLI = PEERS / "venv" / "bin" / "temporal"
+SYSTEMS = ("agentlog", "dbos", "restate-shipped", "restate-cached", "temporal", "plain")
 TITLES = {
     "agentlog": "agentlog",
     "dbos": "DBOS 3.4 (SQLite)",
     "restate-shipped": "Restate 1.7.12, as shipped",
     "restate-cached": "Restate, serializer cached",
+    "temporal": "Temporal 1.32 dev server (SQLite, WAL)",
     "plain": "plain PydanticAI",
 }
 # figure key, its label, whether more is better
@@ -114,6 +119,11 @@ def measure(system: str, workdir: Path, args: argparse.Namespace) -> dict[str, A
         return _subprocess(
             PEERS_PYTHON, "bench.peers.agent_dbos", "bench", "--workdir", str(workdir), *sizes,
             "--t-runs", str(args.dbos_t_runs),
+        )  # fmt: skip
+    if system == "temporal":
+        return _subprocess(
+            PEERS_PYTHON, "bench.peers.agent_temporal", "--binary", str(TEMPORAL_CLI), "--workdir", str(workdir),
+            *sizes, "--t-runs", str(args.temporal_t_runs), "--port-base", str(args.temporal_port_base),
         )  # fmt: skip
     return _subprocess(
         PEERS_PYTHON, "bench.peers.agent_restate", "--binary", str(RESTATE_SERVER), "--workdir", str(workdir),
@@ -204,7 +214,7 @@ def table(results: list[dict[str, Any]], native: dict[str, Any] | None) -> str:
             f"- time a step, agentlog / plain PydanticAI: {ours['L_ms_per_step']:g} / {plain:g} ms = "
             f"{ours['L_ms_per_step'] / plain:.2f}x (target <= 1.5x)"
         )
-    for system in ("dbos", "restate-shipped", "restate-cached"):
+    for system in ("dbos", "restate-shipped", "restate-cached", "temporal"):
         if system not in middle or not ours:
             continue
         verdicts = []
@@ -227,7 +237,9 @@ def main() -> None:
     parser.add_argument("--t-runs", type=int, default=200)
     parser.add_argument("--dbos-t-runs", type=int, default=100, help="DBOS is slower per run here")
     parser.add_argument("--only", choices=SYSTEMS, action="append", help="measure only these engines")
+    parser.add_argument("--temporal-t-runs", type=int, default=50, help="Temporal is slower per run here")
     parser.add_argument("--restate-port-base", type=int, default=29070)
+    parser.add_argument("--temporal-port-base", type=int, default=29170)
     parser.add_argument("--no-native", action="store_true", help="skip the native refund-40 agent's bytes")
     parser.add_argument(
         "--no-warm-up",
@@ -236,10 +248,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     systems = list(args.only or SYSTEMS)
-    peers = {"dbos", "restate-shipped", "restate-cached"} & set(systems)
-    if peers and not (PEERS_PYTHON.exists() and RESTATE_SERVER.exists()):
+    peers = {"dbos", "restate-shipped", "restate-cached", "temporal"} & set(systems)
+    if peers and not (PEERS_PYTHON.exists() and RESTATE_SERVER.exists() and TEMPORAL_CLI.exists()):
         raise SystemExit(
-            "Restate and DBOS are not installed: run `bench/peers/install.sh` (or `make compare`)"
+            "Restate, Temporal and DBOS are not installed: run `bench/peers/install.sh` (or `make compare`)"
         )
     results: list[dict[str, Any]] = []
     native = None

@@ -58,9 +58,15 @@ SETTINGS = {"configured": WAL + POLL_RPS, "wal": WAL, "as-shipped": []}
 
 class Temporal:
     def __init__(
-        self, binary: Path, workdir: Path, port_base: int, workflow: str, settings: list[str]
+        self,
+        binary: Path,
+        workdir: Path,
+        port_base: int,
+        workflow: str,
+        settings: list[str],
+        app: str = "bench.peers.temporal_app",
     ) -> None:
-        self.workdir, self.db, self.workflow = workdir, workdir / "e2e.db", workflow
+        self.workdir, self.db, self.workflow, self.app = workdir, workdir / "e2e.db", workflow, app
         for port in (port_base, port_base + 1, port_base + 2):
             _port_free(port)
         self.address = f"127.0.0.1:{port_base}"
@@ -91,7 +97,7 @@ class Temporal:
 
     def start_worker(self, victim: bool) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            [sys.executable, "-m", "bench.peers.temporal_app", self.address],
+            [sys.executable, "-m", self.app, self.address],
             cwd=ROOT,
             env={
                 **os.environ,
