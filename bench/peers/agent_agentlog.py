@@ -23,6 +23,7 @@ from _deploy import fresh_deployment, start_worker
 from bench.peers.agent_workload import STEPS
 from bench.peers.agentlog_bench import _checked, _stop, crash_at_step_31
 from bench.peers.cpu import cpu_seconds
+from bench.peers.figures import latency_and_throughput
 from infra.topics import drop_topics
 from runtime.client import Client, new_run_id
 from runtime.config import Settings
@@ -98,11 +99,7 @@ def measure(workdir: Path, l_runs: int, t_runs: int, idle_s: float = 0.5) -> dic
         drop_topics(settings)
     return {
         "system": "agentlog",
-        "L_ms_per_step": round(statistics.median(singles), 3),
-        "L_runs": [round(x, 3) for x in singles],
-        "T_steps_per_s": round(t_runs * STEPS / elapsed),
-        "T_runs": t_runs,
-        "CPU_ms_per_step": round(cpu * 1000 / (t_runs * STEPS), 3),
+        **latency_and_throughput(singles, t_runs, elapsed, cpu),
         "R_s": round(recovered, 3),
         "R_cpu_s": round(recovery_cpu, 3),
         **counts,

@@ -40,6 +40,7 @@ from dbos import DBOS, SetWorkflowID
 from pydantic_ai.durable_exec.dbos import DBOSDurability
 
 from bench.peers import agent_workload
+from bench.peers.dbos_bench import _answer
 from bench.peers.workload import crash_run, replay_counts, steps_done, wait_in_crash_step
 
 STEPS = agent_workload.STEPS
@@ -140,14 +141,6 @@ def _process(workdir: Path, *args: str) -> subprocess.Popen[str]:
         stderr=(workdir / f"dbos-{args[0]}.log").open("a"),
         text=True,
     )
-
-
-def _answer(process: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
-    out, _ = process.communicate(timeout=timeout)
-    if process.returncode != 0:
-        raise SystemExit(f"a DBOS process failed ({process.returncode}): see its log")
-    parsed: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    return parsed
 
 
 def recovery(workdir: Path) -> dict[str, Any]:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import signal
-import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any
 from _deploy import fresh_deployment, start_worker
 
 from bench.peers.cpu import cpu_seconds
+from bench.peers.figures import latency_and_throughput
 from bench.peers.workload import STEPS, crash_run, replay_counts, steps_done, wait_in_crash_step
 from infra.topics import drop_topics
 from runtime.client import Client, new_run_id
@@ -195,11 +195,7 @@ def measure(
     return {
         "system": "agentlog",
         "workload": workload,
-        "L_ms_per_step": round(statistics.median(singles), 3),
-        "L_runs": [round(x, 3) for x in singles],
-        "T_steps_per_s": round(t_runs * STEPS / elapsed),
-        "T_runs": t_runs,
-        "CPU_ms_per_step": round(cpu * 1000 / (t_runs * STEPS), 3),
+        **latency_and_throughput(singles, t_runs, elapsed, cpu),
         **cold,
         **respawned,
     }

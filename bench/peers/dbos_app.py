@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 import time
 import uuid
@@ -26,6 +25,7 @@ from typing import Any, TypeVar
 
 from dbos import DBOS, SetWorkflowID
 
+from bench.peers.figures import latency_and_throughput
 from bench.peers.workload import STEPS, planner, record, sync_effect, sync_planner, sync_record
 
 T = TypeVar("T")
@@ -117,11 +117,7 @@ def measure(l_runs: int, t_runs: int, idle_s: float = 0.5) -> dict[str, Any]:
     elapsed = time.time() - started
     cpu = time.process_time() - cpu_before
     return {
-        "L_ms_per_step": round(statistics.median(singles), 3),
-        "L_runs": [round(x, 3) for x in singles],
-        "T_steps_per_s": round(t_runs * STEPS / elapsed),
-        "T_runs": t_runs,
-        "CPU_ms_per_step": round(cpu * 1000 / (t_runs * STEPS), 3),
+        **latency_and_throughput(singles, t_runs, elapsed, cpu),
     }
 
 

@@ -28,7 +28,6 @@ import json
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -39,7 +38,8 @@ from typing import Any
 import httpx
 
 from bench.peers.cpu import total
-from bench.peers.workload import STEPS, crash_run, replay_counts, steps_done, wait_in_crash_step
+from bench.peers.figures import latency_and_throughput, recovery
+from bench.peers.workload import STEPS, crash_run, wait_in_crash_step
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -212,15 +212,8 @@ def measure(restate: Restate, l_runs: int, t_runs: int, workload: str, idle_s: f
     return {
         "system": "restate",
         "workload": workload,
-        "L_ms_per_step": round(statistics.median(singles), 3),
-        "L_runs": [round(x, 3) for x in singles],
-        "T_steps_per_s": round(t_runs * STEPS / elapsed),
-        "T_runs": t_runs,
-        "CPU_ms_per_step": round(cpu * 1000 / (t_runs * STEPS), 3),
-        "R_s": round(recovered, 3),
-        "R_cpu_s": round(recovery_cpu, 3),
-        "R_tool_calls": steps_done(str(restate.db), run),
-        **(replay_counts(str(restate.db), run) if workload == "sync" else {}),
+        **latency_and_throughput(singles, t_runs, elapsed, cpu),
+        **recovery(recovered, recovery_cpu, str(restate.db), run, workload),
     }
 
 

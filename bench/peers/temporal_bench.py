@@ -35,7 +35,6 @@ import asyncio
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -46,9 +45,10 @@ from typing import Any
 from temporalio.client import Client
 
 from bench.peers.cpu import total
+from bench.peers.figures import latency_and_throughput, recovery
 from bench.peers.restate_bench import _port_free
 from bench.peers.temporal_workflows import TASK_QUEUE, WORKFLOWS
-from bench.peers.workload import STEPS, crash_run, replay_counts, steps_done, wait_in_crash_step
+from bench.peers.workload import STEPS, crash_run, wait_in_crash_step
 
 ROOT = Path(__file__).resolve().parents[2]
 WAL = ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=NORMAL"]
@@ -181,15 +181,8 @@ async def measure(
     return {
         "system": "temporal",
         "workload": workload,
-        "L_ms_per_step": round(statistics.median(singles), 3),
-        "L_runs": [round(x, 3) for x in singles],
-        "T_steps_per_s": round(t_runs * STEPS / elapsed),
-        "T_runs": t_runs,
-        "CPU_ms_per_step": round(cpu * 1000 / (t_runs * STEPS), 3),
-        "R_s": round(recovered, 3),
-        "R_cpu_s": round(recovery_cpu, 3),
-        "R_tool_calls": steps_done(str(temporal.db), run),
-        **(replay_counts(str(temporal.db), run) if workload == "sync" else {}),
+        **latency_and_throughput(singles, t_runs, elapsed, cpu),
+        **recovery(recovered, recovery_cpu, str(temporal.db), run, workload),
     }
 
 
