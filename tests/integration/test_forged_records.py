@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from analytics.verify import read_only, verify_log
-from runtime.client import Client, ForgedRecord, RunError
+from runtime.client import Client, ForgedRecord, RunError, RunHandle
 from runtime.config import Settings
 from runtime.log.records.chain import ChainKey, link_of, seal
 from runtime.log.records.events import (
@@ -95,6 +95,14 @@ def _events(client: Client, run_id: str) -> list[Event]:
     return [e.event for e in client.run(run_id).events()]
 
 
+def _waiting_refund(client: Client, worker: WorkerProcess, order: str, amount: float) -> RunHandle:
+    """An ``approved_refund`` run submitted and started by ``worker``: it waits for its approval."""
+    run = client.submit("approved_refund", {"order": order, "amount": amount})
+    client.flush()
+    wait_until(lambda: _events(client, run.run_id), 30, "the run to start", process=worker.proc)
+    return run
+
+
 def _forge_completion(forger: EventLog, client: Client, run_id: str, result: str) -> str:
     """A RunCompleted after the run's last record: right seq, epoch and worker, a link made with a
     guessed key, a signature made with the forger's own key. Where it landed."""
@@ -123,9 +131,7 @@ def test_a_forged_completion_of_a_waiting_run_is_named_and_the_owner_parks_it(
     tmp_path: Path,
 ) -> None:
     worker = _worker(deployment, workers, tmp_path, "w1")
-    run = client.submit("approved_refund", {"order": "A-1", "amount": 41.6})
-    client.flush()
-    wait_until(lambda: _events(client, run.run_id), 30, "the run to start", process=worker.proc)
+    run = _waiting_refund(client, worker, "A-1", 41.6)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(run.result, 30)  # an application waiting for the refund's result
         where = _forge_completion(forger, client, run.run_id, '{"refunded": 4160.0, "forged": true}')
@@ -169,9 +175,7 @@ def test_a_forgery_after_a_run_ended_is_named_by_reads_and_by_a_fresh_workers_re
     tmp_path: Path,
 ) -> None:
     first = _worker(deployment, workers, tmp_path, "w1")
-    run = client.submit("approved_refund", {"order": "B-2", "amount": 12.5})
-    client.flush()
-    wait_until(lambda: _events(client, run.run_id), 30, "the run to start", process=first.proc)
+    run = _waiting_refund(client, first, "B-2", 12.5)
     run.signal("approve", True)
     assert run.result(timeout=30) == {"refunded": 12.5}
     assert len(payments(tmp_path)) == 1
@@ -246,9 +250,7 @@ def test_a_forged_claim_and_checkpoint_are_named_and_the_owner_keeps_its_partiti
     tmp_path: Path,
 ) -> None:
     first = _worker(deployment, workers, tmp_path, "w1")
-    run = client.submit("approved_refund", {"order": "C-3", "amount": 7.5})
-    client.flush()
-    wait_until(lambda: _events(client, run.run_id), 30, "the run to start", process=first.proc)
+    run = _waiting_refund(client, first, "C-3", 7.5)
     partition = forger.partition(run.run_id)
     # What a leaked admin credential can write: a claim with no signature, one signed with the
     # forger's own key, and a checkpoint that says nothing is active (a rebuild trusting it would
