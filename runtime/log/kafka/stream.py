@@ -8,6 +8,8 @@ dropped and counted, never waited for, so a watcher's slowness or a broker's nev
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_END,
@@ -60,9 +62,28 @@ class StreamProducer:
         except KafkaException as error:  # a view: the run goes on without it
             self.dropped += 1
             logger.warning("stream record dropped: %s", error)
+        self._polled(1)
+
+    def publish_many(self, records: Sequence[tuple[str, int, bytes, bytes]]) -> None:
+        """``publish`` each of (topic, partition, key, value), one call per partition (a record
+        in each partition's batch keeps its place)."""
+        batches: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for topic, partition, key, value in records:
+            batches.setdefault((topic, partition), []).append({"key": key, "value": value})
+        for (topic, partition), messages in batches.items():
+            try:
+                self._producer.produce_batch(topic, messages, partition=partition)
+            except KafkaException as error:  # a view: the run goes on without it
+                self.dropped += len(messages)
+                logger.warning("stream records dropped: %s", error)
+                continue
+            self.dropped += sum(1 for message in messages if "_error" in message)  # the queue was full
+        self._polled(len(records))
+
+    def _polled(self, published: int) -> None:
         # Serves the failures' reports and the client's errors now and then; never waits. Not per
         # record: a poll releases and retakes the GIL, which the worker's event loop needs.
-        self._unpolled += 1
+        self._unpolled += published
         if self._unpolled >= POLL_EVERY:
             self._unpolled = 0
             self._producer.poll(0)
