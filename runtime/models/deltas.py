@@ -12,8 +12,7 @@ sync adapter there binds the sink inside the thread (``deltas_to`` again, from t
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -37,14 +36,26 @@ DeltaSink = Callable[[Delta], None]
 _sink: contextvars.ContextVar[DeltaSink | None] = contextvars.ContextVar("agentlog_delta_sink", default=None)
 
 
-@contextmanager
-def deltas_to(sink: DeltaSink) -> Iterator[None]:
+def deltas_to(sink: DeltaSink) -> DeltasTo:
     """Send the deltas emitted in this context (this task, or this thread) to ``sink``."""
-    token = _sink.set(sink)
-    try:
-        yield
-    finally:
-        _sink.reset(token)
+    return DeltasTo(sink)
+
+
+class DeltasTo:
+    """``deltas_to``'s context manager: a class, not a generator's, as it is set around every
+    live model call (twice for a sync one), where a generator's frame and helper cost more than
+    the variable's set and reset."""
+
+    __slots__ = ("_sink", "_token")
+
+    def __init__(self, sink: DeltaSink) -> None:
+        self._sink = sink
+
+    def __enter__(self) -> None:
+        self._token = _sink.set(self._sink)
+
+    def __exit__(self, *exc: object) -> None:
+        _sink.reset(self._token)
 
 
 def current_sink() -> DeltaSink | None:

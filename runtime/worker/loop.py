@@ -258,8 +258,8 @@ class Worker:
         if self.shared_permits is not None:
             await self.shared_permits.close()  # what it held goes back to the others at once
         self.batcher.send()  # results recorded before the stop are not left unsent
-        if self.stream_out is not None:
-            self.stream_out.flush()  # what watchers have not seen yet, within a few seconds
+        if self.executor.stream is not None:
+            self.executor.stream.flush()  # what watchers have not seen yet, within a few seconds
         try:
             self.log.flush()
         finally:

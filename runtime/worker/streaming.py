@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
@@ -38,16 +38,11 @@ from runtime.config import Settings
 from runtime.log.records.events import Event
 from runtime.log.records.stream import StreamEvent, encode, from_record
 from runtime.models.deltas import Delta, DeltaSink, deltas_to
+from runtime.worker.stream_outbox import StreamOut, TurnOutbox
 from runtime.workflow.activation import RunView
 from runtime.workflow.intents import Intent
 
-
-class StreamOut(Protocol):
-    """Where stream records go (runtime.log.kafka.stream.StreamProducer): never blocks."""
-
-    def publish(self, topic: str, partition: int, key: bytes, value: bytes) -> None: ...
-
-    def flush(self, timeout: float = 5.0) -> None: ...
+__all__ = ["RunStreams", "StreamOut", "in_thread"]
 
 
 def _now_ms() -> int:
@@ -58,7 +53,7 @@ class RunStreams:
     """Publishes what the worker's runs do to the stream and exposed topics."""
 
     def __init__(self, settings: Settings, out: StreamOut) -> None:
-        self.out = out
+        self.out = TurnOutbox(out)  # one producer call per partition and loop turn
         self.topic = settings.stream_topic
         self.exposed_topic = settings.exposed_topic
         self.contents = not settings.seal_contents
@@ -117,6 +112,10 @@ class RunStreams:
             publish(topic, partition, key, encode(event))
 
         return sink
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """What watchers have not been sent yet, within ``timeout`` (a worker stopping)."""
+        self.out.flush(timeout)
 
 
 def in_thread(fn: Callable[..., Any], sink: DeltaSink) -> Callable[..., Any]:

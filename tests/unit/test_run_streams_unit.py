@@ -5,6 +5,7 @@ worker on the in-memory log publishes -- live steps and deltas, nothing for a re
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -223,6 +224,10 @@ class Collected:
 
     def publish(self, topic: str, partition: int, key: bytes, value: bytes) -> None:
         self.records.append((topic, value))
+
+    def publish_many(self, records: Sequence[tuple[str, int, bytes, bytes]]) -> None:
+        for topic, partition, key, value in records:
+            self.publish(topic, partition, key, value)
 
     def flush(self, timeout: float = 5.0) -> None:
         pass

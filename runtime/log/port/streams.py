@@ -9,6 +9,7 @@ is not Kafka). Such a log keeps every record while it lives, so a follower never
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from runtime.log.port.protocol import EventLog, LogRecord
@@ -39,6 +40,10 @@ class LogStreamOut:
 
     def publish(self, topic: str, partition: int, key: bytes, value: bytes) -> None:
         self.log.append_unwatched(topic, partition, key, value)
+
+    def publish_many(self, records: Sequence[tuple[str, int, bytes, bytes]]) -> None:
+        for topic, partition, key, value in records:
+            self.log.append_unwatched(topic, partition, key, value)
 
     def flush(self, timeout: float = 5.0) -> None:
         """Nothing to wait for: the records were handed to the log as they were published."""
