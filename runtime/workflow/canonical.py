@@ -46,6 +46,23 @@ def args_hash_and_size(kind: str, name: str, args: Any) -> tuple[str, int]:
     return sha256_hex(text)[:16], len(text)
 
 
+def model_args_hash_and_size(
+    name: str, encoded: list[tuple[bytes, bytes]], params: Any, prompt_version: str | None
+) -> tuple[str, int]:
+    """``args_hash_and_size("model", name, {"messages": M, "params": ..., "prompt_version": ...})``
+    from the canonical JSON of each message of M (``encoded``: text, digest) -- the same text,
+    joined rather than serialized again (the keys in sorted order, as canonical_json writes them)."""
+    try:
+        head = orjson.dumps(["model", name])[:-1]
+        tail = orjson.dumps({"params": params, "prompt_version": prompt_version}, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError as error:
+        raise TypeError(str(error)) from error
+    data = b"".join(
+        (head, b',{"messages":[', b",".join([text for text, _ in encoded]), b"],", tail[1:], b"]")
+    )
+    return hashlib.sha256(data).hexdigest()[:16], len(data) if data.isascii() else len(data.decode())
+
+
 def idempotency_key(run_id: str, tool: str, key_args: Any, n: int) -> str:
     digest = sha256_hex(canonical_json(key_args))
     return str(uuid.uuid5(NAMESPACE, f"{run_id}/{tool}/{digest}/{n}"))

@@ -16,12 +16,23 @@ from typing import Any
 
 class Messages(list[dict[str, Any]]):
     """A model call's messages (recorded as the list they are) and ``earlier``: the same messages
-    in the form an earlier release recorded."""
+    in the form an earlier release recorded.
 
-    __slots__ = ("earlier",)
+    ``encoded``: each message's canonical JSON (``orjson``, sorted keys) and that text's sha256
+    digest, when the caller keeps them already (an integration whose transcript is resent at every
+    request turns each message once): the call's hash and its message sequence are then made from
+    them rather than by serializing the whole transcript again. They must be exactly those of the
+    messages (tests check the integration's); the messages must not change after."""
+
+    __slots__ = ("earlier", "encoded")
 
     def __init__(
-        self, messages: list[dict[str, Any]], *, earlier: Callable[[], list[dict[str, Any]]]
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        earlier: Callable[[], list[dict[str, Any]]],
+        encoded: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
         super().__init__(messages)
         self.earlier = earlier
+        self.encoded = encoded

@@ -30,6 +30,7 @@ from runtime.workflow.canonical import (
     args_hash_and_size,
     canonical_json,
     idempotency_key,
+    model_args_hash_and_size,
     sha256_hex,
 )
 from runtime.workflow.children import CHILD, CHILD_SIGNAL, scheduled_child
@@ -62,7 +63,11 @@ def model_intent(
     # Params are named (api_key, headers ...); messages are content, not scanned for names.
     recorded_params = redact(params, key_root)
     recorded = args if recorded_params is params else {**args, "params": recorded_params}
-    digest, size = args_hash_and_size("model", name, recorded)
+    encoded = messages.encoded if isinstance(messages, Messages) else None
+    if encoded is not None and len(encoded) == len(messages):
+        digest, size = model_args_hash_and_size(name, encoded, recorded["params"], prompt_version)
+    else:
+        digest, size = args_hash_and_size("model", name, recorded)
     command = Intent(position, "model", name, args, digest, DurableFuture(position))
     command.prompt_version = prompt_version
     command.size = size
@@ -155,7 +160,8 @@ def scheduled_record(
         # distinct one once per run), the params as JSON whose large values are entries of that
         # sequence too (runtime.log.records.references). ``args`` stays null (the input is in the
         # fields below; the replay match needs only args_hash, over the whole input).
-        prompt = prompts.encode(command.recorded_args["messages"], command.recorded_args["params"])
+        messages = command.recorded_args["messages"]
+        prompt = prompts.encode(messages, command.recorded_args["params"], getattr(messages, "encoded", None))
         blobs.update(prompt.blobs)
         params = prompt.params
         return ModelCallScheduled(

@@ -223,7 +223,7 @@ def _full_form(monkeypatch: pytest.MonkeyPatch) -> None:
     """Record as the code before compaction did: the full form, no earlier form."""
     monkeypatch.setattr(units, "compact_message", lambda message: message)
     monkeypatch.setattr(units, "compact_response", lambda response: response)
-    monkeypatch.setattr(units, "Messages", lambda messages, earlier: list(messages))
+    monkeypatch.setattr(units, "Messages", lambda messages, earlier, **_: list(messages))
 
 
 def test_a_run_recorded_in_the_full_form_replays_without_prompt_drift() -> None:
@@ -237,7 +237,7 @@ def test_a_run_recorded_in_the_full_form_replays_without_prompt_drift() -> None:
     assert replayed.ok and replayed.drift == ()
     # Without the earlier form every model call would be a drifted prompt: the test can fail.
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(units, "Messages", lambda messages, earlier: list(messages))
+        patch.setattr(units, "Messages", lambda messages, earlier, **_: list(messages))
         drifted = Replayer(app=refund_pydantic_ai.app).replay(history)
     assert len(drifted.drift) == 4
 

@@ -6,6 +6,7 @@ forms, still replays (tests/golden/pydantic-refund-15-steps.json, recorded by th
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,10 +34,11 @@ from runtime.log.records.events import (
     ToolCallCompleted,
     ToolCallScheduled,
 )
-from runtime.log.records.prompts import checked_args, rebuild_inputs
+from runtime.log.records.prompts import PromptBook, checked_args, rebuild_inputs
 from runtime.log.records.responses import full_text, full_value, short_result
 from runtime.replay.replayer import Replayer, load_history
 from runtime.worker.calls import completed
+from runtime.workflow.canonical import args_hash_and_size, model_args_hash_and_size
 from support.memory_worker import serving
 
 pytestmark = pytest.mark.unit
@@ -251,17 +253,17 @@ def test_a_transcripts_messages_are_turned_once_and_again_when_pydantic_ai_chang
     response = ModelResponse(parts=[TextPart("done")], model_name="m")
     turned: list[Any] = []
 
-    def turn(message: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    def turn(message: Any) -> tuple[dict[str, Any], dict[str, Any], tuple[bytes, bytes]]:
         turned.append(message)
         form: dict[str, Any] = {"kind": message.kind, "run_id": getattr(message, "run_id", None)}
-        return form, form
+        return form, form, (b"", b"")
 
     forms = MessageForms()
     forms.forms([request], turn)
-    recorded, _ = forms.forms([request, response], turn)
+    forms.forms([request, response], turn)
     assert turned == [request, response]  # the first message not again
     response.run_id = "r/agent/0"  # PydanticAI assigns a field of a message it sends back
-    recorded, _ = forms.forms([request, response], turn)
+    recorded = [form for form, _, _ in forms.forms([request, response], turn)]
     assert turned == [request, response, response] and recorded[1]["run_id"] == "r/agent/0"
     response.parts = [TextPart("other")]  # a part replaced
     forms.forms([request, response], turn)
@@ -282,3 +284,16 @@ def test_recorded_messages_read_the_same_with_and_without_the_kept_forms() -> No
     kept = units.recorded_messages(messages, MessageForms())
     assert list(kept) == list(units.recorded_messages(messages))
     assert kept.earlier() == units.recorded_messages(messages).earlier()
+    # The kept canonical JSON and digests are exactly the messages', and so are the hash and the
+    # message sequence made from them (runtime.workflow.earlier_form.Messages.encoded).
+    assert kept.encoded is not None
+    for message, (text, digest) in zip(kept, kept.encoded, strict=True):
+        assert text == orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+        assert digest == hashlib.sha256(text).digest()
+    params = {"tools": [{"name": "lookup", "description": "ünïcode", "x": 1.5}]}
+    for version in (None, "v2"):
+        whole = {"messages": list(kept), "params": params, "prompt_version": version}
+        assert model_args_hash_and_size("m.model", kept.encoded, params, version) == args_hash_and_size(
+            "model", "m.model", whole
+        )
+    assert PromptBook().encode(kept, params, kept.encoded) == PromptBook().encode(list(kept), params)

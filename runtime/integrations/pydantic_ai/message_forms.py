@@ -19,22 +19,26 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-# (the message, its fingerprint, its recorded form, the form an earlier release recorded)
-_Entry = tuple[Any, tuple[int, ...], dict[str, Any], dict[str, Any]]
-Turn = Callable[[Any], tuple[dict[str, Any], dict[str, Any]]]
+# What a message is turned into: its recorded form, the form an earlier release recorded, and the
+# recorded form's canonical JSON with its sha256 digest (runtime.workflow.earlier_form.Messages).
+Forms = tuple[dict[str, Any], dict[str, Any], tuple[bytes, bytes]]
+# (the message, its fingerprint, its forms)
+_Entry = tuple[Any, tuple[int, ...], Forms]
+Turn = Callable[[Any], Forms]
 
 
 def _fingerprint(message: Any) -> tuple[int, ...]:
     fields = getattr(message, "__dict__", None)
     if fields is None:
         return (-1,)  # not a dataclass instance: never reused
-    marks = [id(value) for value in fields.values()]
+    # map(id, ...) runs in C: every message of the transcript is fingerprinted at every request.
+    marks = [*map(id, fields.values())]
     for part in getattr(message, "parts", ()) or ():
         part_fields = getattr(part, "__dict__", None)
         if part_fields is None:
             return (-1,)
         marks.append(id(part))
-        marks.extend(id(value) for value in part_fields.values())
+        marks += map(id, part_fields.values())
     return tuple(marks)
 
 
@@ -46,23 +50,21 @@ class MessageForms:
     def __init__(self) -> None:
         self._entries: dict[int, _Entry] = {}
 
-    def forms(self, messages: list[Any], turn: Turn) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Each message's recorded form and earlier form, ``turn(message)`` for the ones not kept."""
-        recorded: list[dict[str, Any]] = []
-        earlier: list[dict[str, Any]] = []
+    def forms(self, messages: list[Any], turn: Turn) -> list[Forms]:
+        """Each message's forms, ``turn(message)`` for the ones not kept."""
+        turned: list[Forms] = []
         live: dict[int, _Entry] = {}
+        entries = self._entries
         for message in messages:
             key = id(message)
             mark = _fingerprint(message)
-            entry = self._entries.get(key)
+            entry = entries.get(key)
             if entry is None or entry[0] is not message or entry[1] != mark or mark == (-1,):
-                form, before = turn(message)
-                entry = (message, mark, form, before)
+                entry = (message, mark, turn(message))
             live[key] = entry
-            recorded.append(entry[2])
-            earlier.append(entry[3])
+            turned.append(entry[2])
         self._entries = live  # only the transcript's messages: a message dropped is let go
-        return recorded, earlier
+        return turned
 
 
 _BY_RUN: weakref.WeakKeyDictionary[object, MessageForms] = weakref.WeakKeyDictionary()

@@ -7,17 +7,19 @@ PydanticAI's exceptions.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import orjson
 from pydantic_ai import exceptions as pai_errors
 from pydantic_core import PydanticSerializationError
 
 from runtime.errors import TerminalError
 from runtime.integrations.calls import ModelResult, UnrecordableValue, as_json
 from runtime.integrations.pydantic_ai.compact import compact_message, compact_response
-from runtime.integrations.pydantic_ai.message_forms import MessageForms
+from runtime.integrations.pydantic_ai.message_forms import Forms, MessageForms
 from runtime.models.errors import status_error
 from runtime.workflow.earlier_form import Messages
 
@@ -33,8 +35,12 @@ def recorded_messages(messages: Any, forms: MessageForms | None = None) -> Messa
     compact recorded the full form: replay accepts its hash too (runtime.workflow.earlier_form).
     ``forms``: the agent run's messages turned already (runtime.integrations.pydantic_ai.message_forms)."""
     if forms is not None and isinstance(messages, list):
-        recorded, earlier = forms.forms(messages, _turned)
-        return Messages(recorded, earlier=lambda: earlier)
+        turned = forms.forms(messages, _turned)
+        return Messages(
+            [form for form, _, _ in turned],
+            earlier=lambda: [before for _, before, _ in turned],
+            encoded=[encoded for _, _, encoded in turned],
+        )
     dumped = as_json(messages, "model request messages")
     return Messages(
         [_without_request_timestamps(compact_message(message)) for message in dumped],
@@ -42,9 +48,11 @@ def recorded_messages(messages: Any, forms: MessageForms | None = None) -> Messa
     )
 
 
-def _turned(message: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def _turned(message: Any) -> Forms:
     dumped = as_json(message, "a model request message")
-    return _without_request_timestamps(compact_message(dumped)), _without_request_timestamps(dumped)
+    form = _without_request_timestamps(compact_message(dumped))
+    text = orjson.dumps(form, option=orjson.OPT_SORT_KEYS)
+    return form, _without_request_timestamps(dumped), (text, hashlib.sha256(text).digest())
 
 
 def recorded_parameters(parameters: Any, what: str) -> Any:

@@ -335,9 +335,12 @@ class PromptBook:
         # Equal is not identical (1 == 1.0 == True): keep the edit only if it rebuilds the same bytes.
         return best[0] if canonical(apply(best[1], best[2])) == data else None
 
-    def encode(self, messages: Any, params: Any = None) -> PromptFields:
+    def encode(
+        self, messages: Any, params: Any = None, encoded: Sequence[tuple[bytes, bytes]] | None = None
+    ) -> PromptFields:
         """The fields recording ``messages`` and ``params``; the new ones join the sequence: the
-        large values of ``params`` first (``PromptFields.params`` refers to them), then the messages."""
+        large values of ``params`` first (``PromptFields.params`` refers to them), then the messages.
+        ``encoded``: each message's canonical JSON and its sha256 digest, if the caller has them."""
         roles: list[str] = []
         bodies: list[str] = []
         blobs: dict[str, bytes] = {}
@@ -387,11 +390,13 @@ class PromptBook:
         if not isinstance(messages, list):
             return PromptFields(NOT_RECORDED, [], roles, bodies, blobs, recorded_params)
         slots: list[int] = []
-        for message in messages:
+        if encoded is None or len(encoded) != len(messages):
             # The canonical JSON of a {"role", "content"} message is exactly what message_json
             # rebuilds from its stored form, so one serialization serves the digest and the size.
-            data = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
-            slots.append(add(message, data, hashlib.sha256(data).digest(), True))
+            datas = [orjson.dumps(message, option=orjson.OPT_SORT_KEYS) for message in messages]
+            encoded = [(data, hashlib.sha256(data).digest()) for data in datas]
+        for message, (data, full) in zip(messages, encoded, strict=True):
+            slots.append(add(message, data, full, True))
         self._results.clear()  # a response is sent back by the request that follows it, if at all
         plain = slots == list(range(first_new, self.size))
         # No messages but new values: one empty range (no ranges at all would read as "all new").

@@ -57,8 +57,8 @@ def _count(value: Any) -> int | None:
 
 
 def _micros(text: str) -> int:
-    moment = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-    return (moment - _EPOCH) // timedelta(microseconds=1)
+    # ``text`` matched _ISO: fromisoformat reads it as strptime would, a tenth of the time.
+    return (datetime.fromisoformat(text) - _EPOCH) // timedelta(microseconds=1)
 
 
 def _iso(micros: int) -> str:
