@@ -229,17 +229,19 @@ async def test_two_calls_needing_the_same_slots_in_opposite_orders_do_not_deadlo
     await asyncio.wait_for(asyncio.gather(call("x", "y"), call("y", "x")), 5)
 
 
-async def test_an_acquire_that_needs_no_wait_costs_microseconds() -> None:
+def test_an_acquire_that_needs_no_wait_never_suspends() -> None:
+    """The fast path costs no loop turn: the acquire's coroutine finishes at its first step (a
+    timing assertion would flake on a shared machine; how fast it is belongs to bench/limits_far.py)."""
     far = {
         "api": Limit("api", models=("m",), requests_per_minute=1e9, tokens_per_minute=1e12, concurrent=10**6)
     }
     permits = LocalPermits(far)
     needs = [req(), tokens(500), Need("api", None, "concurrent", 1)]
-    n = 20_000
-    started = time.perf_counter()
-    for _ in range(n):
-        held = await permits.acquire(needs)
+    for _ in range(1_000):
+        acquiring = permits.acquire(needs)
+        with pytest.raises(StopIteration) as done:
+            acquiring.send(None)
+        held = done.value.value
         held.correct("tokens_per_minute", 400)
         held.release()
-    per_call_us = (time.perf_counter() - started) / n * 1e6
-    assert per_call_us < 50, per_call_us  # a few µs on a laptop; generous for a loaded CI box
+    assert permits.pools[("api", "concurrent")].in_use == 0  # type: ignore[attr-defined]
