@@ -74,11 +74,19 @@ def cache_app(effects: list[str], gate: asyncio.Event) -> App:
     async def busy(ctx: Context, n: int) -> Any:
         return await ctx.tool("slow", n=n)
 
+    async def sleep_then_apply(ctx: Context, n: int, seconds: float) -> Any:
+        await ctx.tool("note", n=n)
+        await ctx.sleep(seconds)
+        return await ctx.tool("apply", n=n, approval="slept")
+
     @app.workflow("sleeper")
     async def sleeper(ctx: Context, n: int) -> Any:
-        await ctx.tool("note", n=n)
-        await ctx.sleep(0.3)
-        return await ctx.tool("apply", n=n, approval="slept")
+        return await sleep_then_apply(ctx, n, 0.3)
+
+    # For a test that must stop its worker while the timer is still armed, on a loaded machine too.
+    @app.workflow("long_sleeper")
+    async def long_sleeper(ctx: Context, n: int) -> Any:
+        return await sleep_then_apply(ctx, n, 3.0)
 
     @app.workflow("timeout")
     async def timeout(ctx: Context, n: int) -> Any:
@@ -237,7 +245,7 @@ async def test_a_takeover_indexes_the_runs_a_checkpoint_lists_as_waiting_without
     worker = h.start(checkpoint_interval_s=0)
     await until(lambda: worker.owned, what="the worker to own the partition")
     runs = [await waiting(h, "approval", n) for n in range(5)]
-    sleeper = await waiting(h, "sleeper", 9)
+    sleeper = await waiting(h, "long_sleeper", 9)
     listed = await until(
         lambda: (c := h.checkpoints()) and set(c[-1].waiting_runs) == {*runs, sleeper} and c[-1],
         what="a checkpoint listing every waiting run",
@@ -258,7 +266,7 @@ async def test_a_takeover_indexes_the_runs_a_checkpoint_lists_as_waiting_without
     await until(lambda: second.owned, what="the successor to own the partition")
     owned = second.owned[0]
     assert set(owned.evicted) == {*runs, sleeper} and not owned.runs
-    assert (await h.ended(sleeper, timeout=5)).status == "completed"  # its timer, armed from the index
+    assert (await h.ended(sleeper, timeout=10)).status == "completed"  # its timer, armed from the index
     for run in runs:
         h.client.run(run).signal("go", "later")
     for run in runs:
