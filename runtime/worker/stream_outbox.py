@@ -51,6 +51,19 @@ class TurnOutbox:
                 return  # the turn's drain is scheduled already
         loop.call_soon(self.drain)
 
+    def publish_all(self, records: list[StreamRecord]) -> None:
+        """``publish`` each of ``records``, in order, with one lock (an activation's records)."""
+        loop = asyncio._get_running_loop()
+        with self._lock:
+            if loop is None:
+                self._drain_locked()
+                self.out.publish_many(records)
+                return
+            scheduled = bool(self._pending)  # the turn's drain is scheduled already
+            self._pending += records
+        if not scheduled:
+            loop.call_soon(self.drain)
+
     def drain(self) -> None:
         with self._lock:
             self._drain_locked()

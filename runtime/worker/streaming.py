@@ -38,7 +38,7 @@ from runtime.config import Settings
 from runtime.log.records.events import Event
 from runtime.log.records.stream import StreamEvent, encode, encode_parts, parts_of
 from runtime.models.deltas import Delta, DeltaSink, deltas_to
-from runtime.worker.stream_outbox import StreamOut, TurnOutbox
+from runtime.worker.stream_outbox import StreamOut, StreamRecord, TurnOutbox
 from runtime.workflow.activation import RunView
 from runtime.workflow.intents import Intent
 
@@ -63,17 +63,16 @@ class RunStreams:
 
     def appended(self, partition: int, epoch: int, view: RunView, events: Sequence[Event]) -> None:
         """An activation's records, handed to the batcher, and the state its code exposed."""
-        publish, topic, contents = self.out.publish, self.topic, self.contents
+        topic, contents = self.topic, self.contents
+        records: list[StreamRecord] = []
         for record in events:
             made = parts_of(record, contents)  # built as bytes at once: no StreamEvent on this path
             if made is not None:
                 run, kind, position, attempt, data, at = made
-                publish(
-                    topic,
-                    partition,
-                    run.encode(),
-                    encode_parts(run, kind, position, attempt, data, at, epoch),
-                )
+                value = encode_parts(run, kind, position, attempt, data, at, epoch)
+                records.append((topic, partition, run.encode(), value))
+        if records:
+            self.out.publish_all(records)
         state = view.exposed.take() if view.exposed is not None else None
         if state is not None:
             value = orjson.dumps({"run_id": view.run_id, "state": state, "at": _now_ms()})
