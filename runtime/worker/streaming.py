@@ -53,7 +53,7 @@ class RunStreams:
     """Publishes what the worker's runs do to the stream and exposed topics."""
 
     def __init__(self, settings: Settings, out: StreamOut) -> None:
-        self.out = TurnOutbox(out)  # one producer call per partition and loop turn
+        self.out = TurnOutbox(out)  # one producer call per topic and loop turn
         self.topic = settings.stream_topic
         self.exposed_topic = settings.exposed_topic
         self.contents = not settings.seal_contents
