@@ -22,6 +22,10 @@ from runtime.log.records.signing import SIGNED_TYPES, sign, signing_key_of
 from runtime.log.schemas.serde import Serde
 from runtime.worker.partition import OwnedPartition
 
+# The records the batch notes beside queueing them: a run's start (its offset, the run index) and
+# its endings (the checkpoint's run index).
+_NOTED: frozenset[type[Event]] = frozenset({RunStarted, RunRejected, *TERMINAL_TYPES})
+
 
 class TurnBatcher:
     """Queues encoded events per partition; sends each partition's queue once per loop turn."""
@@ -49,8 +53,9 @@ class TurnBatcher:
         key, signer = self.chain_key, self.signing_key
         tips = owned.chain_tips
         written = None if self.written is None else self.written.setdefault(owned.partition, set())
+        encode, sizes, kept = self.serde.encode, owned.sizes, owned.records
         for event in events:
-            value = self.serde.encode(event)
+            value = encode(event)
             run_id = event.run_id
             if signer is not None and run_id and event.type in SIGNED_TYPES:
                 value = sign(signer, run_id.encode(), tips.get(run_id, START), value)
@@ -59,19 +64,25 @@ class TurnBatcher:
                 tips[run_id] = link = value[-LINK_SIZE:]
                 if written is not None:
                     written.add(link)
-            if isinstance(event, RunStarted):
-                owned.pending_started[len(pending)] = run_id
-            if isinstance(event, (RunStarted, RunRejected)):
-                owned.known_runs.add(run_id)
-                owned.pending_runs.append(run_id)
-            elif isinstance(event, TERMINAL_TYPES):
-                owned.pending_ended[len(pending)] = (run_id, owned.first_offset_of(run_id))
+            kind = type(event)
+            if kind in _NOTED:  # a run's first or last record (no record type is subclassed)
+                if kind is RunStarted:
+                    owned.pending_started[len(pending)] = run_id
+                if kind is RunStarted or kind is RunRejected:
+                    owned.known_runs.add(run_id)
+                    owned.pending_runs.append(run_id)
+                else:
+                    owned.pending_ended[len(pending)] = (run_id, owned.first_offset_of(run_id))
             pending.append((run_id.encode() if run_id else None, value))
-            size = owned.sizes.get(run_id)
+            size = sizes.get(run_id)
             if size is not None:  # a live run's record
                 size[0] += 1
                 size[1] += len(value)
-                owned.records.setdefault(run_id, []).append(value)
+                records = kept.get(run_id)
+                if records is None:
+                    kept[run_id] = [value]
+                else:
+                    records.append(value)
         future = owned.pending_last
         if future is None:
             loop = asyncio.get_running_loop()

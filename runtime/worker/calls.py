@@ -89,7 +89,8 @@ class _Deadline:
 
 
 def retry_policy(app: App, command: Intent) -> RetryPolicy:
-    return _target(app, command)[2]
+    # Not through _target: it copies the call's arguments, which the policy does not need.
+    return (app.models[command.name] if command.kind == "model" else app.tools[command.name]).retry
 
 
 def completed(

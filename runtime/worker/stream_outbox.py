@@ -3,7 +3,8 @@
 A worker publishes about six stream records a step (runtime.worker.streaming). One producer call
 per record cost the loop a fifth of its time under load: each takes the client's locks while it
 holds the GIL, which the loop needs for every run. Gathered over a loop turn, they leave in one
-call per partition, as the events of a turn do (runtime.worker.batching).
+call per topic (runtime.log.kafka.stream: each message names its partition), however many
+partitions the turn's runs are in.
 
 Order is kept per run: a record published from another thread (a sync model's deltas, from its
 pool thread) goes out at once, after what the loop has gathered so far -- so an attempt's start,
@@ -50,6 +51,19 @@ class TurnOutbox:
             if len(self._pending) > 1:
                 return  # the turn's drain is scheduled already
         loop.call_soon(self.drain)
+
+    def publish_all(self, records: list[StreamRecord]) -> None:
+        """``publish`` each of ``records``, in order, with one lock (an activation's records)."""
+        loop = asyncio._get_running_loop()
+        with self._lock:
+            if loop is None:
+                self._drain_locked()
+                self.out.publish_many(records)
+                return
+            scheduled = bool(self._pending)  # the turn's drain is scheduled already
+            self._pending += records
+        if not scheduled:
+            loop.call_soon(self.drain)
 
     def drain(self) -> None:
         with self._lock:

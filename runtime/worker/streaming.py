@@ -36,9 +36,9 @@ import orjson
 
 from runtime.config import Settings
 from runtime.log.records.events import Event
-from runtime.log.records.stream import StreamEvent, encode, from_record
+from runtime.log.records.stream import StreamEvent, encode, encode_parts, parts_of
 from runtime.models.deltas import Delta, DeltaSink, deltas_to
-from runtime.worker.stream_outbox import StreamOut, TurnOutbox
+from runtime.worker.stream_outbox import StreamOut, StreamRecord, TurnOutbox
 from runtime.workflow.activation import RunView
 from runtime.workflow.intents import Intent
 
@@ -53,7 +53,7 @@ class RunStreams:
     """Publishes what the worker's runs do to the stream and exposed topics."""
 
     def __init__(self, settings: Settings, out: StreamOut) -> None:
-        self.out = TurnOutbox(out)  # one producer call per partition and loop turn
+        self.out = TurnOutbox(out)  # one producer call per topic and loop turn
         self.topic = settings.stream_topic
         self.exposed_topic = settings.exposed_topic
         self.contents = not settings.seal_contents
@@ -63,10 +63,16 @@ class RunStreams:
 
     def appended(self, partition: int, epoch: int, view: RunView, events: Sequence[Event]) -> None:
         """An activation's records, handed to the batcher, and the state its code exposed."""
+        topic, contents = self.topic, self.contents
+        records: list[StreamRecord] = []
         for record in events:
-            event = from_record(record, contents=self.contents, epoch=epoch)
-            if event is not None:
-                self._send(partition, event)
+            made = parts_of(record, contents)  # built as bytes at once: no StreamEvent on this path
+            if made is not None:
+                run, kind, position, attempt, data, at = made
+                value = encode_parts(run, kind, position, attempt, data, at, epoch)
+                records.append((topic, partition, run.encode(), value))
+        if records:
+            self.out.publish_all(records)
         state = view.exposed.take() if view.exposed is not None else None
         if state is not None:
             value = orjson.dumps({"run_id": view.run_id, "state": state, "at": _now_ms()})
@@ -86,16 +92,16 @@ class RunStreams:
         """An attempt of a call starts. An attempt after the first had one before it: a failed one,
         or one in flight on a worker that died (a call re-run in doubt counts it: runtime.worker.calls)."""
         at = _now_ms()
+        key, position = run_id.encode(), intent.position
         if attempt > 1:
             data = {"by": attempt, "reason": "retried" if not intent.in_doubt else "re-run after a crash"}
-            self._send(
-                partition,
-                StreamEvent(run_id, "superseded", intent.position, max(1, attempt - 1), data, at, epoch),
-            )
+            superseded = encode_parts(run_id, "superseded", position, max(1, attempt - 1), data, at, epoch)
+            self.out.publish(self.topic, partition, key, superseded)
         started: dict[str, Any] = {"call": intent.kind, "name": intent.name, "worker": worker}
         if not self.contents:  # its answer is not streamed: the watcher is told so
             started["sealed"] = True
-        self._send(partition, StreamEvent(run_id, "attempt", intent.position, attempt, started, at, epoch))
+        value = encode_parts(run_id, "attempt", position, attempt, started, at, epoch)
+        self.out.publish(self.topic, partition, key, value)
 
     def sink(self, partition: int, epoch: int, run_id: str, position: int, attempt: int) -> DeltaSink | None:
         """Where one model attempt's deltas go; None when contents are not published in the clear."""

@@ -43,7 +43,8 @@ def usage_of(result: Any) -> Usage:
         return NO_USAGE
     # A framework integration's result carries its usage beside the recorded JSON
     # (runtime.integrations.calls.ModelResult), not in it.
-    beside = getattr(result, "agentlog_usage", None)
+    # (A plain dict -- most results -- has no such attribute: getattr would raise and catch.)
+    beside = None if type(result) is dict else getattr(result, "agentlog_usage", None)
     if isinstance(beside, dict):
         result = beside
     model = result.get("model")

@@ -72,6 +72,8 @@ class CodeVersions:
 
     def of(self, run: RunInstance) -> App:
         """The code ``run``'s calls are made with."""
-        if not self._of:  # no what-if of a code version in memory: the common case, kept cheap
+        # No version held (the common case, asked several times a call): no run has other code. A
+        # plain dict's truth, not the weak dictionary's length (two Python-level calls).
+        if not self.versions or not self._of:
             return self.app
         return self._of.get(run, self.app)

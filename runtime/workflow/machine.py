@@ -272,10 +272,16 @@ class RunMachine:
         blocked = self._blocked_on
         if blocked is None:
             return False
-        futures = blocked.children if isinstance(blocked, GatherFuture) else [blocked]
+        futures = blocked.children if isinstance(blocked, GatherFuture) else (blocked,)
         commands = self.commands
-        kinds = [commands[f.position].kind for f in futures if not f.done and f.position in commands]
-        return bool(kinds) and all(kind in ("timer", "signal", "child") for kind in kinds)
+        waits = False  # asked at every step (runtime.worker.run_cache): no list, no generator
+        for future in futures:
+            command = None if future.done else commands.get(future.position)
+            if command is not None:
+                if command.kind not in ("timer", "signal", "child"):
+                    return False
+                waits = True
+        return waits
 
     def timers(self) -> tuple[tuple[int, int], ...]:
         """(position, fire_at) of each recorded timer or signal timeout the run still waits for."""

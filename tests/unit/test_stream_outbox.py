@@ -48,6 +48,26 @@ async def test_a_turn_s_records_leave_in_one_call_in_order_at_its_end() -> None:
     assert out.calls[1:] == [[record(3)]]  # the next turn's, in a call of its own
 
 
+async def test_an_activation_s_records_join_the_turn_s_in_order() -> None:
+    out = Calls()
+    box = TurnOutbox(out)
+    box.publish(*record(0))
+    box.publish_all([record(1), record(2, partition=1)])  # an activation's, gathered at once
+    box.publish(*record(3))
+    assert out.calls == []
+    await asyncio.sleep(0)
+    assert out.calls == [[record(0), record(1), record(2, 1), record(3)]]
+    box.publish_all([record(4)])  # the first of a turn schedules its drain
+    await asyncio.sleep(0)
+    assert out.calls[1:] == [[record(4)]]
+
+
+def test_records_published_together_off_the_loop_go_at_once() -> None:
+    out = Calls()
+    TurnOutbox(out).publish_all([record(0), record(1)])
+    assert out.calls == [[record(0), record(1)]]
+
+
 async def test_a_record_published_off_the_loop_goes_after_what_the_loop_gathered() -> None:
     out = Calls()
     box = TurnOutbox(out)

@@ -65,19 +65,24 @@ class StreamProducer:
         self._polled(1)
 
     def publish_many(self, records: Sequence[tuple[str, int, bytes, bytes]]) -> None:
-        """``publish`` each of (topic, partition, key, value), one call per partition (a record
-        in each partition's batch keeps its place)."""
-        batches: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        """``publish`` each of (topic, partition, key, value): one producer call per topic, each
+        message naming its partition (a record keeps its place in its partition's queue). A call
+        costs more than its records: each takes the client's locks with the GIL held, and a loop
+        turn's records span many partitions."""
+        batches: dict[str, list[dict[str, Any]]] = {}
         for topic, partition, key, value in records:
-            batches.setdefault((topic, partition), []).append({"key": key, "value": value})
-        for (topic, partition), messages in batches.items():
+            messages = batches.get(topic)
+            if messages is None:
+                messages = batches[topic] = []
+            messages.append({"key": key, "value": value, "partition": partition})
+        for topic, messages in batches.items():
             try:
-                self._producer.produce_batch(topic, messages, partition=partition)
+                queued = self._producer.produce_batch(topic, messages)
             except KafkaException as error:  # a view: the run goes on without it
                 self.dropped += len(messages)
                 logger.warning("stream records dropped: %s", error)
                 continue
-            self.dropped += sum(1 for message in messages if "_error" in message)  # the queue was full
+            self.dropped += len(messages) - queued  # the queue was full
         self._polled(len(records))
 
     def _polled(self, published: int) -> None:

@@ -55,12 +55,24 @@ _SMALL_VARINTS.extend(_zigzag_bytes(-2 * n - 1) for n in range(-_SMALL, 0))
 _SMALL_VARINTS.extend(_zigzag_bytes(2 * n) for n in range(_SMALL))
 
 
+# The large ints written recently, encoded: most repeat from record to record -- a partition's
+# epoch, the millisecond a turn's records were stamped in -- and a lookup is a tenth of _varint.
+# Emptied when full (a value's bytes never change, so any thread may fill or empty it).
+_RECENT: dict[int, bytes] = {}
+_RECENT_MAX = 1024
+
+
 def _long_bytes(n: Any, low: int = _MIN_LONG, high: int = _MAX_LONG) -> bytes:
     if type(n) is not int or not low <= n <= high:
         raise Unencodable(n)
     if -_SMALL <= n < _SMALL:
         return _SMALL_VARINTS[n + _SMALL]
-    return _varint(n)
+    encoded = _RECENT.get(n)
+    if encoded is None:
+        if len(_RECENT) >= _RECENT_MAX:
+            _RECENT.clear()
+        encoded = _RECENT[n] = _varint(n)
+    return encoded
 
 
 def _write_long(value: Any, out: list[bytes]) -> None:

@@ -109,7 +109,7 @@ class Serde:
         serializer's per-call machinery (subject strategy, rule engine) is skipped per record --
         and by the type's compiled encoder (runtime.log.schemas.avro_encoder, the same bytes) where the
         schema allows one."""
-        name = record.type
+        name = type(record).__name__  # ``record.type``, without the property's call
         fast = self._writers.get(name)
         if fast is None:
             return self._encode_first(self.sealer.seal(record) if self.sealer is not None else record)
