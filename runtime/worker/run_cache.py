@@ -45,6 +45,7 @@ from runtime.log.records.events import Event, RunParked, RunStarted
 from runtime.log.records.payloads import PayloadMissing, inlined, is_outlined, read_back
 from runtime.log.schemas.datum import DecodeError
 from runtime.log.schemas.serde import Serde
+from runtime.worker.garbage import GarbageWatch
 from runtime.worker.heap import release_free_heap
 from runtime.worker.metrics import WorkerMetrics
 from runtime.worker.partition import Evicted, OwnedPartition
@@ -99,6 +100,7 @@ class RunCache:
         self._idle: OrderedDict[str, OwnedPartition] = OrderedDict()
         self._workflows: dict[str, str] = {}  # one string per workflow name for every evicted run
         self._evicted_since_trim = 0
+        self.garbage = GarbageWatch()  # the cycles runs leave behind when they leave memory
         # Admission control (runtime.worker.admission): told when a busy run ends or begins
         # waiting, and asked before a timer wakes an evicted run.
         self.room_made: Callable[[], None] | None = None
@@ -139,6 +141,7 @@ class RunCache:
         """``run_id`` ended (or left memory otherwise): no longer counted."""
         self._order.pop(run_id, None)
         self._idle.pop(run_id, None)
+        self.garbage.let_go()
         if self.room_made is not None:
             self.room_made()
 
@@ -163,6 +166,8 @@ class RunCache:
         if kept is not None:
             idle[kept[0]] = kept[1]
         self._evicted_since_trim += evicted
+        if evicted:
+            self.garbage.let_go(evicted)
         if self._evicted_since_trim >= TRIM_EVERY:
             self._evicted_since_trim = 0
             release_free_heap()

@@ -143,6 +143,32 @@ async def test_the_least_recently_active_waiting_runs_are_evicted_and_a_signal_w
     await h.stop()
 
 
+async def test_runs_evicted_or_ended_are_counted_for_the_garbage_watch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cycles a run leaves when it leaves memory are collected by the watch (runtime.worker.garbage)."""
+    let_go: list[int] = []
+
+    class Counting:
+        def let_go(self, runs: int = 1) -> None:
+            let_go.append(runs)
+
+    monkeypatch.setattr(run_cache, "GarbageWatch", Counting)
+    h = Harness(cache_app([], asyncio.Event()), settings=settings(2))
+    worker = h.start()
+    await until(lambda: worker.owned, what="the worker to own the partition")
+    runs = [await waiting(h, "approval", n) for n in range(4)]
+    assert sum(let_go) == 2  # two evicted
+    for run in runs:
+        h.client.run(run).signal("go", "yes")
+    for run in runs:
+        assert (await h.ended(run)).status == "completed"
+    # the wakes made room by evicting others; four ended
+    assert worker.executor.metrics.run_evictions > 2
+    assert sum(let_go) == worker.executor.metrics.run_evictions + 4
+    await h.stop()
+
+
 async def test_a_run_with_a_call_in_flight_is_never_evicted() -> None:
     gate = asyncio.Event()
     h = Harness(cache_app([], gate), settings=settings(1))
