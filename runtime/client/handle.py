@@ -82,6 +82,7 @@ class RunHandle:
         """The latest value the run exposed under ``name`` (``ctx.expose``), at once, without
         waiting for the run or signalling it (runtime.client.queries). Raises UnknownRun for a run
         never submitted, QueryError naming the names it exposes for another name."""
+        self._writer.flush()  # a run this client just submitted is found, as ``stream`` finds it
         return query(self._reader, self.run_id, name)
 
     # ------------------------------------------------------------------------------ waiting
