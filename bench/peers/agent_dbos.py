@@ -41,6 +41,7 @@ from pydantic_ai.durable_exec.dbos import DBOSDurability
 
 from bench.peers import agent_workload
 from bench.peers.dbos_bench import _answer
+from bench.peers.figures import latency_and_throughput
 from bench.peers.workload import crash_run, replay_counts, steps_done, wait_in_crash_step
 
 STEPS = agent_workload.STEPS
@@ -111,11 +112,7 @@ async def measure(workdir: Path, l_runs: int, t_runs: int, idle_s: float = 0.5) 
     runs = 3 + l_runs + 24 + t_runs
     on_disk = sum(f.stat().st_size for f in workdir.glob(f"{_system_db(workdir).name}*"))
     return {
-        "L_ms_per_step": round(statistics.median(singles), 3),
-        "L_runs": [round(x, 3) for x in singles],
-        "T_steps_per_s": round(t_runs * STEPS / elapsed),
-        "T_runs": t_runs,
-        "CPU_ms_per_step": round(cpu * 1000 / (t_runs * STEPS), 3),
+        **latency_and_throughput(singles, t_runs, elapsed, cpu),
         "B_per_step": round(statistics.median(sizes) / STEPS, 1),
         "B_file_per_step": round(on_disk / (runs * STEPS), 1),
     }

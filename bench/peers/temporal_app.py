@@ -54,19 +54,25 @@ def sync_effect(run: str, step: int, idempotency_key: str) -> dict[str, Any]:
     return workload.sync_effect(run, step, idempotency_key)
 
 
-async def work(address: str) -> None:
-    client = await Client.connect(address)
+async def serve(client: Client, workflows: list[type], activities: list[Any]) -> None:
+    """A worker on ``TASK_QUEUE`` as every Temporal benchmark here runs one: sync activities in a
+    pool of ``THREADS``, as many at once, the sticky queue's timeout ``STICKY_TIMEOUT``."""
     with ThreadPoolExecutor(max_workers=THREADS) as pool:
         worker = Worker(
             client,
             task_queue=TASK_QUEUE,
-            workflows=[E2E, E2ESync],
-            activities=[planner, record, sync_planner, sync_record, sync_effect],
+            workflows=workflows,
+            activities=activities,
             activity_executor=pool,
             max_concurrent_activities=THREADS,
             sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         )
         await worker.run()
+
+
+async def work(address: str) -> None:
+    client = await Client.connect(address)
+    await serve(client, [E2E, E2ESync], [planner, record, sync_planner, sync_record, sync_effect])
 
 
 if __name__ == "__main__":
