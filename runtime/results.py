@@ -2,10 +2,11 @@
 
 A ``Client`` that waits for results keeps one reader (``EventLog.tail``) over the events
 partitions of the runs it submitted, from where each partition ended before the client's first
-submission to it. A thread decodes what the tail delivers -- keyless records (claims) and the
-records of watched runs only; other runs' records are skipped undecoded -- and at a watched
-run's ending event resolves the run's waiters: thousands of waiters, one reader, and a waiter
-answered within a poll of the ending event's ack.
+submission to it. A thread decodes what the tail delivers -- keyless records (claims), and the starts and ends of
+watched runs; of a watched run's other records it reads only the type and the fencing epoch from
+the bytes (``Serde.peek``), and other runs' records are skipped -- and at a watched run's ending
+event resolves the run's waiters: thousands of waiters, one reader, and a waiter answered within
+a poll of the ending event's ack.
 
 Fencing is the client's usual rule (``runtime.log.records.fencing``): one ``FenceFilter`` per partition,
 fed in offset order with the claims and the watched runs' events, from the partition's start
@@ -42,6 +43,9 @@ from runtime.run_status import LoggedEvent
 logger = logging.getLogger("agentlog.results")
 
 _ENDING = frozenset(ENDING_EVENTS)
+# The records of a watched run decoded whole: its ends, and where it starts (which begins its
+# chain of vouching). Of the others only the type and the epoch are read (``ResultTail._pass``).
+_DECODED = _ENDING | {RunStarted.__name__, RunRejected.__name__}
 
 
 class ResultTail:
@@ -169,6 +173,11 @@ class ResultTail:
             key = record.key
             if record.value is None or (key is not None and key not in self._watched):
                 continue
+            if key is not None:
+                peeked = self._serde.peek(record.value)
+                if peeked is not None and peeked[0] not in _DECODED:
+                    self._pass(partition, key, record.value, *peeked)
+                    continue
             try:
                 event = self._serde.decode(record.value, key)
             except DecodeError as error:
@@ -193,6 +202,18 @@ class ResultTail:
                 unchecked = not vouching.complete
             if event.type in _ENDING:
                 self._ended_at(LoggedEvent(record.offset, len(record.value), event, forged, unchecked))
+
+    def _pass(self, partition: int, key: bytes, value: bytes, record_type: str, epoch: int) -> None:
+        """A watched run's record that neither ends nor starts it: its epoch keeps the fence, its
+        bytes the run's chain of vouching; nothing else of it is needed, so it is not decoded."""
+        fence = self._fences.get(partition)
+        if fence is None or not fence.admit_epoch(epoch) or self._verify_key is None:
+            return
+        run_id = key.decode("utf-8", "replace")
+        vouching = self._vouching.get(run_id)
+        if vouching is None:
+            vouching = self._vouching[run_id] = Vouching(self._verify_key, run_id)
+        vouching.admit(value, record_type)
 
     def _ended_at(self, logged: LoggedEvent) -> None:
         run_id = logged.event.run_id

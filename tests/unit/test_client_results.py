@@ -13,7 +13,7 @@ import pytest
 
 from runtime.client import Client, RunError
 from runtime.log.port.protocol import LogRecord
-from runtime.log.records.events import EpochClaimed, RunCompleted, RunStarted
+from runtime.log.records.events import EpochClaimed, ModelCallScheduled, RunCompleted, RunStarted
 from runtime.results import ResultTail
 from runtime.workflow.app import App
 from runtime.workflow.context import Context
@@ -108,6 +108,28 @@ def test_a_fenced_ending_event_is_not_the_result() -> None:
     append(key, RunCompleted(run_id=run, result='"zombie"', epoch=first))  # behind the newer claim
     append(key, RunCompleted(run_id=run, result='"real"', epoch=second))
     # The first ending event admitted is the run's end: the zombie's would have been it.
+    assert h.client.run(run).result(timeout=5) == "real"
+    h.client.close()
+
+
+def test_a_zombie_s_ending_is_fenced_by_the_owner_s_records_the_tail_does_not_decode() -> None:
+    """The tail starts past both claims, so only the owner's records carry its epoch; a record that
+    is neither a start nor an end is read for its epoch alone (``Serde.peek``) and still fences."""
+    h = Harness(echo_app())
+    topic = h.settings.events_topic
+
+    def append(key: bytes | None, event: Any) -> int:
+        return h.log.append(topic, 0, key, h.serde.encode(event)).result()
+
+    first = append(None, EpochClaimed(run_id="", partition=0, worker="old"))
+    second = append(None, EpochClaimed(run_id="", partition=0, worker="new"))
+    run = h.client.submit("twice", 1).run_id  # the tail follows partition 0 from here
+    key = run.encode()
+    scheduled = ModelCallScheduled(run_id=run, position=1, model="m", args_hash="h", epoch=second)
+    assert h.serde.peek(h.serde.encode(scheduled)) == ("ModelCallScheduled", second)
+    append(key, scheduled)
+    append(key, RunCompleted(run_id=run, result='"zombie"', epoch=first))
+    append(key, RunCompleted(run_id=run, result='"real"', epoch=second))
     assert h.client.run(run).result(timeout=5) == "real"
     h.client.close()
 

@@ -48,8 +48,13 @@ class FenceFilter:
                 return False
             self.watermark = max(self.watermark, offset)
             return True
-        if event.epoch < self.watermark:
+        return self.admit_epoch(event.epoch)
+
+    def admit_epoch(self, epoch: int) -> bool:
+        """``admit`` for an event other than a claim, known by its epoch alone (a reader that
+        needs nothing else of it: runtime.log.schemas.envelope)."""
+        if epoch < self.watermark:
             self.fenced_count += 1
             return False
-        self.watermark = event.epoch
+        self.watermark = epoch
         return True

@@ -32,6 +32,7 @@ from runtime.log.records.sealed_form import CONTENT_FIELDS
 from runtime.log.schemas.avro_encoder import Unencodable, compile_record
 from runtime.log.schemas.catalog import DEFAULT_SCHEMA_DIR, LocalSchema, load_catalog
 from runtime.log.schemas.datum import DecodeError, Reader, read_datum, record_to_dict, schema_id_of
+from runtime.log.schemas.envelope import Truncated, epoch_of, leads_with_envelope
 from runtime.log.schemas.frame import HEADER_SIZE, ID_SLICE, MAGIC, frame_header, is_framed
 from runtime.log.schemas.frame import schema_id_of as frame_schema_id
 from runtime.log.schemas.registry import LookupUnavailable, RegistryUnreachable, is_not_found
@@ -78,6 +79,8 @@ class Serde:
         self._compiled: dict[str, Callable[..., bytes] | None] = {}
         self._writers: dict[str, tuple[bytes, Any]] = {}  # record name -> (magic + schema id, parsed schema)
         self._readers: dict[int, Reader] = {}  # schema id -> how to read the records it wrote
+        # Schema id -> its record name if its datum leads with the envelope (``peek``), else "".
+        self._peekable: dict[int, str] = {}
         self._lock = threading.Lock()
         self._warming: threading.Thread | None = None
         self._offline = False
@@ -284,6 +287,27 @@ class Serde:
         if text is None:
             raise DecodeError(f"schema id {schema_id} is not in the registry", data)
         return text
+
+    def peek(self, data: bytes) -> tuple[str, int] | None:
+        """The record name and fencing epoch of an event's bytes, read without decoding it
+        (runtime.log.schemas.envelope); None when this serde has not read its schema id yet, or
+        the schema does not lead with the envelope, or the bytes end early -- then ``decode`` it."""
+        if len(data) <= HEADER_SIZE or data[0] != MAGIC:
+            return None
+        schema_id = int.from_bytes(data[ID_SLICE], "big")
+        name = self._peekable.get(schema_id)
+        if name is None:
+            reader = self._readers.get(schema_id)
+            if reader is None:
+                return None
+            cls, writer = reader[0], reader[1]
+            name = self._peekable[schema_id] = cls.__name__ if leads_with_envelope(writer) else ""
+        if not name:
+            return None
+        try:
+            return name, epoch_of(data, HEADER_SIZE)
+        except Truncated:
+            return None
 
     def decode(self, data: bytes, key: bytes | None = None, topic: str | None = None) -> Record:
         """A typed record; the writer schema (by id, from the registry) resolved to the local one.
