@@ -63,6 +63,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20, help="runs measured (after 3 warm-up runs)")
     parser.add_argument("--idle", type=float, default=0.5, help="seconds the worker idles before each run")
     parser.add_argument("--workload", choices=sorted(WORKFLOWS), default="async")
+    parser.add_argument(
+        "--concurrent",
+        type=int,
+        default=0,
+        help="submit this many runs at once (after one idle) instead of one at a time: where a step's "
+        "time goes under load, as in make compare's T",
+    )
     args = parser.parse_args()
     workflow, step_chain = WORKFLOWS[args.workload]
     workdir = Path(tempfile.mkdtemp(prefix="agentlog-stages-"))
@@ -79,7 +86,16 @@ def main() -> None:
     try:
         for _ in range(3):  # the worker joins, claims its partitions and warms its code paths
             client.submit(workflow, {"run": (run := new_run_id())}, run_id=run).result(timeout=120)
-        for _ in range(args.runs):
+        if args.concurrent:
+            time.sleep(args.idle)
+            batch = [new_run_id() for _ in range(args.concurrent)]
+            for run in batch:
+                stagemarks.mark("submit called", run)
+                client.submit(workflow, {"run": run}, run_id=run)
+                stagemarks.mark("submit returned", run)
+            client.results(batch, timeout=600)
+            runs.extend(batch)
+        for _ in range(0 if args.concurrent else args.runs):
             time.sleep(args.idle)
             run = new_run_id()
             stagemarks.mark("submit called", run)
@@ -99,7 +115,8 @@ def main() -> None:
     results = [w[0] for t in timelines if (w := walk(t, RESULT, _last_tool_end(t))) is not None]
     acks = [s for t in timelines for s in steps(t, ACK)]
     floor = idle_round_trip(settings, floor_topic_for(settings), args.idle, n=args.runs)
-    print(f"{len(runs)} runs of 40 steps ({args.workload} workload), worker idle {args.idle}s before each; marks in {marks_dir}")
+    how = "submitted together" if args.concurrent else f"worker idle {args.idle}s before each"
+    print(f"{len(runs)} runs of 40 steps ({args.workload} workload), {how}; marks in {marks_dir}")
     print(
         f"Kafka alone after the same idle (plain confluent-kafka, {floor['n']} records): produce -> consumed "
         f"median {floor['produce_to_consumed_median']} us (p90 {floor['produce_to_consumed_p90']}), "
