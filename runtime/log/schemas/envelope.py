@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from runtime.errors import AgentlogError
+
 # Record's envelope, as the Avro fields every event schema starts with: (name, Avro type).
 _ENVELOPE = (("seq", "long"), ("occurred_at", "long"), ("worker", "string"), ("epoch", "long"))
 
 
-class Truncated(ValueError):
+class Truncated(AgentlogError, ValueError):
     """The datum ends inside the envelope: not a record this code wrote."""
 
 
