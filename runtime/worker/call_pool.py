@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from runtime.worker.cancellation import awaited_as
+from runtime.worker.cancellation import set_awaited
 
 _Job = tuple[asyncio.Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None
 
@@ -131,11 +131,12 @@ class CallPool:
                 return self._leave(number)
             future, fn, args, kwargs = job
             started[number] = time.monotonic()
+            set_awaited(future)  # cancelled() reads it (runtime.worker.cancellation)
             try:
-                with awaited_as(future):  # cancelled() reads it (runtime.worker.cancellation)
-                    value, error = fn(*args, **kwargs), None
+                value, error = fn(*args, **kwargs), None
             except BaseException as exc:  # handed to the awaiting call, which records it
                 value, error = None, exc
+            set_awaited(None)
             started[number] = 0.0
             try:
                 self._loop.call_soon_threadsafe(_settle, future, value, error)

@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 from runtime.log.records.events import Event, SignalReceived
@@ -49,14 +48,10 @@ def cancelled() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-@contextmanager
-def awaited_as(future: asyncio.Future[Any]) -> Iterator[None]:
-    """Around a sync call in a pool thread: ``cancelled()`` there reads ``future``."""
+def set_awaited(future: asyncio.Future[Any] | None) -> None:
+    """Before (``future``) and after (None) a sync call in a pool thread: ``cancelled()`` there
+    reads ``future``. Two plain calls, not a context manager: this is every sync call's path."""
     _calls.future = future
-    try:
-        yield
-    finally:
-        _calls.future = None
 
 
 def cancels(records: Sequence[Event]) -> bool:
