@@ -5,6 +5,7 @@ records of the earlier forms still read."""
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,7 +18,7 @@ from runtime.integrations.pydantic_ai.units import recorded_response
 from runtime.log.records.events import Event, ModelCallCompleted, ModelCallScheduled
 from runtime.log.records.prompts import PromptBook, PromptMissing, checked_args, rebuild_inputs
 from runtime.log.records.references import REF, address, canonical, delta_body, edit_body, edit_of
-from runtime.log.records.responses import full_value
+from runtime.log.records.responses import _iso, full_value
 from runtime.worker.calls import completed
 from runtime.worker.usage import usage_of
 from runtime.workflow.canonical import args_hash, canonical_json
@@ -188,10 +189,6 @@ def test_results_recorded_with_usage_in_them_still_give_their_usage() -> None:
 )
 def test_a_short_timestamp_reads_back_as_the_text_strftime_wrote(micros: int) -> None:
     # The recorded short results were checked against this text: a faster formatter must give it too.
-    from datetime import UTC, datetime, timedelta
-
-    from runtime.log.records.responses import _iso
-
     expected = (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)).strftime(
         "%Y-%m-%dT%H:%M:%S.%fZ"
     )
