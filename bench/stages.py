@@ -1,14 +1,15 @@
 """Where the time of one step and of submit/result goes: N end-to-end runs of the refund-40
 workload (bench/e2e_app.py: 40 steps of a scripted model call and a sync tool committing one
 SQLite row; ``--workload sync``: its e2e-sync workflow, a sync model committing a row of its own,
-bench/peers/workload.py) on the real stack, with stage marks on (runtime.stagemarks) in the worker and here,
+bench/peers/workload.py; ``--workload agent``: the 40-step PydanticAI agent of bench/compare_agents.py)
+on the real stack, with stage marks on (runtime.stagemarks) in the worker and here,
 printed as medians and p90 per stage (bench/stage_table.py).
 
 Marks are wall-clock ns (CLOCK_REALTIME) of one machine; stages inside one process compare
 exactly, the hops between the client and the worker as exactly as that clock. Each run is
 submitted to an idle worker (a pause before it), as E2E-L is.
 
-Run: `make bench-stages` (services up) or `python bench/stages.py [--runs N] [--workload sync]`.
+Run: `make bench-stages` (services up) or `python bench/stages.py [--runs N] [--workload sync|agent]`.
 """
 
 from __future__ import annotations
@@ -32,8 +33,13 @@ from bench.stage_table import ACK, RESULT, STEP, SUBMIT, SYNC_STEP, Timeline, st
 from runtime import stagemarks
 from runtime.client import Client, new_run_id
 
-APP = "bench.e2e_app:app"
-WORKFLOWS = {"async": ("e2e", STEP), "sync": ("e2e-sync", SYNC_STEP)}
+# workload -> (app, workflow, a step's chain). ``agent``: the 40-step PydanticAI agent of
+# bench/compare_agents.py (bench/peers/agent_agentlog_app.py), its model a call committing a row too.
+WORKFLOWS = {
+    "async": ("bench.e2e_app:app", "e2e", STEP),
+    "sync": ("bench.e2e_app:app", "e2e-sync", SYNC_STEP),
+    "agent": ("bench.peers.agent_agentlog_app:app", "agent", SYNC_STEP),
+}
 
 
 def _timelines(marks_dir: Path, db: Path, runs: list[str]) -> dict[str, Timeline]:
@@ -71,7 +77,7 @@ def main() -> None:
         "time goes under load, as in make compare's T",
     )
     args = parser.parse_args()
-    workflow, step_chain = WORKFLOWS[args.workload]
+    app, workflow, step_chain = WORKFLOWS[args.workload]
     workdir = Path(tempfile.mkdtemp(prefix="agentlog-stages-"))
     marks_dir = workdir / "marks"
     marks_dir.mkdir()
@@ -79,7 +85,7 @@ def main() -> None:
     db = workdir / "e2e.db"
     settings = fresh_deployment(partitions=12)
     worker = start_worker(
-        settings, "stages-0", workdir / "worker.log", app=APP, E2E_DB=str(db), BENCH_STAGE_MARKS=str(marks_dir)
+        settings, "stages-0", workdir / "worker.log", app=app, E2E_DB=str(db), BENCH_STAGE_MARKS=str(marks_dir)
     )
     client = Client(settings)
     runs: list[str] = []

@@ -6,6 +6,7 @@ forms, still replays (tests/golden/pydantic-refund-15-steps.json, recorded by th
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from datetime import UTC, datetime
@@ -271,6 +272,13 @@ def test_a_transcripts_messages_are_turned_once_and_again_when_pydantic_ai_chang
     # an equal message that is another object is turned on its own
     forms.forms([ModelRequest(parts=[UserPromptPart("refund 7")]), response], turn)
     assert len(turned) == 5
+    # a field given an equal value that is another object: turned again (identity, not equality:
+    # 1 == 1.0 == True, and their JSON differs)
+    response.usage = RequestUsage(**dataclasses.asdict(response.usage))
+    forms.forms([request, response], turn)
+    assert len(turned) == 7  # the request too: the earlier call held another object in its place
+    forms.forms([request, response], turn)
+    assert len(turned) == 7
 
 
 def test_recorded_messages_read_the_same_with_and_without_the_kept_forms() -> None:

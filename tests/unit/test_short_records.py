@@ -5,6 +5,7 @@ records of the earlier forms still read."""
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,7 +18,7 @@ from runtime.integrations.pydantic_ai.units import recorded_response
 from runtime.log.records.events import Event, ModelCallCompleted, ModelCallScheduled
 from runtime.log.records.prompts import PromptBook, PromptMissing, checked_args, rebuild_inputs
 from runtime.log.records.references import REF, address, canonical, delta_body, edit_body, edit_of
-from runtime.log.records.responses import full_value
+from runtime.log.records.responses import _iso, full_value
 from runtime.worker.calls import completed
 from runtime.worker.usage import usage_of
 from runtime.workflow.canonical import args_hash, canonical_json
@@ -172,3 +173,23 @@ def test_the_completed_record_carries_the_usage_in_its_own_fields() -> None:
 def test_results_recorded_with_usage_in_them_still_give_their_usage() -> None:
     earlier = {"response": {}, "usage": {"input_tokens": 7, "output_tokens": 2}, "model": "m"}
     assert usage_of(earlier).input_tokens == 7 and usage_of(earlier).response_model == "m"
+
+
+@pytest.mark.parametrize(
+    "micros",
+    [
+        0,
+        -1,
+        1_764_941_586_000_000,  # no fraction: still six digits
+        1_764_941_586_123_456,
+        -30_000_000_000_000_000,  # year 1019
+        -50_000_000_000_000_000,  # year 385: strftime leaves it unpadded
+        253_402_300_799_999_999,  # the last microsecond of year 9999
+    ],
+)
+def test_a_short_timestamp_reads_back_as_the_text_strftime_wrote(micros: int) -> None:
+    # The recorded short results were checked against this text: a faster formatter must give it too.
+    expected = (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)).strftime(
+        "%Y-%m-%dT%H:%M:%S.%fZ"
+    )
+    assert _iso(micros) == expected

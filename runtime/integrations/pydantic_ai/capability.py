@@ -201,7 +201,13 @@ class AgentlogDurability(BaseDurabilityCapability[AgentDepsT]):
             return await super().wrap_run(ctx, handler=handler)
 
     def get_durable_operation_backend(self) -> DurableOperationBackend[Any]:
-        return _Backend(self)
+        # Asked several times a model request (the base binds a callable engine's operations per
+        # request): one backend per capability, not one per ask. Kept in the instance's own
+        # ``__dict__`` and checked against it, as ``from_agent`` binds a shallow copy.
+        backend = self.__dict__.get("_agentlog_backend")
+        if not isinstance(backend, _Backend) or backend.durability is not self:
+            backend = self.__dict__["_agentlog_backend"] = _Backend(self)
+        return backend
 
     def _model_stream_event_handler(self) -> EventStreamHandler[AgentDepsT] | None:
         # Called inside a streamed model request's call, where the worker's sink is (live only):
@@ -249,6 +255,10 @@ class _Backend(CallableOperationBackend[None]):
             config=_NO_CONFIG,
         )
         self._durability = durability
+
+    @property
+    def durability(self) -> AgentlogDurability[Any]:
+        return self._durability
 
     async def execute(
         self,

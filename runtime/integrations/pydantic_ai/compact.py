@@ -74,7 +74,10 @@ def _canonical(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
 
-def _reads_back(compact: dict[str, Any], full: dict[str, Any], *, as_response: bool) -> bool:
+def _reads_back(
+    compact: dict[str, Any], full: dict[str, Any], *, as_response: bool, full_json: bytes | None = None
+) -> bool:
+    """``full_json``: ``full``'s canonical JSON, if the caller has it."""
     try:
         if as_response:
             again = JSON_CODEC.dump(ModelResponse, JSON_CODEC.load(ModelResponse, compact))
@@ -83,7 +86,7 @@ def _reads_back(compact: dict[str, Any], full: dict[str, Any], *, as_response: b
             again = ModelMessagesTypeAdapter.dump_python(decoded, mode="json")[0]
     except (ValidationError, TypeError, ValueError):
         return False
-    return _canonical(again) == _canonical(full)
+    return _canonical(again) == (full_json if full_json is not None else _canonical(full))
 
 
 def compact_response(response: Any) -> Any:
@@ -100,14 +103,15 @@ def compact_message(message: Any) -> Any:
     back as the same message; checked once per distinct message (``_checked``)."""
     if not isinstance(message, dict) or message.get("kind") not in _KINDS:
         return message
-    key = hashlib.blake2b(_canonical(message), digest_size=16).digest()
+    full_json = _canonical(message)
+    key = hashlib.blake2b(full_json, digest_size=16).digest()
     with _checked_lock:
         known = _checked.get(key)
         if known is not None:
             _checked.move_to_end(key)
             return known
     compact = compact_form(message)
-    chosen = compact if _reads_back(compact, message, as_response=False) else message
+    chosen = compact if _reads_back(compact, message, as_response=False, full_json=full_json) else message
     with _checked_lock:
         _checked[key] = chosen
         if len(_checked) > _CHECKED_MAX:

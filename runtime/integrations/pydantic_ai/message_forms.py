@@ -17,29 +17,38 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from operator import is_
 from typing import Any
 
 # What a message is turned into: its recorded form, the form an earlier release recorded, and the
 # recorded form's canonical JSON with its sha256 digest (runtime.workflow.earlier_form.Messages).
 Forms = tuple[dict[str, Any], dict[str, Any], tuple[bytes, bytes]]
 # (the message, its fingerprint, its forms)
-_Entry = tuple[Any, tuple[int, ...], Forms]
+_Entry = tuple[Any, list[Any], Forms]
 Turn = Callable[[Any], Forms]
 
 
-def _fingerprint(message: Any) -> tuple[int, ...]:
+def _fingerprint(message: Any) -> list[Any] | None:
+    """The values of the message's fields, then each part and its fields' values, compared by
+    identity at the next use (``_unchanged``); None if it is not a dataclass instance (never reused).
+    The values themselves, not their ids: a value replaced and freed cannot pass for its successor
+    by a reused id, and a list is built faster than ids are taken (every message of the transcript
+    is fingerprinted at every request)."""
     fields = getattr(message, "__dict__", None)
     if fields is None:
-        return (-1,)  # not a dataclass instance: never reused
-    # map(id, ...) runs in C: every message of the transcript is fingerprinted at every request.
-    marks = [*map(id, fields.values())]
+        return None
+    marks = [*fields.values()]
     for part in getattr(message, "parts", ()) or ():
         part_fields = getattr(part, "__dict__", None)
         if part_fields is None:
-            return (-1,)
-        marks.append(id(part))
-        marks += map(id, part_fields.values())
-    return tuple(marks)
+            return None
+        marks.append(part)
+        marks += part_fields.values()
+    return marks
+
+
+def _unchanged(kept: list[Any], marks: list[Any]) -> bool:
+    return len(kept) == len(marks) and all(map(is_, kept, marks))
 
 
 class MessageForms:
@@ -57,10 +66,10 @@ class MessageForms:
         entries = self._entries
         for message in messages:
             key = id(message)
-            mark = _fingerprint(message)
+            marks = _fingerprint(message)
             entry = entries.get(key)
-            if entry is None or entry[0] is not message or entry[1] != mark or mark == (-1,):
-                entry = (message, mark, turn(message))
+            if entry is None or entry[0] is not message or marks is None or not _unchanged(entry[1], marks):
+                entry = (message, marks or [], turn(message))
             live[key] = entry
             turned.append(entry[2])
         self._entries = live  # only the transcript's messages: a message dropped is let go

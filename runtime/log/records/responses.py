@@ -25,6 +25,7 @@ their form and read as they are. Pure functions: no I/O.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -44,6 +45,7 @@ _COUNTS = (
     ("cache_read_tokens", "cached_tokens"),
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NAIVE_EPOCH = datetime(1970, 1, 1)  # formatting only: no zone in the text it makes
 _ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 _DURATION = re.compile(r"PT\d+(\.\d{1,6})?S")
 
@@ -61,8 +63,16 @@ def _micros(text: str) -> int:
     return (datetime.fromisoformat(text) - _EPOCH) // timedelta(microseconds=1)
 
 
+@functools.lru_cache(maxsize=256)
 def _iso(micros: int) -> str:
-    return (_EPOCH + timedelta(microseconds=micros)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # Read at every step, each value several times (the run machine, the message sequence, the
+    # stream): kept for the last values, and formatted by isoformat, twice as fast as strftime. The
+    # same text as ``strftime("%Y-%m-%dT%H:%M:%S.%fZ")`` (tests/unit/test_short_records.py), which
+    # gives a year before 1000 unpadded: those keep it.
+    at = _NAIVE_EPOCH + timedelta(microseconds=micros)
+    if at.year < 1000:
+        return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return at.isoformat(timespec="microseconds") + "Z"
 
 
 def _duration_text(micros: int) -> str:
