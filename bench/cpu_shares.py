@@ -26,31 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _deploy import fresh_deployment
 
 from bench.peers.agentlog_bench import WORKFLOWS, _stop, _warm, _worker
-from bench.peers.cpu import cpu_seconds
+from bench.peers.cpu import cpu_seconds, machine_busy_seconds, thread_seconds
 from bench.peers.workload import STEPS
 from infra.topics import drop_topics
 from runtime.client import Client, new_run_id
-
-_TICKS = 100.0  # /proc's clock ticks a second (SC_CLK_TCK on Linux)
-
-
-def _threads(pid: int) -> dict[str, tuple[str, float]]:
-    """Thread id -> (name, CPU seconds) of ``pid``'s threads."""
-    found = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            stat = (task / "stat").read_text()
-        except FileNotFoundError:  # the thread ended meanwhile
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        found[task.name] = (stat[stat.index("(") + 1 : stat.rindex(")")], (int(fields[11]) + int(fields[12])) / _TICKS)
-    return found
-
-
-def _machine_busy() -> float:
-    """CPU seconds the machine spent not idle (all cores), from /proc/stat."""
-    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return (sum(values) - values[3] - values[4]) / _TICKS
 
 
 def _own_cpu() -> float:
@@ -73,13 +52,18 @@ def main() -> None:
     try:
         _warm(client, workflow)
         for _ in range(args.rounds):
-            settle = [client.submit(workflow, {"run": (r := new_run_id())}, run_id=r).run_id for _ in range(24)]
+            settle = [
+                client.submit(workflow, {"run": (r := new_run_id())}, run_id=r).run_id for _ in range(24)
+            ]
             client.results(settle, timeout=600)
             time.sleep(1)
-            threads, machine = _threads(worker.pid), _machine_busy()
+            threads, machine = thread_seconds(worker.pid), machine_busy_seconds()
             work, kafka, own = cpu_seconds(worker.pid), cpu_seconds(broker), _own_cpu()
             started = time.time()
-            runs = [client.submit(workflow, {"run": (r := new_run_id())}, run_id=r).run_id for _ in range(args.runs)]
+            runs = [
+                client.submit(workflow, {"run": (r := new_run_id())}, run_id=r).run_id
+                for _ in range(args.runs)
+            ]
             client.results(runs, timeout=1200)
             elapsed = time.time() - started
             steps = args.runs * STEPS
@@ -89,13 +73,19 @@ def main() -> None:
                 "client": _own_cpu() - own,
             }
             busiest = sorted(
-                ((cpu - threads.get(tid, (name, 0.0))[1], name) for tid, (name, cpu) in _threads(worker.pid).items()),
+                (
+                    (cpu - threads.get(tid, (name, 0.0))[1], name)
+                    for tid, (name, cpu) in thread_seconds(worker.pid).items()
+                ),
                 reverse=True,
             )[:4]
             print(
-                f"{args.workload}: T {steps / elapsed:.0f} steps/s; machine {(_machine_busy() - machine) / elapsed:.2f} "
+                f"{args.workload}: T {steps / elapsed:.0f} steps/s; machine {(machine_busy_seconds() - machine) / elapsed:.2f} "
                 "cores; "
-                + "; ".join(f"{who} {cpu / elapsed:.2f} cores, {cpu * 1000 / steps:.3f} ms a step" for who, cpu in shares.items())
+                + "; ".join(
+                    f"{who} {cpu / elapsed:.2f} cores, {cpu * 1000 / steps:.3f} ms a step"
+                    for who, cpu in shares.items()
+                )
                 + "; worker's busiest threads: "
                 + ", ".join(f"{name} {cpu / elapsed:.2f}" for cpu, name in busiest)
             )
