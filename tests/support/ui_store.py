@@ -138,7 +138,12 @@ class UiProcess:
 
 
 def free_port(first: int = 25200, last: int = 25999) -> int:
-    """A port of this project's test range that nothing listens on."""
+    """A port of this project's test range that nothing listens on.
+
+    Each pytest-xdist worker scans its own slice of the range: two workers scanning the same ports
+    from the same start would both find the first free one, and the second to bind would fail.
+    """
+    first, last = _this_workers_slice(first, last)
     for port in range(first, last + 1):
         with socket.socket() as probe:
             try:
@@ -147,3 +152,14 @@ def free_port(first: int = 25200, last: int = 25999) -> int:
                 continue
             return port
     raise AssertionError(f"no free port in {first}-{last}")
+
+
+def _this_workers_slice(first: int, last: int) -> tuple[int, int]:
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker.removeprefix("gw")) if worker.removeprefix("gw").isdigit() else 0
+    width = (last - first + 1) // max(workers, 1)
+    if width < 1:
+        return first, last
+    start = first + (index % workers) * width
+    return start, start + width - 1
