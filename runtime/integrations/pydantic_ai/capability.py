@@ -67,6 +67,7 @@ from runtime.integrations.calls import (
 )
 from runtime.integrations.pydantic_ai.deltas import emitting
 from runtime.integrations.pydantic_ai.message_forms import forms_of
+from runtime.integrations.pydantic_ai.parameter_forms import parameter_forms_of
 from runtime.integrations.pydantic_ai.returns import compacting, full_outcome
 from runtime.integrations.pydantic_ai.units import (
     UNIT_ARG,
@@ -302,7 +303,9 @@ class _Backend(CallableOperationBackend[None]):
         params: dict[str, Any] = {
             UNIT_ARG: UnitRef(name, body),
             "settings": as_json(settings, f"model {model!r} settings"),
-            "parameters": recorded_parameters(parameters, f"model {model!r} request parameters"),
+            "parameters": recorded_parameters(
+                parameters, f"model {model!r} request parameters", parameter_forms_of(run)
+            ),
         }
         asked = run.ctx.model(
             model,

@@ -20,6 +20,7 @@ from runtime.errors import TerminalError
 from runtime.integrations.calls import ModelResult, UnrecordableValue, as_json
 from runtime.integrations.pydantic_ai.compact import compact_message, compact_response
 from runtime.integrations.pydantic_ai.message_forms import Forms, MessageForms
+from runtime.integrations.pydantic_ai.parameter_forms import ParameterForms
 from runtime.models.errors import status_error
 from runtime.workflow.earlier_form import Messages
 
@@ -55,9 +56,16 @@ def _turned(message: Any) -> Forms:
     return form, _without_request_timestamps(dumped), (text, hashlib.sha256(text).digest())
 
 
-def recorded_parameters(parameters: Any, what: str) -> Any:
+def recorded_parameters(parameters: Any, what: str, forms: ParameterForms | None = None) -> Any:
     """The request parameters as recorded (tool definitions, output schema ...): the public fields
-    only, not PydanticAI's private bookkeeping (telemetry ids and such)."""
+    only, not PydanticAI's private bookkeeping (telemetry ids and such). ``forms``: the agent run's
+    parameters dumped already (runtime.integrations.pydantic_ai.parameter_forms)."""
+    if forms is not None:
+        return forms.recorded(parameters, what, _dumped_parameters)
+    return _dumped_parameters(parameters, what)
+
+
+def _dumped_parameters(parameters: Any, what: str) -> Any:
     dumped = as_json(parameters, what)
     if isinstance(dumped, dict):
         return {k: v for k, v in dumped.items() if not k.startswith("_")}
