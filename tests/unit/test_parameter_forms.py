@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 from typing import Any
 
@@ -101,21 +102,25 @@ def test_a_tool_added_or_changed_or_another_output_is_dumped_again() -> None:
     described = dataclasses.replace(tool, description="Record the step, twice.")
     check(dataclasses.replace(first, function_tools=[described, *first.function_tools[1:]]), 3)
     check(dataclasses.replace(first, function_tools=first.function_tools[:1]), 4)  # a tool removed
-    # an equal schema that is another object: dumped again (identity, not equality: 1 == 1.0 == True)
-    schema = dict(tool.parameters_json_schema)
-    check(
-        dataclasses.replace(
-            first,
-            function_tools=[
-                dataclasses.replace(tool, parameters_json_schema=schema),
-                *first.function_tools[1:],
-            ],
-        ),
-        5,
-    )
-    check(dataclasses.replace(first, allow_text_output=False, output_mode="tool"), 6)
-    check(dataclasses.replace(first, allow_text_output=False, output_mode="tool"), 6)
-    check(first, 7)  # back to the first: the one kept was the output's
+
+    # A schema copied anew (the durable path's): the same JSON, kept. One whose JSON differs though
+    # it is equal (1 == 1.0 == True), or whose keys are in another order: dumped again.
+    def with_schema(schema: dict[str, Any]) -> ModelRequestParameters:
+        changed = dataclasses.replace(tool, parameters_json_schema=schema)
+        return dataclasses.replace(first, function_tools=[changed, *first.function_tools[1:]])
+
+    check(first, 5)
+    check(with_schema(copy.deepcopy(tool.parameters_json_schema)), 5)
+    check(with_schema({**tool.parameters_json_schema, "minProperties": 1}), 6)
+    check(with_schema({**tool.parameters_json_schema, "minProperties": 1.0}), 7)
+    check(with_schema({**tool.parameters_json_schema, "minProperties": True}), 8)
+    check(with_schema({**tool.parameters_json_schema, "minProperties": True}), 8)
+    check(with_schema(dict(reversed(tool.parameters_json_schema.items()))), 9)
+    check(with_schema({**tool.parameters_json_schema, "x": float("nan")}), 10)
+    check(with_schema({**tool.parameters_json_schema, "x": None}), 11)  # NaN dumps as null too
+    check(dataclasses.replace(first, allow_text_output=False, output_mode="tool"), 12)
+    check(dataclasses.replace(first, allow_text_output=False, output_mode="tool"), 12)
+    check(first, 13)  # back to the first: the one kept was the output's
 
 
 def test_parameters_it_cannot_read_are_never_reused_and_models_are_kept_apart() -> None:

@@ -9,35 +9,77 @@ with a fingerprint of those values by identity, as runtime.integrations.pydantic
 keeps a message's forms, and the parameters are dumped again when any of them is another object
 (a tool added, removed or changed, another output type, other instructions).
 
-The fingerprint reaches two levels into containers and dataclasses: the parameters' fields; the
+The fingerprint reaches three levels into containers and dataclasses: the parameters' fields; the
 items of a list, set, tuple or dict field and a dataclass field's own fields; those items' fields
 when they are dataclasses (a ``ToolDefinition``'s ``parameters_json_schema``). Values there are
-compared by identity, not walked: a JSON schema changed in place, keeping its identity, would not
-be seen -- PydanticAI makes a new one (as it makes a new part rather than editing a message's).
-Anything the fingerprint does not know how to read is never reused. The dump is a function of the
-parameters alone, so a replayed agent records the same parameters as the run it replays.
+compared by identity, except a dict or list: the durable path hands each request a JSON schema
+copied anew (the same content, another object), so such a value is marked by its JSON
+(``orjson``, keys in their order: ``1``, ``1.0`` and ``true`` differ) and compared by it and by
+equality (a NaN dumps as ``null``). Anything else -- a value orjson cannot dump, a non-dataclass
+object -- is compared by identity, and parameters that are not a dataclass are never reused. The
+dump is a function of the parameters alone, so a replayed agent records the same parameters as
+the run it replays.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Callable
-from operator import is_
+from operator import attrgetter
 from typing import Any
+
+import orjson
 
 _Dump = Callable[[Any, str], Any]
 _COLLECTIONS = (list, tuple, set, frozenset)
+_PLAIN = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
-def _is_dataclass_instance(value: Any) -> bool:
-    return hasattr(type(value), "__dataclass_fields__") and hasattr(value, "__dict__")
+def _field_values(value: Any) -> tuple[Any, ...] | None:
+    """A dataclass instance's field values (what its dump is made of: not a cached property's,
+    which one request has and another not); None if ``value`` is not one."""
+    kind = type(value)
+    read = _READERS.get(kind)
+    if read is None:
+        if not dataclasses.is_dataclass(kind):
+            return None
+        names = [field.name for field in dataclasses.fields(kind)]
+        # attrgetter of 2+ names: a tuple of the values, read in C; 0 or 1 field by hand.
+        read = _READERS[kind] = attrgetter(*names) if len(names) >= 2 else _one_by_one(names)
+    try:
+        return read(value)
+    except AttributeError:  # a field never set (init=False): not read, never reused
+        return None
+
+
+def _one_by_one(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
+    return lambda value: tuple(getattr(value, name) for name in names)
+
+
+_READERS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+
+
+class _Json(tuple[bytes, Any]):
+    """A dict or list's mark: its JSON and itself, equal when both are (see the module docstring)."""
+
+    __slots__ = ()
+
+
+def _json_mark(value: Any) -> Any:
+    try:
+        # Passthrough: a subclass (a str enum ...) or a dataclass raises, and is marked by identity.
+        data = orjson.dumps(value, option=_PLAIN)
+    except orjson.JSONEncodeError:
+        return value
+    return _Json((data, value))
 
 
 def _add(marks: list[Any], value: Any, depth: int) -> None:
     """``value``'s marks: itself (a leaf, by identity) or its type, size and contents' marks."""
     kind = type(value)
     if depth == 0:
-        marks.append(value)
+        marks.append(_json_mark(value) if kind is dict or kind is list else value)
     elif kind in _COLLECTIONS:
         marks += (kind, len(value))
         for item in value:
@@ -47,19 +89,22 @@ def _add(marks: list[Any], value: Any, depth: int) -> None:
         for key, item in value.items():
             marks.append(key)
             _add(marks, item, depth - 1)
-    elif _is_dataclass_instance(value):
-        fields = value.__dict__
+    elif (fields := _field_values(value)) is not None:
         marks += (kind, len(fields))
-        for item in fields.values():
+        for item in fields:
             _add(marks, item, depth - 1)
     else:
         marks.append(value)
 
 
+def _same(kept: Any, mark: Any) -> bool:
+    return kept is mark or (type(kept) is _Json and type(mark) is _Json and kept == mark)
+
+
 def fingerprint(parameters: Any) -> list[Any] | None:
     """The values ``parameters``' dump is made of, to compare by identity at the next request;
     None when it is not a dataclass instance (then never reused)."""
-    if not _is_dataclass_instance(parameters):
+    if _field_values(parameters) is None:
         return None
     marks: list[Any] = []
     _add(marks, parameters, 3)
@@ -83,7 +128,7 @@ class ParameterForms:
             marks is not None
             and kept is not None
             and len(kept[0]) == len(marks)
-            and all(map(is_, kept[0], marks))
+            and all(map(_same, kept[0], marks))
         ):
             return kept[1]
         dumped = dump(parameters, what)
