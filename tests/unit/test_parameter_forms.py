@@ -117,7 +117,10 @@ def test_a_tool_added_or_changed_or_another_output_is_dumped_again() -> None:
     check(with_schema({**tool.parameters_json_schema, "minProperties": True}), 8)
     check(with_schema(dict(reversed(tool.parameters_json_schema.items()))), 9)
     check(with_schema({**tool.parameters_json_schema, "x": float("nan")}), 10)
-    check(with_schema({**tool.parameters_json_schema, "x": None}), 11)  # NaN dumps as null too
+    # NaN is recorded as null (orjson, which every record and hash is made by): the same record
+    check(with_schema({**tool.parameters_json_schema, "x": None}), 10)
+    check(with_schema({**tool.parameters_json_schema, "x": ("a",)}), 11)
+    check(with_schema({**tool.parameters_json_schema, "x": ["a"]}), 11)  # a tuple dumps as a list
     check(dataclasses.replace(first, allow_text_output=False, output_mode="tool"), 12)
     check(dataclasses.replace(first, allow_text_output=False, output_mode="tool"), 12)
     check(first, 13)  # back to the first: the one kept was the output's
@@ -134,4 +137,28 @@ def test_parameters_it_cannot_read_are_never_reused_and_models_are_kept_apart() 
     b = forms.recorded(parameters, "model 'a.model.fast' request parameters", dump)
     assert dump.calls == 4 and a == b
     forms.recorded(ModelRequestParameters(), "model 'a.model' request parameters", dump)
+    assert dump.calls == 4
+
+
+def test_values_orjson_does_not_read_as_json_are_compared_by_identity_or_never_reused() -> None:
+    first = _agent_parameters(1)[0]
+    tool = first.function_tools[0]
+    dump, forms = _Counting(), ParameterForms()
+
+    class Text(str):
+        pass
+
+    def with_tool(**changes: Any) -> ModelRequestParameters:
+        return dataclasses.replace(first, function_tools=[dataclasses.replace(tool, **changes)])
+
+    text = Text("Record the step.")
+    forms.recorded(with_tool(description=text), WHAT, dump)
+    forms.recorded(with_tool(description=text), WHAT, dump)
+    assert dump.calls == 1  # the same object: kept
+    forms.recorded(with_tool(description=Text("Record the step.")), WHAT, dump)
+    assert dump.calls == 2  # a str subclass is another value when it is another object
+    odd = {1: "a"}  # a key that is not a string: orjson refuses, so the parameters are never reused
+    for _ in range(2):
+        recorded = forms.recorded(with_tool(metadata=odd), WHAT, dump)
+        assert _canonical(recorded) == _canonical(units.recorded_parameters(with_tool(metadata=odd), WHAT))
     assert dump.calls == 4
