@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from runtime.workflow.transcript_hash import TranscriptHash
+
 NAMESPACE = uuid.UUID("6d1c3a52-8f0e-5b8e-9a61-5f0c2f6a7b10")
 
 
@@ -47,16 +49,26 @@ def args_hash_and_size(kind: str, name: str, args: Any) -> tuple[str, int]:
 
 
 def model_args_hash_and_size(
-    name: str, encoded: list[tuple[bytes, bytes]], params: Any, prompt_version: str | None
+    name: str,
+    encoded: list[tuple[bytes, bytes]],
+    params: Any,
+    prompt_version: str | None,
+    transcript: TranscriptHash | None = None,
 ) -> tuple[str, int]:
     """``args_hash_and_size("model", name, {"messages": M, "params": ..., "prompt_version": ...})``
     from the canonical JSON of each message of M (``encoded``: text, digest) -- the same text,
-    joined rather than serialized again (the keys in sorted order, as canonical_json writes them)."""
+    joined rather than serialized again (the keys in sorted order, as canonical_json writes them).
+    ``transcript``: the run's call before hashed its messages already (runtime.workflow.transcript_hash)."""
     try:
         head = orjson.dumps(["model", name])[:-1]
         tail = orjson.dumps({"params": params, "prompt_version": prompt_version}, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError as error:
         raise TypeError(str(error)) from error
+    if transcript is not None:
+        state, chars = transcript.through_messages(name, encoded)
+        rest = b"]," + tail[1:] + b"]"
+        state.update(rest)
+        return state.hexdigest()[:16], chars + (len(rest) if rest.isascii() else len(rest.decode()))
     data = b"".join(
         (head, b',{"messages":[', b",".join([text for text, _ in encoded]), b"],", tail[1:], b"]")
     )

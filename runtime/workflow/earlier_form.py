@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from runtime.workflow.transcript_hash import TranscriptHash
+
 
 class Messages(list[dict[str, Any]]):
     """A model call's messages (recorded as the list they are) and ``earlier``: the same messages
@@ -22,9 +24,10 @@ class Messages(list[dict[str, Any]]):
     digest, when the caller keeps them already (an integration whose transcript is resent at every
     request turns each message once): the call's hash and its message sequence are then made from
     them rather than by serializing the whole transcript again. They must be exactly those of the
-    messages (tests check the integration's); the messages must not change after."""
+    messages (tests check the integration's); the messages must not change after. ``transcript``:
+    with ``encoded``, the run's hash state kept from its call before (runtime.workflow.transcript_hash)."""
 
-    __slots__ = ("earlier", "encoded")
+    __slots__ = ("earlier", "encoded", "transcript")
 
     def __init__(
         self,
@@ -32,7 +35,9 @@ class Messages(list[dict[str, Any]]):
         *,
         earlier: Callable[[], list[dict[str, Any]]],
         encoded: list[tuple[bytes, bytes]] | None = None,
+        transcript: TranscriptHash | None = None,
     ) -> None:
         super().__init__(messages)
         self.earlier = earlier
         self.encoded = encoded
+        self.transcript = transcript

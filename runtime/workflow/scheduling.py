@@ -65,7 +65,8 @@ def model_intent(
     recorded = args if recorded_params is params else {**args, "params": recorded_params}
     encoded = messages.encoded if isinstance(messages, Messages) else None
     if encoded is not None and len(encoded) == len(messages):
-        digest, size = model_args_hash_and_size(name, encoded, recorded["params"], prompt_version)
+        transcript = messages.transcript if isinstance(messages, Messages) else None
+        digest, size = model_args_hash_and_size(name, encoded, recorded["params"], prompt_version, transcript)
     else:
         digest, size = args_hash_and_size("model", name, recorded)
     command = Intent(position, "model", name, args, digest, DurableFuture(position))

@@ -16,8 +16,12 @@ from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import ToolDefinition
 
+from runtime.config import Settings
 from runtime.integrations.pydantic_ai import units
 from runtime.integrations.pydantic_ai.parameter_forms import ParameterForms
+from runtime.log.records.prompts import checked_args, rebuild_inputs
+from runtime.replay.replayer import Replayer
+from support.memory_worker import serving
 
 pytestmark = pytest.mark.unit
 
@@ -162,3 +166,20 @@ def test_values_orjson_does_not_read_as_json_are_compared_by_identity_or_never_r
         recorded = forms.recorded(with_tool(metadata=odd), WHAT, dump)
         assert _canonical(recorded) == _canonical(units.recorded_parameters(with_tool(metadata=odd), WHAT))
     assert dump.calls == 4
+
+
+def test_each_model_call_of_a_run_is_recorded_whole_and_replays() -> None:
+    """With the parameters kept and the transcript hashed on from the call before, every call's
+    request, rebuilt from the records, hashes to its recorded args hash (what a replay matches)."""
+    from examples import refund_pydantic_ai
+
+    with serving(refund_pydantic_ai.app, Settings(partitions=1)) as (client, _log):
+        handle = client.submit("refund", {"order": "48211", "steps": 4})
+        handle.result(timeout=60)
+        history = [e.event for e in handle.events()]
+    inputs = rebuild_inputs(history)
+    assert len(inputs) >= 4
+    params = [checked_args(recorded)["params"] for recorded in inputs.values()]  # raises on a mismatch
+    assert all(p == params[0] for p in params) and params[0]["parameters"]["function_tools"]
+    replayed = Replayer(app=refund_pydantic_ai.app).replay(history)
+    assert replayed.ok and replayed.drift == ()

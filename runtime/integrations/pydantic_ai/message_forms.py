@@ -20,6 +20,8 @@ from collections.abc import Callable
 from operator import is_
 from typing import Any
 
+from runtime.workflow.transcript_hash import TranscriptHash
+
 # What a message is turned into: its recorded form, the form an earlier release recorded, and the
 # recorded form's canonical JSON with its sha256 digest (runtime.workflow.earlier_form.Messages).
 Forms = tuple[dict[str, Any], dict[str, Any], tuple[bytes, bytes]]
@@ -54,10 +56,12 @@ def _unchanged(kept: list[Any], marks: list[Any]) -> bool:
 class MessageForms:
     """One agent run's messages' recorded forms, by message object."""
 
-    __slots__ = ("_entries",)
+    __slots__ = ("_entries", "transcript")
 
     def __init__(self) -> None:
         self._entries: dict[int, _Entry] = {}
+        # The run's model calls' args hash state (runtime.workflow.transcript_hash).
+        self.transcript = TranscriptHash()
 
     def forms(self, messages: list[Any], turn: Turn) -> list[Forms]:
         """Each message's forms, ``turn(message)`` for the ones not kept."""

@@ -41,6 +41,7 @@ def recorded_messages(messages: Any, forms: MessageForms | None = None) -> Messa
             [form for form, _, _ in turned],
             earlier=lambda: [before for _, before, _ in turned],
             encoded=[encoded for _, _, encoded in turned],
+            transcript=forms.transcript,
         )
     dumped = as_json(messages, "model request messages")
     return Messages(
