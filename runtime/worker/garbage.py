@@ -1,6 +1,6 @@
 """Collecting the cyclic garbage that runs leave behind when they leave memory.
 
-A worker runs the cyclic collector rarely (``Worker.run(tune_gc=True)``: 50,000 allocations between
+A worker runs the cyclic collector rarely (``Worker.run(tune_gc=True)``: 200,000 allocations between
 young collections, a full one after 400 of those), so that stepping thousands of live runs does not
 walk them again and again. A run that leaves memory -- evicted by the run cache, or ended -- frees
 most of what it held by reference counting, but not what sits in reference cycles: a framework
