@@ -26,7 +26,7 @@ def test_a_worker_run_with_tune_gc_turns_collection_back_on() -> None:
     try:
         serving.start()
         wait_until(gc.isenabled, 10, "the worker to turn collection back on", interval=0.01)
-        assert gc.get_threshold()[0] == 50_000 and gc.get_freeze_count() > 0
+        assert gc.get_threshold()[0] == 200_000 and gc.get_freeze_count() > 0
     finally:
         worker.stop()
         serving.join(timeout=10)
