@@ -41,26 +41,26 @@ class UnitRef(str):
 
     The run keeps every command it issued, this ref among its arguments, for as long as it is in
     memory; a body holds the framework's objects of its step (a PydanticAI request's run context,
-    tool definitions, operation), so once the body has succeeded the ref keeps its result instead
-    (``settle``). A step's objects are then let go with the step, not with the run: a live 40-step
-    PydanticAI run held about 3,400 of them for the collector to walk."""
+    tool definitions, operation), so once the body has succeeded the ref keeps what the call
+    returned instead (``settle``). A step's objects are then let go with the step, not with the
+    run: a live 40-step PydanticAI run held about 3,400 of them for the collector to walk."""
 
     body: Body | None
+    settled: bool
+    result: Any
 
     def __new__(cls, name: str, body: Body | None = None) -> UnitRef:
         ref = super().__new__(cls, name)
         ref.body = body
+        ref.settled = False
+        ref.result = None
         return ref
 
     def settle(self, result: Any) -> None:
-        """The body succeeded with ``result``: keep that, not the body. An attempt the worker gave
-        up on (timed out) may succeed after its retry began; a later retry gets this result, as a
-        call that succeeded late would give it, rather than a body that is gone."""
-
-        async def settled() -> Any:
-            return result
-
-        self.body = settled
+        """The call succeeded with ``result``: keep that, let the body go. An attempt the worker
+        gave up on (timed out) may succeed after its retry began; a later retry returns this
+        result, as a call that succeeded late would, rather than finding no body."""
+        self.body, self.settled, self.result = None, True, result
 
 
 class ModelResult(dict[str, Any]):
@@ -138,12 +138,13 @@ def register_model(
 
     async def model_request(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
         ref = params.get(unit_arg)
+        if isinstance(ref, UnitRef) and ref.settled:
+            return ref.result  # type: ignore[no-any-return]  # what this call returned before
         body = unit_body(ref, "model", name)
         with errors("model", name):
-            response = await body()
-            result = recorded(response)
+            result = recorded(await body())
         if isinstance(ref, UnitRef):
-            ref.settle(response)
+            ref.settle(result)
         return result
 
     app.model(name, retry=retry)(model_request)
@@ -170,6 +171,8 @@ def register_tool(
 
     async def tool_call(**kwargs: Any) -> Any:
         ref = kwargs.get(unit_arg)
+        if isinstance(ref, UnitRef) and ref.settled:
+            return ref.result
         body = unit_body(ref, "tool", name)
         token = _idempotency_key.set(kwargs.get("idempotency_key"))
         try:
