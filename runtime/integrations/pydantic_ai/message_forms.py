@@ -15,11 +15,11 @@ same forms.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from operator import is_
 from typing import Any
 
+from runtime.integrations.pydantic_ai.per_run import PerRun
 from runtime.workflow.transcript_hash import TranscriptHash
 
 # What a message is turned into: its recorded form, the form an earlier release recorded, and the
@@ -80,12 +80,5 @@ class MessageForms:
         return turned
 
 
-_BY_RUN: weakref.WeakKeyDictionary[object, MessageForms] = weakref.WeakKeyDictionary()
-
-
-def forms_of(run: object) -> MessageForms:
-    """The message forms kept for ``run`` (an agent run), made on first use, let go with it."""
-    forms = _BY_RUN.get(run)
-    if forms is None:
-        forms = _BY_RUN[run] = MessageForms()
-    return forms
+# The forms kept for an agent run, made on first use, let go with it.
+forms_of = PerRun(MessageForms).of

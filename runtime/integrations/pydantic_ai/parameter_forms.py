@@ -28,12 +28,13 @@ the dump it saved; this costs about a third of it.
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from collections.abc import Callable
 from operator import attrgetter
 from typing import Any
 
 import orjson
+
+from runtime.integrations.pydantic_ai.per_run import PerRun
 
 _Dump = Callable[[Any, str], Any]
 # Everything but JSON's own types goes through ``default``: a subclass, a dataclass, a datetime.
@@ -108,12 +109,5 @@ class ParameterForms:
         return dumped
 
 
-_BY_RUN: weakref.WeakKeyDictionary[object, ParameterForms] = weakref.WeakKeyDictionary()
-
-
-def parameter_forms_of(run: object) -> ParameterForms:
-    """The parameter forms kept for ``run`` (an agent run), made on first use, let go with it."""
-    forms = _BY_RUN.get(run)
-    if forms is None:
-        forms = _BY_RUN[run] = ParameterForms()
-    return forms
+# The forms kept for an agent run, made on first use, let go with it.
+parameter_forms_of = PerRun(ParameterForms).of
