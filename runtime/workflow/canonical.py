@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from runtime.workflow.transcript_hash import TranscriptHash
+from runtime.workflow.transcript_hash import TranscriptHash, text_chars
 
 NAMESPACE = uuid.UUID("6d1c3a52-8f0e-5b8e-9a61-5f0c2f6a7b10")
 
@@ -57,22 +57,19 @@ def model_args_hash_and_size(
 ) -> tuple[str, int]:
     """``args_hash_and_size("model", name, {"messages": M, "params": ..., "prompt_version": ...})``
     from the canonical JSON of each message of M (``encoded``: text, digest) -- the same text,
-    joined rather than serialized again (the keys in sorted order, as canonical_json writes them).
-    ``transcript``: the run's call before hashed its messages already (runtime.workflow.transcript_hash)."""
+    hashed piece by piece rather than serialized again (the keys in sorted order, as canonical_json
+    writes them). ``transcript``: the run's hash state from its call before, which hashed the same
+    first messages already (runtime.workflow.transcript_hash); without it, all are hashed."""
     try:
-        head = orjson.dumps(["model", name])[:-1]
         tail = orjson.dumps({"params": params, "prompt_version": prompt_version}, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError as error:
         raise TypeError(str(error)) from error
-    if transcript is not None:
-        state, chars = transcript.through_messages(name, encoded)
-        rest = b"]," + tail[1:] + b"]"
-        state.update(rest)
-        return state.hexdigest()[:16], chars + (len(rest) if rest.isascii() else len(rest.decode()))
-    data = b"".join(
-        (head, b',{"messages":[', b",".join([text for text, _ in encoded]), b"],", tail[1:], b"]")
-    )
-    return hashlib.sha256(data).hexdigest()[:16], len(data) if data.isascii() else len(data.decode())
+    if transcript is None:
+        transcript = TranscriptHash()
+    state, chars = transcript.through_messages(name, encoded)
+    rest = b"]," + tail[1:] + b"]"
+    state.update(rest)
+    return state.hexdigest()[:16], chars + text_chars(rest)
 
 
 def idempotency_key(run_id: str, tool: str, key_args: Any, n: int) -> str:

@@ -18,7 +18,8 @@ from typing import Any
 import orjson
 
 
-def _chars(data: bytes) -> int:
+def text_chars(data: bytes) -> int:
+    """How many characters the UTF-8 ``data`` has (the size a model call's prompt is measured by)."""
     return len(data) if data.isascii() else len(data.decode())
 
 
@@ -48,11 +49,11 @@ class TranscriptHash:
             state, chars, start = self._state.copy(), self._chars, kept
         else:
             head = orjson.dumps(["model", name])[:-1] + b',{"messages":['
-            state, chars, start = hashlib.sha256(head), _chars(head), 0
+            state, chars, start = hashlib.sha256(head), text_chars(head), 0
         for i in range(start, len(encoded)):
             text = encoded[i][0]
             piece = b"," + text if i else text
             state.update(piece)
-            chars += _chars(piece)
+            chars += text_chars(piece)
         self._name, self._digests, self._state, self._chars = name, digests, state.copy(), chars
         return state, chars
