@@ -157,7 +157,7 @@ class KafkaLog:
     def ownership(
         self, loop: asyncio.AbstractEventLoop, is_claim: Callable[[int, bytes], bool]
     ) -> KafkaOwnershipCheck:
-        return KafkaOwnershipCheck(self.settings, loop, is_claim)
+        return KafkaOwnershipCheck(self.settings, loop, is_claim, self.writer)
 
     def flush(self, timeout: float = 30.0) -> None:
         if self._writer is not None:

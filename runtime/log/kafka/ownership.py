@@ -1,21 +1,30 @@
-"""Knowing, cheaply, that we still own a partition: a tail of our own writes.
+"""Knowing, cheaply, that we still own a partition: our own acks, and a tail for what they miss.
 
-A worker reads the events partitions it owns, from its claim on, behind its own writer (one
-consumer, one thread, for every owned partition). Whatever has been read without meeting a
-newer ``EpochClaimed`` is proven ours: a zombie that meets another worker's claim stops there,
-and never starts an effect whose ``...Scheduled`` record lies beyond it. Only records without
-a key (partition records: claims) are decoded; the rest is counted.
+Before an effect starts, the worker proves that no newer ``EpochClaimed`` precedes its
+``...Scheduled`` record. A claim is a record without a key; a keyed record this worker appended
+cannot be one, and its ack names its offset. So the proof of an owned partition (every offset
+below ``ProvenPrefix.upto``; runtime.log.kafka.proven) grows with our own keyed acks, counted on
+the writer's delivery thread (:meth:`KafkaOwnershipCheck.acked`) before the ack reaches the loop:
+a Scheduled record's check finds it proven already, and nothing is read. A zombie that lost the
+partition meets the newer owner's claim as a gap: an offset below its Scheduled record that is not
+one of its acks.
 
-The tail reads only while someone waits (an effect about to start, a checkpoint): the owned
-partitions are assigned to its consumer when a check arrives, read from where the last check
-stopped, and unassigned once no check waits. An assigned consumer prefetches every record as it
-is written, and that fetch traffic, per write, on the same broker, slows every step. A check
-catches up in bulk (1000 records a fetch).
+A gap -- a record another writer appended (a claim, a forgery), or one of ours not counted (a
+keyless record, one acked before the watch) -- is read by the tail: a consumer thread that reads
+the owned partitions from where the proof stops, only while a check waits (an effect about to
+start, a checkpoint). Whatever it reads without meeting a newer claim is proven ours; a newer
+claim fences the partition, and no effect whose Scheduled record lies beyond it starts. The
+partitions are assigned to its consumer when a check arrives and unassigned once none waits: an
+assigned consumer prefetches every record as it is written, and that fetch traffic slows every
+step. (Before our acks were counted the tail read every record we wrote: ~6 % of the worker's
+event-loop thread under load, and broker fetches for each.)
 
 With a foreign-record check (``notice_foreign``; runtime.worker.foreign), the tail also reads
-once every ``SWEEP_S`` with no check waiting, up to where the partitions end, so a record another
-writer appended is met within seconds even on a partition with nothing else to do; each keyed
-record read is handed to the check (a set lookup), and the ones it calls foreign go to the loop.
+once every ``SWEEP_S`` with no check waiting, from where the proof stops up to where the
+partitions end, so a record another writer appended is met within seconds even on a partition
+with nothing else to do; each keyed record read is handed to the check (a set lookup), and the
+ones it calls foreign go to the loop. Our own acked records are not read again: a foreign record
+among them is a gap, and the proof stops at it until it is read.
 """
 
 from __future__ import annotations
@@ -27,10 +36,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from runtime.config import Settings
 from runtime.log.kafka.config import know_topic, offset_of, reader_config
+from runtime.log.kafka.proven import ProvenPrefix
+from runtime.log.kafka.writer import EventWriter
 
 log = logging.getLogger("agentlog.ownership")
 
@@ -44,7 +55,7 @@ Foreign = list[tuple[int, int, bytes, bytes]]
 @dataclass
 class _Watch:
     epoch: int
-    verified_upto: int  # every record below this offset was read: no foreign claim among them
+    proven: ProvenPrefix  # no foreign claim below its ``upto``: read, or acked as ours and keyed
     fenced: bool = False
     waiters: list[tuple[int, asyncio.Future[bool]]] = field(default_factory=list)
 
@@ -53,12 +64,22 @@ class KafkaOwnershipCheck:
     """Tracks, per owned partition, up to which offset our ownership is proven."""
 
     def __init__(
-        self, settings: Settings, loop: asyncio.AbstractEventLoop, is_claim: Callable[[int, bytes], bool]
+        self,
+        settings: Settings,
+        loop: asyncio.AbstractEventLoop,
+        is_claim: Callable[[int, bytes], bool],
+        writer: EventWriter | None = None,
     ) -> None:
+        """``writer``: the producer of this worker's appends, whose acks prove its own records (without
+        it, every record is read, as before)."""
         self.settings = settings
         self.is_claim = is_claim
         self.loop = loop
         self._watches: dict[int, _Watch] = {}
+        # The writer's delivery thread (acked), the tail's results (on the loop) and the checks
+        # all move a proof and look at its waiters; under this lock, so no waiter is missed.
+        self._lock = threading.Lock()
+        self.records_read = 0  # by the tail, over its life (the tests see a check read nothing)
         self._running = True
         self._demand = threading.Event()  # set while a check waits; the thread reads only then
         # A short fetch wait: the consumer is assigned only while a check waits, and a partition
@@ -68,13 +89,16 @@ class KafkaOwnershipCheck:
         )
         self._foreign_check: Callable[[int, bytes], bool] | None = None
         # Partition -> the first offset the foreign-record check has not met: a read starts again from
-        # ``verified_upto``, which the loop advances a moment later, and a record met twice would be
+        # the proof (``proven.upto``), which the loop advances a moment later, and a record met twice would be
         # foreign the second time (the check forgets a link once it meets it). The tail thread's own.
         self._unchecked: dict[int, int] = {}
         self._foreign_report: Callable[[Foreign], None] | None = None
         self._next_sweep = 0.0
         self._thread = threading.Thread(target=self._run, name="agentlog-ownership", daemon=True)
         self._thread.start()
+        self._writer = writer
+        if writer is not None:
+            writer.on_acked = self.acked
 
     def notice_foreign(self, check: Callable[[int, bytes], bool], report: Callable[[Foreign], None]) -> None:
         """Hand each keyed record read to ``check(partition, value)`` (on the tail's thread: True
@@ -82,8 +106,21 @@ class KafkaOwnershipCheck:
         self._foreign_check, self._foreign_report = check, report
 
     def watch(self, partition: int, epoch: int) -> None:
-        self._watches[partition] = _Watch(epoch, epoch + 1)
+        self._watches[partition] = _Watch(epoch, ProvenPrefix(epoch + 1))
         self._unchecked[partition] = epoch + 1
+
+    def acked(self, message: Message) -> None:
+        """On the writer's delivery thread, before the ack is handed on: a record we appended was
+        acknowledged. A keyed one of an owned events partition is proven not to be a claim."""
+        if message.key() is None or message.topic() != self.settings.events_topic:
+            return
+        watch = self._watches.get(message.partition() or 0)
+        if watch is None:
+            return
+        with self._lock:
+            wake = watch.proven.ours(offset_of(message)) and bool(watch.waiters)
+        if wake:  # a check waited for a gap our later acks did not close alone: see if they did now
+            self.loop.call_soon_threadsafe(self._advance, {}, set())
 
     def unwatch(self, partition: int) -> None:
         watch = self._watches.pop(partition, None)
@@ -99,14 +136,17 @@ class KafkaOwnershipCheck:
         watch = self._watches.get(partition)
         if watch is None or watch.fenced:
             return False
-        if offset < watch.verified_upto:
-            return True
-        waiter: asyncio.Future[bool] = self.loop.create_future()
-        watch.waiters.append((offset, waiter))
+        with self._lock:
+            if offset < watch.proven.upto:
+                return True  # the steady state: the Scheduled record's own ack proved it
+            waiter: asyncio.Future[bool] = self.loop.create_future()
+            watch.waiters.append((offset, waiter))
         self._demand.set()
         return await waiter
 
     def close(self) -> None:
+        if self._writer is not None and self._writer.on_acked == self.acked:
+            self._writer.on_acked = None
         self._running = False
         self._thread.join(timeout=5)
         self._consumer.close()
@@ -124,7 +164,7 @@ class KafkaOwnershipCheck:
                     self._sweep()
                 continue
             # A check waits: read every owned partition from where the last reading stopped.
-            starts = {p: w.verified_upto for p, w in list(self._watches.items()) if not w.fenced}
+            starts = {p: w.proven.upto for p, w in list(self._watches.items()) if not w.fenced}
             if not starts:
                 time.sleep(0.005)  # the check's partition was just lost; unwatch() answers it
                 continue
@@ -140,7 +180,7 @@ class KafkaOwnershipCheck:
         """Read the owned partitions towards their end (nothing waits for it): the foreign-record check."""
         self._next_sweep = time.monotonic() + SWEEP_S
         topic = self.settings.events_topic
-        starts = {p: w.verified_upto for p, w in list(self._watches.items()) if not w.fenced}
+        starts = {p: w.proven.upto for p, w in list(self._watches.items()) if not w.fenced}
         if not starts:
             return
         self._consumer.incremental_assign([TopicPartition(topic, p, o) for p, o in starts.items()])
@@ -165,7 +205,9 @@ class KafkaOwnershipCheck:
         first = self._consumer.poll(wait_s)
         if first is None:
             return False
-        for message in [first, *self._consumer.consume(num_messages=1000, timeout=0)]:
+        messages = [first, *self._consumer.consume(num_messages=1000, timeout=0)]
+        self.records_read += len(messages)
+        for message in messages:
             if message.error() is not None:
                 continue
             partition, offset = message.partition() or 0, offset_of(message)
@@ -190,23 +232,25 @@ class KafkaOwnershipCheck:
         return True
 
     def _advance(self, progress: dict[int, int], fenced: set[int]) -> None:
-        for partition, watch in self._watches.items():
-            if partition in fenced:
-                watch.fenced = True
-                log.warning(
-                    "partition %s: a newer epoch claimed it; our writes from here on are fenced", partition
-                )
-            elif partition in progress:
-                watch.verified_upto = max(watch.verified_upto, progress[partition])
-            else:
-                continue
-            still: list[tuple[int, asyncio.Future[bool]]] = []
-            for offset, waiter in watch.waiters:
-                if watch.fenced or offset < watch.verified_upto:
-                    if not waiter.done():
-                        waiter.set_result(not watch.fenced)
-                else:
-                    still.append((offset, waiter))
-            watch.waiters = still
-        if not any(watch.waiters for watch in self._watches.values()):
+        """On the loop: what the tail read (or, with nothing, what our acks proved) answers the checks."""
+        with self._lock:
+            for partition, watch in self._watches.items():
+                if partition in fenced and not watch.fenced:
+                    watch.fenced = True
+                    log.warning(
+                        "partition %s: a newer epoch claimed it; our writes from here on are fenced",
+                        partition,
+                    )
+                elif partition in progress:
+                    watch.proven.read_to(progress[partition])
+                still: list[tuple[int, asyncio.Future[bool]]] = []
+                for offset, waiter in watch.waiters:
+                    if watch.fenced or offset < watch.proven.upto:
+                        if not waiter.done():
+                            waiter.set_result(not watch.fenced)
+                    else:
+                        still.append((offset, waiter))
+                watch.waiters = still
+            waiting = any(watch.waiters for watch in self._watches.values())
+        if not waiting:
             self._demand.clear()

@@ -35,6 +35,9 @@ class EventWriter:
         # idempotent and ordered, a later record's ack vouches for them -- unless one failed, which
         # is why a failure is kept and the owner must stop.
         self.failure: str | None = None
+        # Told of every acknowledged record on the delivery thread, before its ack is handed on
+        # (the ownership check counts our own records: runtime.log.kafka.ownership).
+        self.on_acked: Callable[[Message], None] | None = None
         self.producer = Producer({**producer_config(settings, **extra), "on_delivery": self._any_delivery})
         self.bytes_written = 0
         self.records_written = 0
@@ -43,8 +46,11 @@ class EventWriter:
         self._poller.start()
 
     def _any_delivery(self, error: KafkaError | None, message: Message) -> None:
-        if error is not None and self.failure is None:
-            self.failure = f"write to {message.topic()}[{message.partition()}] failed: {error}"
+        if error is not None:
+            if self.failure is None:
+                self.failure = f"write to {message.topic()}[{message.partition()}] failed: {error}"
+        elif self.on_acked is not None:
+            self.on_acked(message)
 
     def _poll(self) -> None:
         while self._running:
@@ -60,6 +66,8 @@ class EventWriter:
             if error is not None:
                 future.set_exception(WriteError(f"write to {topic}[{partition}] failed: {error}"))
             else:
+                if self.on_acked is not None:
+                    self.on_acked(message)
                 future.set_result(offset_of(message))
 
         self._produce(topic, partition, key, value, delivered)
@@ -82,7 +90,7 @@ class EventWriter:
             message: dict[str, Any] = {"key": key, "value": value}
             future = watched.get(i)
             if future is not None:
-                message["callback"] = _loop_settler(loop, future, topic, partition)
+                message["callback"] = _loop_settler(loop, future, topic, partition, self)
             messages.append(message)
         self.producer.produce_batch(topic, messages, partition=partition)
         for message in messages:
@@ -140,7 +148,11 @@ class EventWriter:
 
 
 def _loop_settler(
-    loop: asyncio.AbstractEventLoop, future: asyncio.Future[int], topic: str, partition: int
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[int],
+    topic: str,
+    partition: int,
+    writer: EventWriter,
 ) -> Callable[[KafkaError | None, Message], None]:
     def delivered(error: KafkaError | None, message: Message) -> None:
         if stagemarks.ON:
@@ -148,6 +160,8 @@ def _loop_settler(
         if error is not None:
             outcome: int | BaseException = WriteError(f"write to {topic}[{partition}] failed: {error}")
         else:
+            if writer.on_acked is not None:
+                writer.on_acked(message)  # before the loop hears of it: its ownership check is then proven
             outcome = offset_of(message)
         loop.call_soon_threadsafe(settle, future, outcome)
 
