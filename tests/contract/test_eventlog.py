@@ -16,6 +16,7 @@ import pytest
 
 from runtime.config import Settings
 from runtime.log.kafka.backend import KafkaLog
+from runtime.log.kafka.ownership import KafkaOwnershipCheck
 from runtime.log.port.memory import MemoryLog
 from runtime.log.port.partitioning import partition_for
 from runtime.log.port.protocol import Delivery, EventLog, MembershipFenced
@@ -282,3 +283,59 @@ class TestKafkaLog(EventLogContract):
 
     def make_log(self) -> EventLog:
         return KafkaLog(self.settings)
+
+    # -- ownership proven by our own acks (Kafka's check counts them; runtime.log.kafka.proven) -------
+    def test_our_own_keyed_records_are_proven_by_their_acks_without_reading(self, log: EventLog) -> None:
+        topic = self.settings.events_topic
+        epoch = log.append(topic, 1, None, CLAIM).result(timeout=30)
+
+        async def check() -> tuple[bool, int]:
+            ownership = log.ownership(asyncio.get_running_loop(), is_claim)
+            assert isinstance(ownership, KafkaOwnershipCheck)
+            ownership.watch(1, epoch)
+            try:
+                ours = self.append_all(log, topic, 1, [b"e1", b"e2", b"e3"])
+                owned = await asyncio.wait_for(ownership.owned_through(1, ours[-1]), 30)
+                return owned, ownership.records_read
+            finally:
+                ownership.close()
+
+        owned, read = asyncio.run(check())
+        assert owned is True
+        assert read == 0  # nothing of the events partition was read: the acks proved it
+
+    def test_a_record_another_writer_put_among_ours_is_read_and_a_claim_there_fences(
+        self, log: EventLog
+    ) -> None:
+        topic = self.settings.events_topic
+        other = KafkaLog(self.settings)  # another process's producer: its acks are not ours
+        epoch = log.append(topic, 2, None, CLAIM).result(timeout=30)
+
+        async def check() -> tuple[bool, int, bool, bool]:
+            ownership = log.ownership(asyncio.get_running_loop(), is_claim)
+            assert isinstance(ownership, KafkaOwnershipCheck)
+            ownership.watch(2, epoch)
+            try:
+                self.append_all(log, topic, 2, [b"e1"])
+                self.append_all(other, topic, 2, [b"not ours"])  # a gap in our acks: read, not a claim
+                mine = self.append_all(log, topic, 2, [b"e2"])[0]
+                across_gap = await asyncio.wait_for(ownership.owned_through(2, mine), 30)
+                read = ownership.records_read
+                other.append(topic, 2, None, CLAIM).result(timeout=30)  # a newer owner's claim
+                # Our records after it are acked (and counted): they do not vouch for the gap.
+                after = self.append_all(log, topic, 2, [b"zombie1", b"zombie2"])[-1]
+                fenced = await asyncio.wait_for(ownership.owned_through(2, after), 30)
+                late = self.append_all(log, topic, 2, [b"zombie3"])[0]
+                still = await asyncio.wait_for(ownership.owned_through(2, late), 30)
+                return across_gap, read, fenced, still
+            finally:
+                ownership.close()
+
+        try:
+            across_gap, read, fenced, still = asyncio.run(check())
+        finally:
+            other.close()
+        assert across_gap is True
+        assert read >= 1  # the other writer's record was read to prove it is no claim
+        assert fenced is False
+        assert still is False
