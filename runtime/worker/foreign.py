@@ -3,8 +3,9 @@
 The owner of an events partition is its only writer from its claim on (a fenced zombie writes
 there too, with an older epoch, and every reader leaves those out). A record that is neither --
 written with stolen credentials, which the broker's ACLs cannot refuse -- is noticed here: the
-ownership tail (``OwnershipCheck.notice_foreign``) reads every record of the owned partitions
-behind the worker's writer, at least once a second, and hands each keyed one to :meth:`check`,
+ownership tail (``OwnershipCheck.notice_foreign``) reads the owned partitions behind the
+worker's writer, at least once a second (on Kafka, not the records its own acks already proved
+ours: a foreign record among them is a gap in those acks, read), and hands each keyed one to :meth:`check`,
 which looks its chain link up among the links this worker sealed there (``TurnBatcher.written``;
 one set lookup a record, on the tail's thread). A link the worker did not seal is foreign; on the
 loop (:meth:`found`) its run is parked with the reason -- woken first if it was evicted -- and

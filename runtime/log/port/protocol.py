@@ -19,7 +19,8 @@ What a backend promises (the contract suite checks each):
 - A tail delivers each followed partition's records in offset order from its start, including
   those appended after it began, and its ``poll`` returns within its timeout when none arrive.
 - The ownership check answers True for an offset once every record before it has been read
-  without meeting a newer ``EpochClaimed``, and False once one was met.
+  without meeting a newer ``EpochClaimed`` -- or is a keyed record this log appended, whose ack
+  proved it no claim (Kafka's check: runtime.log.kafka.proven) -- and False once one was met.
 """
 
 from __future__ import annotations
