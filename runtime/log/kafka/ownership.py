@@ -115,10 +115,11 @@ class KafkaOwnershipCheck:
         if message.key() is None or message.topic() != self.settings.events_topic:
             return
         watch = self._watches.get(message.partition() or 0)
-        if watch is None:
+        offset = message.offset()
+        if watch is None or offset is None:  # no offset: not proven, and nothing raised on this thread
             return
         with self._lock:
-            wake = watch.proven.ours(offset_of(message)) and bool(watch.waiters)
+            wake = watch.proven.ours(offset) and bool(watch.waiters)
         if wake:  # a check waited for a gap our later acks did not close alone: see if they did now
             self.loop.call_soon_threadsafe(self._advance, {}, set())
 
