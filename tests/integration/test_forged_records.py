@@ -329,3 +329,43 @@ def test_a_forged_claim_and_checkpoint_are_named_and_the_owner_keeps_its_partiti
     ]
     assert len(checkpoint_lines) == 1 and "reads the history" in checkpoint_lines[0], checkpoint_lines
     assert len(payments(tmp_path)) == 1  # the ended run is not run again
+
+
+def test_a_genuine_claim_another_producer_wrote_among_the_owners_records_fences_its_effect(
+    deployment: Settings,
+    client: Client,
+    forger: EventLog,
+    workers: list[WorkerProcess],
+    tmp_path: Path,
+) -> None:
+    # The owner proves its own keyed records by their acks (runtime.log.kafka.proven); a claim is
+    # keyless and another producer's: a gap in those acks, which the owner reads before an effect.
+    # No chain key: no foreign-record sweep reads the partition meanwhile, only the effect's check.
+    worker = WorkerProcess(
+        deployment,
+        APP,
+        "w1",
+        tmp_path / "w1.log",
+        TEST_COUNTER_DIR=str(tmp_path),
+        AGENTLOG_SIGNING_KEY=SIGNING_KEY,
+    )
+    workers.append(worker)
+    worker.wait_ready(deployment.partitions)
+    run = _waiting_refund(client, worker, "D-4", 9.5)
+    partition = forger.partition(run.run_id)
+    newer = EpochClaimed(run_id="", partition=partition, worker="w2", occurred_at=1)
+    forger.append_raw(
+        forger.serde.encode(replace(newer, signature=claim_signature(SIGNER, newer))), partition
+    )
+    run.signal("approve", True)  # the refund's Scheduled record lands after the newer claim
+    lost = wait_until(
+        lambda: [line for line in worker.log_path.read_text().splitlines() if '"partition_lost"' in line],
+        10,
+        "the owner to meet the newer claim before the refund, and let the partition go",
+        process=worker.proc,
+        detail=worker.log_tail,
+    )
+    assert len(lost) == 1 and f"fenced: a newer epoch claimed partition {partition}" in lost[0], lost
+    assert "a newer epoch claimed it" in worker.log_path.read_text()
+    assert payments(tmp_path) == []  # the effect never started
+    assert "forged_partition_record" not in worker.log_path.read_text()
