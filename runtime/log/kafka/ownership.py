@@ -16,8 +16,7 @@ start, a checkpoint). Whatever it reads without meeting a newer claim is proven 
 claim fences the partition, and no effect whose Scheduled record lies beyond it starts. The
 partitions are assigned to its consumer when a check arrives and unassigned once none waits: an
 assigned consumer prefetches every record as it is written, and that fetch traffic slows every
-step. (Before our acks were counted the tail read every record we wrote: ~6 % of the worker's
-event-loop thread under load, and broker fetches for each.)
+step -- and reading our own writes back would cost the worker a Python loop over each of them.
 
 With a foreign-record check (``notice_foreign``; runtime.worker.foreign), the tail also reads
 once every ``SWEEP_S`` with no check waiting, from where the proof stops up to where the
