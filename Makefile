@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 AGENTLOG := $(VENV)/bin/agentlog
+BYTECODE_DIRS := runtime clients consumers analytics infra examples ui bench tools
 
 .PHONY: setup system-packages up down demo demo-pydantic-ai test test-long lint unit docs bench bench-stages bench-sink bench-rebuild chaos fuzz compare compare-agents clean
 
@@ -13,7 +14,10 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q --upgrade pip uv
 	@# uv resolves and installs what pip would, in parallel and linked from its cache; its summary is
 	@# printed, not its line per package.
-	set -o pipefail; $(VENV)/bin/uv pip install --python $(VENV)/bin/python -e '.[dev]' 2>&1 | { grep -v '^ [-+~] ' || true; }
+	@# --compile-bytecode: uv, unlike pip, leaves the dependencies' bytecode to the first import, and
+	@# where PYTHONDONTWRITEBYTECODE is set that first import never writes it -- every process then
+	@# compiles PydanticAI & co. from source (a worker's cold start 1.9 s instead of 0.9).
+	set -o pipefail; $(VENV)/bin/uv pip install --compile-bytecode --python $(VENV)/bin/python -e '.[dev]' 2>&1 | { grep -v '^ [-+~] ' || true; }
 	touch $@
 
 # Debian packages the suite needs (infra/debian-packages.txt: Chromium for the UI's browser tests).
@@ -21,6 +25,9 @@ system-packages:
 	tools/system_packages.sh
 
 setup: $(VENV)/.installed system-packages
+	@# The project's own modules (an editable install: imported from here), compiled where they
+	@# changed, for the same reason.
+	$(PY) -m compileall -q -j 0 $(BYTECODE_DIRS) > /dev/null
 
 # Kafka (KRaft), PostgreSQL and the schema registry, started from this repository's files.
 up: setup
