@@ -2,8 +2,9 @@
 the SIGKILL of ``agentlog worker --respawn``'s child) to the crashed run's result.
 
 Each round: a fresh deployment of 12 partitions (as bench/compare.py's), a worker serving
-bench/e2e_app.py's workflow of ``--workload``, three warm runs, then a crash run whose worker is
-SIGKILLed in its 31st tool call (bench/peers/agentlog_bench.py). The process that takes over
+bench/e2e_app.py's workflow of ``--workload`` (``agent``: the 40-step PydanticAI agent of
+bench/compare_agents.py, bench/peers/agent_agentlog_app.py), three warm runs, then a crash run whose
+worker is SIGKILLed in its 31st tool call (bench/peers/agentlog_bench.py). The process that takes over
 runs with stage marks on (runtime.stagemarks, run ``START``: the points its start passes through,
 one attribute test each when off), and the stages between those marks are printed per round
 and as medians:
@@ -32,7 +33,7 @@ member's session timeout? with static membership it must not) -- and, with ``--i
 more start of the worker under ``python -X importtime``, its import self-times summed by the
 package that pulled each module in (the slower start of that pass is not in the rounds).
 
-Run: `python bench/recovery.py [--rounds 3] [--workload async|sync] [--respawn] [--importtime]`.
+Run: `python bench/recovery.py [--rounds 3] [--workload async|sync|agent] [--respawn] [--importtime]`.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _deploy import fresh_deployment
 
 from bench.peers.agentlog_bench import (
+    APP,
     WORKER_ID,
     WORKFLOWS,
     _stop,
@@ -67,6 +69,12 @@ from bench.peers.cpu import cpu_seconds
 from runtime.client import Client
 from runtime.config import Settings
 from runtime.stagemarks import START
+
+# Each workload's app and workflow.
+WORKLOADS = {
+    **{workload: (APP, workflow) for workload, workflow in WORKFLOWS.items()},
+    "agent": ("bench.peers.agent_agentlog_app:app", "agent"),
+}
 
 # The start's marks in the order they are passed (runtime/cli, runtime/worker).
 COLD = (
@@ -118,13 +126,14 @@ def one_round(
     db = workdir / "e2e.db"
     client = Client(settings)
     marked = {"BENCH_STAGE_MARKS": str(marks_dir)}
+    app, workflow = WORKLOADS[workload]
     if respawn:
-        worker = _worker(settings, workdir, db, "once", "--respawn", **marked)
+        worker = _worker(settings, workdir, db, "once", "--respawn", app=app, **marked)
     else:
-        worker = _worker(settings, workdir, db, "1")
+        worker = _worker(settings, workdir, db, "1", app=app)
     try:
-        _warm(client, WORKFLOWS[workload])
-        _run, run_id = crash_at_step_31(client, WORKFLOWS[workload], db)
+        _warm(client, workflow)
+        _run, run_id = crash_at_step_31(client, workflow, db)
         if respawn:
             os.kill(child_of(worker), signal.SIGKILL)
             zero = time.time_ns()
@@ -132,7 +141,7 @@ def one_round(
             worker.kill()
             worker.wait()
             zero = time.time_ns()
-            worker = _worker(settings, workdir, db, "0", **marked)
+            worker = _worker(settings, workdir, db, "0", app=app, **marked)
         client.run(run_id).result(timeout=120)
         done = time.time_ns()
         taker = child_of(worker) if respawn else worker.pid
@@ -183,12 +192,12 @@ def join_probe(settings: Settings) -> float:
     return (assigned[0] - started) * 1000
 
 
-def importtime(settings: Settings, workdir: Path) -> dict[str, float]:
+def importtime(settings: Settings, workdir: Path, app: str) -> dict[str, float]:
     """One worker start under -X importtime: import self-time (ms) by the package that pulled it in."""
     from _deploy import start_worker
 
     log = workdir / "importtime.log"
-    worker = start_worker(settings, WORKER_ID, log, app="bench.e2e_app:app", PYTHONPROFILEIMPORTTIME="1")
+    worker = start_worker(settings, WORKER_ID, log, app=app, PYTHONPROFILEIMPORTTIME="1")
     deadline = time.monotonic() + 60
     while '"worker_started"' not in log.read_text():
         if time.monotonic() > deadline or worker.poll() is not None:
@@ -224,7 +233,7 @@ def importtime(settings: Settings, workdir: Path) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workload", choices=tuple(WORKFLOWS), default="sync")
+    parser.add_argument("--workload", choices=tuple(WORKLOADS), default="sync")
     parser.add_argument("--respawn", action="store_true", help="agentlog worker --respawn, its child killed")
     parser.add_argument("--importtime", action="store_true", help="also one start under -X importtime")
     args = parser.parse_args()
@@ -246,7 +255,7 @@ def main() -> None:
             )
         assert settings is not None
         probe = [join_probe(settings) for _ in range(3)]
-        imports = importtime(settings, Path(tmp)) if args.importtime else {}
+        imports = importtime(settings, Path(tmp), WORKLOADS[args.workload][0]) if args.importtime else {}
     kind = "respawn (from the SIGKILL)" if args.respawn else "cold (from the new process's spawn)"
     print(f"\n{args.workload} workload, {kind}, per stage (rounds 1 / 2 / ...; median):\n")
     print("| stage | wall ms | median | CPU ms of the process taking over | median |")

@@ -56,11 +56,12 @@ def _worker(
     victim: str,
     *args: str,
     log: str = "agentlog-worker.log",
+    app: str = APP,
     **env: str,
 ) -> subprocess.Popen[bytes]:
     """A worker process; ``victim`` is E2E_CRASH_VICTIM (bench/peers/workload.py: "1", "once", "0")."""
     return start_worker(
-        settings, WORKER_ID, workdir / log, *args, app=APP, E2E_DB=str(db), E2E_CRASH_VICTIM=victim, **env
+        settings, WORKER_ID, workdir / log, *args, app=app, E2E_DB=str(db), E2E_CRASH_VICTIM=victim, **env
     )
 
 
