@@ -130,6 +130,12 @@ class CallPool:
             if job is None:
                 return self._leave(number)
             future, fn, args, kwargs = job
+            if future.cancelled():
+                # No longer awaited before it started (its timeout, its run's cancel, the partition
+                # lost): never started, so nothing of it is in doubt -- a retry, or the partition's
+                # next owner, is its only execution. (A read across threads: a cancel landing just
+                # after it is one landing as the call starts, as it always could.)
+                continue
             started[number] = time.monotonic()
             set_awaited(future)  # cancelled() reads it (runtime.worker.cancellation)
             try:
