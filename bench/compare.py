@@ -61,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _deploy import ROOT
+from bytecode import require_compiled
 
 from bench.peers import agentlog_bench
 from bench.peers.workload import WORKLOADS
@@ -258,6 +259,10 @@ def main() -> None:
     installed = PEERS_PYTHON.exists() and RESTATE_SERVER.exists() and TEMPORAL_CLI.exists()
     if set(systems) - {"agentlog"} and not installed:
         raise SystemExit("the peers are not installed: run `bench/peers/install.sh` (or `make compare`)")
+    # R is mostly imports: neither side may compile its modules at each start (bench/bytecode.py).
+    require_compiled(sys.executable, ["runtime", "pydantic", "confluent_kafka", "fastavro"])
+    if set(systems) - {"agentlog"}:
+        require_compiled(PEERS_PYTHON, ["restate", "temporalio", "dbos", "hypercorn"])
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="agentlog-compare-") as tmp:
         if "agentlog" in systems and not args.no_warm_up:

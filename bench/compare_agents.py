@@ -56,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _deploy import ROOT
+from bytecode import require_compiled
 
 from bench.peers import agent_agentlog
 
@@ -253,6 +254,10 @@ def main() -> None:
         raise SystemExit(
             "Restate, Temporal and DBOS are not installed: run `bench/peers/install.sh` (or `make compare`)"
         )
+    # R is mostly imports: neither side may compile its modules at each start (bench/bytecode.py).
+    require_compiled(sys.executable, ["runtime", "pydantic", "pydantic_ai", "confluent_kafka"])
+    if peers:
+        require_compiled(PEERS_PYTHON, ["pydantic_ai", "restate", "temporalio", "dbos"])
     results: list[dict[str, Any]] = []
     native = None
     with tempfile.TemporaryDirectory(prefix="agentlog-compare-agents-") as tmp:
